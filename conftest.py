@@ -1,0 +1,2 @@
+# The project's own tests drive the plugin end to end through pytester.
+pytest_plugins = ["pytester"]
