@@ -205,7 +205,7 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
     ),
     OptionSpec(
         name="run-noise",
-        help="prior between-run standard deviation of a run's median, in percent (default 1 on CPU, 0.5 on GPU)",
+        help="prior between-run standard deviation of a run's median, in percent (default 0.5 on CPU, 0.3 on GPU)",
         parse=parse_percentage,
         default=None,
         metavar="PCT",
@@ -228,8 +228,8 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
 
 # Per-device defaults for settings that differ between CPU and GPU timing noise.
 DEVICE_DEFAULTS: dict[str, dict[str, float]] = {
-    "cpu": {"threshold": 0.02, "noise_limit": 0.10, "run_noise": 0.01},
-    "cuda": {"threshold": 0.01, "noise_limit": 0.05, "run_noise": 0.005},
+    "cpu": {"threshold": 0.02, "noise_limit": 0.10, "run_noise": 0.005},
+    "cuda": {"threshold": 0.01, "noise_limit": 0.05, "run_noise": 0.003},
 }
 
 

@@ -95,11 +95,11 @@ class Summary:
 
 def summarize(samples: Sequence[float]) -> Summary:
     values = _as_array(samples, "samples")
-    q25, median, q75 = np.percentile(values, [25, 50, 75])
-    iqr = float(q75 - q25)
+    q25, median, q75 = (float(q) for q in np.percentile(values, [25, 50, 75]))
+    iqr = q75 - q25
     return Summary(
         n=int(values.size),
-        median=float(median),
+        median=median,
         iqr=iqr,
         spread=iqr / abs(median) if median != 0 else math.inf,
         mean=float(values.mean()),

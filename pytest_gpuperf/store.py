@@ -91,7 +91,7 @@ def module_file_name(nodeid: str) -> str:
     return (name or "unnamed") + ".json"
 
 
-def test_key(nodeid: str) -> str:
+def entry_key(nodeid: str) -> str:
     """The test's id inside its module file: the nodeid after the module path."""
     return nodeid.split("::", 1)[1] if "::" in nodeid else nodeid
 
@@ -111,7 +111,7 @@ class BaselineStore:
         return self.folder / module_file_name(nodeid)
 
     def metric(self, nodeid: str, name: str) -> MetricBaseline | None:
-        entry = self._document(self.path_for(nodeid))["tests"].get(test_key(nodeid), {}).get("metrics", {}).get(name)
+        entry = self._document(self.path_for(nodeid))["tests"].get(entry_key(nodeid), {}).get("metrics", {}).get(name)
         if entry is None:
             return None
         return MetricBaseline(
@@ -121,7 +121,7 @@ class BaselineStore:
         )
 
     def curves(self, nodeid: str, name: str) -> list[Curve]:
-        entry = self._document(self.path_for(nodeid))["tests"].get(test_key(nodeid), {}).get("curves", {}).get(name)
+        entry = self._document(self.path_for(nodeid))["tests"].get(entry_key(nodeid), {}).get("curves", {}).get(name)
         return [Curve(**run) for run in entry["runs"]] if entry else []
 
     def _document(self, path: Path) -> dict[str, Any]:
@@ -155,7 +155,7 @@ def merge(document: dict[str, Any], metrics: list[NewMetric], curves: list[NewCu
     """Add runs: a run on the same stack joins the entry (newest ``keep_runs`` kept); a new stack replaces it."""
     tests = document["tests"]
     for metric in metrics:
-        metric_entries = tests.setdefault(test_key(metric.test), {}).setdefault("metrics", {})
+        metric_entries = tests.setdefault(entry_key(metric.test), {}).setdefault("metrics", {})
         entry = metric_entries.get(metric.name)
         run = _run_dict(metric.run)
         if (
@@ -171,7 +171,7 @@ def merge(document: dict[str, Any], metrics: list[NewMetric], curves: list[NewCu
             entry["runs"] = (entry["runs"] + [run])[-keep_runs:]
     fresh_curves: set[tuple[str, str]] = set()
     for curve in curves:
-        key = (test_key(curve.test), curve.name)
+        key = (entry_key(curve.test), curve.name)
         curve_entries = tests.setdefault(key[0], {}).setdefault("curves", {})
         run = {"steps": curve.curve.steps, "values": curve.curve.values, "stack": curve.curve.stack,
                "date": curve.curve.date}
