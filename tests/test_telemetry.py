@@ -469,3 +469,67 @@ def test_sampler_surfaces_a_reader_failure() -> None:
 def test_sampler_rejects_a_bad_interval() -> None:
     with pytest.raises(ValueError, match="interval"):
         TelemetrySampler(object(), interval_s=0)  # type: ignore[arg-type]
+
+
+# --- amdsmi ----------------------------------------------------------------------------------
+
+class FakeAmdSmi:
+    """The amdsmi calls telemetry.py makes, returning dicts shaped as amdsmi documents them
+    (clocks MHz under "clk", socket power W, energy ticks with a resolution in microjoules,
+    "N/A" for what the device cannot report)."""
+
+    class AmdSmiException(Exception):
+        pass
+
+    class AmdSmiClkType:
+        GFX, MEM = 0, 1
+
+    class AmdSmiTemperatureType:
+        EDGE, HOTSPOT = 0, 1
+
+    class AmdSmiTemperatureMetric:
+        CURRENT = 0
+
+    def __init__(self) -> None:
+        self.ticks = 1_000_000
+        self.shut = 0
+
+    def amdsmi_init(self) -> None: ...
+
+    def amdsmi_shut_down(self) -> None:
+        self.shut += 1
+
+    def amdsmi_get_processor_handles(self) -> list[str]:
+        return ["gpu0"]
+
+    def amdsmi_get_gpu_asic_info(self, handle: str) -> dict[str, str]:
+        return {"market_name": "AMD Instinct MI300X"}
+
+    def amdsmi_get_clock_info(self, handle: str, kind: int) -> dict[str, object]:
+        return {"clk": 2100 if kind == self.AmdSmiClkType.GFX else 1300, "max_clk": 2100}
+
+    def amdsmi_get_power_info(self, handle: str) -> dict[str, object]:
+        return {"current_socket_power": "N/A", "average_socket_power": 702}
+
+    def amdsmi_get_temp_metric(self, handle: str, kind: int, metric: int) -> int:
+        assert kind == self.AmdSmiTemperatureType.HOTSPOT
+        return 71
+
+    def amdsmi_get_energy_count(self, handle: str) -> dict[str, object]:
+        self.ticks += 65_536
+        return {"energy_accumulator": self.ticks, "counter_resolution": 15.3, "timestamp": 0}
+
+
+def test_amdsmi_reader_parses_and_marks_throttle_unsupported() -> None:
+    fake = FakeAmdSmi()
+    reader = open_reader(backend="amdsmi", amdsmi=fake, environ={})
+    assert not isinstance(reader, TelemetryUnavailable), reader
+    assert reader.device_name == "AMD Instinct MI300X" and reader.backend == "amdsmi"
+    assert reader.unsupported == ("throttle_mask",)
+    first, second = reader.read(), reader.read()
+    reader.close()
+    assert first["sm_clock_mhz"] == 2100 and first["mem_clock_mhz"] == 1300
+    assert first["power_w"] == 702  # "N/A" current power falls back to the average
+    assert first["temperature_c"] == 71
+    assert second["energy_mj"] - first["energy_mj"] == pytest.approx(65_536 * 15.3 / 1000)
+    assert fake.shut == 1
