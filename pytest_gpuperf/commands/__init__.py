@@ -1,0 +1,1 @@
+"""Subcommands of the `gpuperf` command; cli.py imports each one only when it runs."""

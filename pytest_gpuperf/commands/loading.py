@@ -1,0 +1,408 @@
+"""Reading what runs leave behind: results JSON (``--gpuperf-results``) and JUnit XML (``--junitxml``).
+
+Every problem becomes an ``InputError`` whose one-line message names the file and what is wrong, so the CLI
+can print it and exit 2 without a traceback. Nothing here judges; commands do that with ``stats``.
+
+JUnit XML carries each metric as ``gpuperf.<metric>.*`` testcase properties (report.junit_properties) and,
+since the plugin's junit_fingerprint module, the run's fingerprint as the testsuite property
+``gpuperf.fingerprint``. Files written without it load with an unknown hardware key and an empty stack.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+MAX_BYTES = 256 * 1024 * 1024
+"""Larger inputs are refused rather than read into memory."""
+UNKNOWN_HARDWARE = "unknown-hardware"
+FINGERPRINT_PROPERTY = "gpuperf.fingerprint"
+SUFFIXES = (".json", ".xml")
+
+
+class InputError(Exception):
+    """An input that cannot be used; the message is one line naming the file and the problem."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricData:
+    """One metric of one test in one run."""
+
+    test: str
+    """The test as the file names it: a pytest node id (JSON) or 'classname::name' (JUnit)."""
+    key: str
+    """The test's address in JUnit form, so a JSON file and a JUnit file of the same run match."""
+    metric: str
+    unit: str
+    higher_is_better: bool
+    samples: tuple[float, ...]
+    verdict: str | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def clock_mhz(self) -> float | None:
+        """The median SM clock recorded while measuring (telemetry), if any."""
+        telemetry = self.context.get("telemetry")
+        value = telemetry.get("sm_clock_mhz_median") if isinstance(telemetry, dict) else None
+        return float(value) if _is_number(value) and value > 0 else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurveData:
+    test: str
+    key: str
+    name: str
+    steps: tuple[float, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """Everything one results file says about one pytest session."""
+
+    source: Path
+    created: str
+    """ISO timestamp of the run ('' when the file has none); orders runs in `history`."""
+    hardware_key: dict[str, Any] | None
+    hardware_slug: str
+    stack: dict[str, str]
+    settings: dict[str, Any]
+    metrics: dict[tuple[str, str], MetricData]
+    """By (test key, metric name)."""
+    curves: tuple[CurveData, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.source.name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Side:
+    """The runs named by one argument (a file or a folder): one hardware key, one stack."""
+
+    source: Path
+    runs: tuple[Run, ...]
+
+    @property
+    def hardware_slug(self) -> str:
+        known = [run.hardware_slug for run in self.runs if run.hardware_slug != UNKNOWN_HARDWARE]
+        return known[0] if known else UNKNOWN_HARDWARE
+
+    @property
+    def stack(self) -> dict[str, str]:
+        """Fields every run agrees on; a field whose value differs between runs reads 'mixed(a|b)'."""
+        names = sorted({name for run in self.runs for name in run.stack})
+        merged = {}
+        for name in names:
+            values = sorted({run.stack.get(name, "absent") for run in self.runs})
+            merged[name] = values[0] if len(values) == 1 else "mixed(" + "|".join(values) + ")"
+        return merged
+
+    def keys(self) -> list[tuple[str, str]]:
+        seen: dict[tuple[str, str], None] = {}
+        for run in self.runs:
+            seen.update(dict.fromkeys(run.metrics))
+        return list(seen)
+
+    def metric_runs(self, key: tuple[str, str]) -> list[MetricData]:
+        return [run.metrics[key] for run in self.runs if key in run.metrics]
+
+    def threshold(self) -> float | None:
+        for run in self.runs:
+            value = run.settings.get("threshold")
+            if _is_number(value) and 0 < value < 1:
+                return float(value)
+        return None
+
+
+# -- addresses -------------------------------------------------------------------------------------------------
+
+
+def junit_address(nodeid: str) -> str:
+    """'dir/test_a.py::TestX::test_y[p]' -> 'dir.test_a.TestX::test_y[p]', the classname::name pytest's
+    junitxml writes for that node id."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names[:-1]) + "::" + names[-1]
+
+
+# -- reading files ---------------------------------------------------------------------------------------------
+
+
+def read_bytes(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise InputError(f"{path}: {size} bytes is larger than the {MAX_BYTES} bytes a results file may have")
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or folder") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder where a file was expected") from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot be read ({error.strerror or error})") from None
+
+
+def load_file(path: Path) -> Run:
+    """One results JSON or JUnit XML file, told apart by suffix, else by its first character."""
+    data = read_bytes(path)
+    head = data.lstrip()[:1]
+    if path.suffix.lower() == ".json" or (path.suffix.lower() != ".xml" and head == b"{"):
+        return parse_results_json(data, path)
+    if path.suffix.lower() == ".xml" or head == b"<":
+        return parse_junit_xml(data, path)
+    raise InputError(f"{path}: neither a gpuperf results JSON file nor a JUnit XML file (expected .json or .xml)")
+
+
+def load_path(path: Path) -> list[Run]:
+    """A file, or every .json/.xml file under a folder (recursively, in name order)."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+        if not files:
+            raise InputError(f"{path}: folder holds no results files (*.json from --gpuperf-results or *.xml "
+                             "from --junitxml)")
+        return [load_file(file) for file in files]
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    return [load_file(path)]
+
+
+def load_side(path: Path) -> Side:
+    """The runs of one argument; mixing hardware keys in one side is an error."""
+    runs = load_path(path)
+    check_one_hardware(runs, path)
+    return Side(source=path, runs=tuple(runs))
+
+
+def check_one_hardware(runs: list[Run], where: Path | str) -> None:
+    known = [run for run in runs if run.hardware_slug != UNKNOWN_HARDWARE]
+    for run in known[1:]:
+        if run.hardware_key != known[0].hardware_key:
+            raise InputError(
+                f"{where}: mixes hardware keys: {known[0].source} is {known[0].hardware_slug}, {run.source} is "
+                f"{run.hardware_slug}; give results of one hardware key per argument"
+            )
+
+
+# -- results JSON ----------------------------------------------------------------------------------------------
+
+
+def parse_results_json(data: bytes | str, source: Path) -> Run:
+    """A document written by ``--gpuperf-results`` (session.results_document, schema 1)."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        document = json.loads(text, parse_constant=_reject_constant)
+    except UnicodeDecodeError as error:
+        raise InputError(f"{source}: not UTF-8 text (byte {error.start}); is this a results JSON file?") from None
+    except json.JSONDecodeError as error:
+        what = "truncated" if error.pos >= len(text.rstrip()) else "not valid JSON"
+        raise InputError(f"{source}: {what} ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except (ValueError, RecursionError) as error:
+        raise InputError(f"{source}: not valid JSON ({_short(error)})") from None
+    if not isinstance(document, dict):
+        raise InputError(f"{source}: the top level is {_kind(document)}, not a gpuperf results object")
+    if document.get("schema") != 1:
+        raise InputError(f"{source}: schema {document.get('schema')!r} is not the supported results schema 1 "
+                         "(written by another pytest-gpuperf version, or not a --gpuperf-results file)")
+    created = document.get("created", "")
+    if not isinstance(created, str):
+        raise InputError(f"{source}: 'created' is {_kind(created)}, not a timestamp string")
+    hardware_key, slug, stack = _fingerprint(document.get("fingerprint"), source, "'fingerprint'")
+    settings = document.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise InputError(f"{source}: 'settings' is {_kind(settings)}, not an object")
+    results = document.get("results")
+    if not isinstance(results, list):
+        raise InputError(f"{source}: 'results' is {_kind(results)}, not a list")
+    metrics: dict[tuple[str, str], MetricData] = {}
+    for index, entry in enumerate(results):
+        metric = _metric_from_json(entry, f"{source}: results[{index}]")
+        key = (metric.key, metric.metric)
+        if key in metrics:
+            raise InputError(f"{source}: results[{index}]: test {metric.test!r} metric {metric.metric!r} appears "
+                             "twice")
+        metrics[key] = metric
+    curves_raw = document.get("curves", [])
+    if not isinstance(curves_raw, list):
+        raise InputError(f"{source}: 'curves' is {_kind(curves_raw)}, not a list")
+    curves = tuple(_curve_from_json(entry, f"{source}: curves[{index}]") for index, entry in enumerate(curves_raw))
+    return Run(source=source, created=created, hardware_key=hardware_key, hardware_slug=slug, stack=stack,
+               settings=settings, metrics=metrics, curves=curves)
+
+
+def _metric_from_json(entry: Any, where: str) -> MetricData:
+    if not isinstance(entry, dict):
+        raise InputError(f"{where} is {_kind(entry)}, not an object")
+    test, name, unit = (_text_field(entry, field_name, where) for field_name in ("test", "metric", "unit"))
+    higher = entry.get("higher_is_better")
+    if not isinstance(higher, bool):
+        raise InputError(f"{where}: 'higher_is_better' is {_kind(higher)}, not true/false")
+    samples = _samples(entry.get("samples"), f"{where} ({test} {name})")
+    context = entry.get("context", {})
+    if not isinstance(context, dict):
+        raise InputError(f"{where}: 'context' is {_kind(context)}, not an object")
+    verdict = entry.get("verdict")
+    return MetricData(test=test, key=junit_address(test), metric=name, unit=unit, higher_is_better=higher,
+                      samples=samples, verdict=verdict if isinstance(verdict, str) else None, context=context)
+
+
+def _curve_from_json(entry: Any, where: str) -> CurveData:
+    if not isinstance(entry, dict):
+        raise InputError(f"{where} is {_kind(entry)}, not an object")
+    test, name = _text_field(entry, "test", where), _text_field(entry, "name", where)
+    steps, values = entry.get("steps"), entry.get("values")
+    if not (_number_list(steps) and _number_list(values)) or len(steps) != len(values):
+        raise InputError(f"{where} ({test} {name}): 'steps' and 'values' must be equal-length lists of finite "
+                         "numbers")
+    return CurveData(test=test, key=junit_address(test), name=name, steps=tuple(float(s) for s in steps),
+                     values=tuple(float(v) for v in values))
+
+
+def _fingerprint(raw: Any, source: Path, what: str) -> tuple[dict[str, Any] | None, str, dict[str, str]]:
+    if raw is None:
+        return None, UNKNOWN_HARDWARE, {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{source}: {what} is {_kind(raw)}, not an object")
+    key, slug, stack = raw.get("hardware_key"), raw.get("hardware_slug"), raw.get("stack")
+    if not isinstance(key, dict):
+        raise InputError(f"{source}: {what} has no 'hardware_key' object")
+    if not isinstance(slug, str) or not slug:
+        raise InputError(f"{source}: {what} has no 'hardware_slug' text")
+    if not isinstance(stack, dict) or not all(isinstance(v, (str, int, float)) for v in stack.values()):
+        raise InputError(f"{source}: {what} 'stack' is not an object of component versions")
+    return key, slug, {str(k): str(v) for k, v in sorted(stack.items())}
+
+
+# -- JUnit XML -------------------------------------------------------------------------------------------------
+
+_METRIC_FIELDS = ("verdict", "unit", "higher_is_better", "median", "spread", "n", "samples", "baseline_median",
+                  "ratio", "ci_low", "ci_high", "p_worse", "stack_changes")
+
+
+def parse_junit_xml(data: bytes, source: Path) -> Run:
+    """A file written by pytest's ``--junitxml``; metrics from the ``gpuperf.<metric>.*`` properties."""
+    from junitparser import JUnitXml, JUnitXmlError, Properties  # lazily: only this command reads XML
+
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
+        # pytest never writes a DTD; refusing one keeps entity expansion out of the parser entirely.
+        raise InputError(f"{source}: XML with a DTD or entity declarations is not a pytest JUnit file")
+    try:
+        # The standard library's parser (no external entities, no network), whatever junitparser prefers.
+        xml = JUnitXml.fromfile(str(source), parse_func=lambda _: ElementTree.ElementTree(ElementTree.fromstring(data)))
+    except ElementTree.ParseError as error:
+        what = "truncated" if "no element found" in str(error) or "unclosed token" in str(error) else "not valid XML"
+        raise InputError(f"{source}: {what} ({_short(error)})") from None
+    except JUnitXmlError:
+        raise InputError(f"{source}: the root element is not a JUnit <testsuites> or <testsuite>") from None
+    except (ValueError, RecursionError, LookupError) as error:  # bad encodings, deep nesting
+        raise InputError(f"{source}: not valid XML ({_short(error)})") from None
+    hardware_key, slug, stack, created = None, UNKNOWN_HARDWARE, {}, ""
+    metrics: dict[tuple[str, str], MetricData] = {}
+    for suite in xml:
+        if suite.__class__.__name__ != "TestSuite":
+            continue
+        created = created or str(suite.timestamp or "")
+        for prop in suite.properties():
+            if prop.name == FINGERPRINT_PROPERTY and hardware_key is None:
+                try:
+                    raw = json.loads(prop.value or "", parse_constant=_reject_constant)
+                except (ValueError, RecursionError):
+                    raise InputError(f"{source}: testsuite property {FINGERPRINT_PROPERTY} is not valid JSON") \
+                        from None
+                hardware_key, slug, stack = _fingerprint(raw, source, f"testsuite property {FINGERPRINT_PROPERTY}")
+        for case in suite:
+            if case.__class__.__name__ != "TestCase":
+                continue
+            properties = case.child(Properties)
+            pairs = [(prop.name or "", prop.value or "") for prop in properties] if properties is not None else []
+            for metric in _metrics_from_case(str(case.classname or ""), str(case.name or ""), pairs, source):
+                key = (metric.key, metric.metric)
+                if key in metrics:
+                    raise InputError(f"{source}: test {metric.test!r} metric {metric.metric!r} appears twice")
+                metrics[key] = metric
+    return Run(source=source, created=created, hardware_key=hardware_key, hardware_slug=slug, stack=stack,
+               settings={}, metrics=metrics)
+
+
+def _metrics_from_case(classname: str, name: str, pairs: list[tuple[str, str]], source: Path) -> list[MetricData]:
+    fields: dict[str, dict[str, str]] = {}
+    for prop_name, value in pairs:
+        if not prop_name.startswith("gpuperf."):
+            continue
+        metric, _, field_name = prop_name[len("gpuperf."):].rpartition(".")
+        if metric and field_name in _METRIC_FIELDS:
+            fields.setdefault(metric, {})[field_name] = value
+    if not fields:
+        return []
+    if not name:
+        raise InputError(f"{source}: a testcase with gpuperf properties has no name")
+    test = f"{classname}::{name}" if classname else name
+    found = []
+    for metric, values in fields.items():
+        where = f"{source}: test {test!r} metric {metric!r}"
+        missing = [f for f in ("unit", "higher_is_better", "samples") if f not in values]
+        if missing:
+            raise InputError(f"{where} lacks property gpuperf.{metric}.{missing[0]}")
+        higher = values["higher_is_better"].strip().lower()
+        if higher not in ("true", "false"):
+            raise InputError(f"{where}: higher_is_better is {values['higher_is_better'][:20]!r}, not True/False")
+        try:
+            samples = [float(text) for text in values["samples"].split(",")]
+        except ValueError:
+            raise InputError(f"{where}: samples {values['samples'][:40]!r} are not comma-separated numbers") \
+                from None
+        found.append(MetricData(
+            test=test, key=test, metric=metric, unit=values["unit"], higher_is_better=higher == "true",
+            samples=_samples(samples, where), verdict=values.get("verdict"),
+        ))
+    return found
+
+
+# -- field checks ----------------------------------------------------------------------------------------------
+
+
+def _samples(raw: Any, where: str) -> tuple[float, ...]:
+    if not _number_list(raw) or not raw:
+        raise InputError(f"{where}: samples must be a non-empty list of finite numbers")
+    return tuple(float(value) for value in raw)
+
+
+def _text_field(entry: dict[str, Any], name: str, where: str) -> str:
+    value = entry.get(name)
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{where}: {name!r} is {_kind(value)}, not a non-empty string")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
+def _number_list(values: Any) -> bool:
+    return isinstance(values, list) and all(_is_number(value) for value in values)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number a results file may hold")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "missing"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+
+
+def _short(error: BaseException) -> str:
+    return " ".join(str(error).split())[:160] or type(error).__name__
