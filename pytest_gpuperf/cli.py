@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -30,10 +31,43 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def percentage(text: str) -> float:
+    from pytest_gpuperf.settings import SettingError, parse_percentage
+
+    try:
+        return parse_percentage(text)
+    except SettingError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+
+
+def lazy(module: str) -> Callable[[argparse.Namespace], int]:
+    """The ``run`` function of pytest_gpuperf.commands.<module>, imported only when that command runs."""
+
+    def call(args: argparse.Namespace) -> int:
+        return int(importlib.import_module(f"pytest_gpuperf.commands.{module}").run(args))
+
+    return call
+
+
+EXAMPLES = """\
+examples:
+  gpuperf env --json
+  gpuperf compare runs/rocm-7.0/ runs/rocm-7.1/ --format md
+  gpuperf variance --reference ours.json partner-a/ partner-b/ --tolerance 1%
+  gpuperf history nightly/ --accepted accepted-changes.json
+  gpuperf report nightly/ --baselines baselines/ -o report.html
+  gpuperf baselines diff old-baselines/ baselines/
+  gpuperf keygen partner.key && gpuperf sign --key partner.key bundle/
+  gpuperf verify --public-key partner.key.pub bundle/
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuperf",
-        description="Inspect and analyse pytest-gpuperf runs.",
+        description="Inspect and analyse pytest-gpuperf runs: results JSON (--gpuperf-results) and JUnit XML "
+        "(--junitxml) files, or folders of them. Bad input: a one-line error and exit status 2.",
+        epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -44,7 +78,120 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     env.add_argument("--json", action="store_true", help="print JSON instead of text")
     env.set_defaults(run=cmd_env)
+
+    compare = commands.add_parser(
+        "compare", help="judge NEW against BASE per test and metric, with the stack changes; exit 1 on REGRESSED; "
+        "example: gpuperf compare rocm70/ rocm71/",
+        description="Per test and metric: both medians, the ratio with its 95%% interval, p-value, verdict (the "
+        "plugin's statistics, BASE's runs as the baseline) and the stack components that differ. Exit status 1 "
+        "when anything REGRESSED, 0 otherwise, 2 on bad input.",
+    )
+    compare.add_argument("base", metavar="BASE", help="results JSON / JUnit XML file, or a folder of them")
+    compare.add_argument("new", metavar="NEW", help="results JSON / JUnit XML file, or a folder of them")
+    _add_rules(compare)
+    _add_format(compare)
+    compare.set_defaults(run=lazy("compare"))
+
+    variance = commands.add_parser(
+        "variance", help="equivalence of each submission to a reference within a tolerance; "
+        "example: gpuperf variance --reference ref.json a/ b/ --tolerance 1%%",
+        description="Per submission and workload, two one-sided tests: the 90%% bootstrap interval of the ratio "
+        "inside 1 +- tolerance is PASS, entirely outside is FAIL, otherwise INCONCLUSIVE with the repeats that "
+        "would decide it. Exit status 1 when any submission FAILs.",
+    )
+    variance.add_argument("--reference", required=True, metavar="REF", help="the reference run(s)")
+    variance.add_argument("submissions", nargs="+", metavar="SUB", help="one file or folder per submission")
+    variance.add_argument("--tolerance", type=percentage, default=0.01, metavar="PCT", help="default 1%%")
+    variance.add_argument("--run-noise", type=percentage, default=None, metavar="PCT",
+                          help="between-run sd of a run's median (default: the reference's setting, else 0.5%%)")
+    _add_format(variance)
+    variance.set_defaults(run=lazy("variance"))
+
+    history = commands.add_parser(
+        "history", help="each metric's series over runs and its change points, attributed to stack changes; "
+        "example: gpuperf history nightly/",
+        description="Runs are ordered by their timestamp. Change points: e-divisive means split with a Welch "
+        "t-test, then merge (the Hunter/Otava method); reported only with >= --min-after runs after the change "
+        "and a magnitude above --threshold.",
+    )
+    history.add_argument("paths", nargs="+", metavar="PATH", help="results files or folders, one run per file")
+    history.add_argument("--threshold", type=percentage, default=None, metavar="PCT",
+                         help="smallest change reported (default: the runs' threshold setting, else 2%%)")
+    history.add_argument("--max-pvalue", type=float, default=0.001, metavar="P",
+                         help="significance of a split (default 0.001)")
+    history.add_argument("--min-after", type=int, default=2, metavar="N",
+                         help="runs needed after a change before it is reported (default 2)")
+    history.add_argument("--accepted", metavar="FILE",
+                         help="JSON list of accepted changes [{\"run\": FILE-NAME, \"test\": .., \"metric\": ..}]; "
+                         "each resets its series at that run")
+    _add_format(history)
+    history.set_defaults(run=lazy("history"))
+
+    report = commands.add_parser(
+        "report", help="one self-contained HTML report with plots; example: gpuperf report runs/ -o report.html",
+        description="Summary table, throughput per stack version, loss curves against their goldens, inference "
+        "Pareto fronts; matplotlib plots embedded as PNG.",
+    )
+    report.add_argument("paths", nargs="+", metavar="PATH")
+    report.add_argument("-o", "--output", required=True, metavar="FILE")
+    report.add_argument("--baselines", metavar="DIR", help="baseline folder whose stored curves are the goldens")
+    report.set_defaults(run=lazy("report_html"))
+
+    baselines = commands.add_parser(
+        "baselines", help="baseline folder tools; example: gpuperf baselines diff old/ baselines/",
+        description="Tools for baseline folders.",
+    )
+    baseline_commands = baselines.add_subparsers(dest="baselines_command", metavar="ACTION", required=True)
+    diff = baseline_commands.add_parser(
+        "diff", help="what a baseline regeneration changed, for review before commit",
+        description="Entries added, removed and changed between two baseline folders (or files): medians, runs "
+        "and stacks.",
+    )
+    diff.add_argument("old", metavar="OLD")
+    diff.add_argument("new", metavar="NEW")
+    _add_format(diff)
+    diff.set_defaults(run=lazy("baselines"))
+
+    keygen = commands.add_parser(
+        "keygen", help="create an ed25519 key pair for signing; example: gpuperf keygen partner.key",
+        description="Writes KEY (private, PEM, mode 600) and KEY.pub (public, PEM). Needs the 'sign' extra.",
+    )
+    keygen.add_argument("key", metavar="KEY")
+    keygen.set_defaults(run=lazy("signing"), action="keygen")
+    sign = commands.add_parser(
+        "sign", help="sign a results bundle with an ed25519 key; example: gpuperf sign --key partner.key bundle/",
+        description="Signs the canonical JSON of every results file (numbers and fingerprint) in the bundle.",
+    )
+    sign.add_argument("paths", nargs="+", metavar="PATH", help="results files or a folder")
+    sign.add_argument("--key", required=True, metavar="KEY", help="private key (PEM) from gpuperf keygen")
+    sign.add_argument("-o", "--output", metavar="SIG", help="signature file (default: PATH.sig for one PATH)")
+    sign.set_defaults(run=lazy("signing"), action="sign")
+    verify = commands.add_parser(
+        "verify", help="check a bundle's signature; exit 1 if anything was edited; "
+        "example: gpuperf verify --public-key partner.key.pub bundle/",
+        description="Exit 0 when the signature is valid for these files and this public key, 1 when not.",
+    )
+    verify.add_argument("paths", nargs="+", metavar="PATH")
+    verify.add_argument("--public-key", required=True, metavar="PUB", help="the signer's public key (PEM)")
+    verify.add_argument("--signature", metavar="SIG", help="signature file (default: PATH.sig for one PATH)")
+    verify.set_defaults(run=lazy("signing"), action="verify")
     return parser
+
+
+def _add_rules(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threshold", type=percentage, default=None, metavar="PCT",
+                        help="smallest change that matters (default: BASE's setting, else 2%%)")
+    parser.add_argument("--noise-limit", type=percentage, default=None, metavar="PCT",
+                        help="NOISY above this IQR/median (default: BASE's setting, else 10%%)")
+    parser.add_argument("--run-noise", type=percentage, default=None, metavar="PCT",
+                        help="prior between-run sd (default: BASE's setting, else 0.5%%)")
+
+
+def _add_format(parser: argparse.ArgumentParser) -> None:
+    from pytest_gpuperf.commands.tables import FORMATS
+
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
-    return int(args.run(args))
+    from pytest_gpuperf.commands.loading import InputError
+
+    try:
+        return int(args.run(args))
+    except InputError as error:
+        print(f"gpuperf {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,114 @@
+"""`gpuperf compare BASE NEW`: every test and metric of two stacks, judged with the plugin's own statistics.
+
+BASE's runs play the baseline (each file one run, so a folder of several runs gives the between-run noise
+estimate its data); NEW's samples are pooled into the current run. The verdict is ``stats.compare``'s, so a
+row here means what the same row means in a pytest session.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf.commands.loading import InputError, Side, load_side
+from pytest_gpuperf.commands.tables import render, write_output
+from pytest_gpuperf.fingerprint import stack_changes
+from pytest_gpuperf.stats import Rules, Verdict, compare, summarize
+
+DEFAULT_THRESHOLD = 0.02
+DEFAULT_NOISE_LIMIT = 0.10
+DEFAULT_RUN_NOISE = 0.005
+MISSING = "MISSING"
+"""A metric BASE has and NEW lacks (the test was removed, skipped or failed before measuring)."""
+
+COLUMNS = (
+    ("test", "test"), ("metric", "metric"), ("base_median", "base median"), ("new_median", "new median"),
+    ("ratio", "ratio"), ("ci", "95% CI"), ("p_worse", "p(worse)"), ("verdict", "verdict"),
+    ("stack_changes", "stack changes"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    threshold: float | None = None
+    noise_limit: float | None = None
+    run_noise: float | None = None
+
+
+def rules_for(base: Side, given: Thresholds) -> Rules:
+    """The command line's values, else what BASE's runs were judged with, else the CPU defaults."""
+    settings = next((run.settings for run in base.runs if run.settings), {})
+
+    def pick(value: float | None, name: str, default: float) -> float:
+        if value is not None:
+            return value
+        stored = settings.get(name)
+        ok = isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1
+        return float(stored) if ok else default
+
+    return Rules(
+        delta=pick(given.threshold, "threshold", DEFAULT_THRESHOLD),
+        noise_limit=pick(given.noise_limit, "noise_limit", DEFAULT_NOISE_LIMIT),
+        run_noise=pick(given.run_noise, "run_noise", DEFAULT_RUN_NOISE),
+    )
+
+
+def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
+    changes = stack_changes(base.stack, new.stack)
+    rows = []
+    for key in base.keys() + [key for key in new.keys() if key not in set(base.keys())]:
+        base_runs, new_runs = base.metric_runs(key), new.metric_runs(key)
+        sample = (new_runs or base_runs)[0]
+        row: dict[str, Any] = {"test": sample.test, "metric": sample.metric, "unit": sample.unit,
+                               "higher_is_better": sample.higher_is_better, "stack_changes": changes,
+                               "base_runs": len(base_runs), "new_runs": len(new_runs)}
+        if base_runs:
+            row["base_median"] = summarize([v for run in base_runs for v in run.samples]).median
+        if not new_runs:
+            rows.append({**row, "verdict": MISSING, "reason": f"in {base.source} but not in {new.source}"})
+            continue
+        current = [v for run in new_runs for v in run.samples]
+        row["new_median"] = summarize(current).median
+        flips = {run.higher_is_better for run in base_runs} - {sample.higher_is_better}
+        if flips:
+            raise InputError(f"{new_runs[0].test} {sample.metric}: higher_is_better differs between "
+                             f"{base.source} and {new.source}; the metric's meaning changed")
+        try:
+            result = compare(current, [run.samples for run in base_runs],
+                             higher_is_better=sample.higher_is_better, rules=rules)
+        except ValueError as error:
+            raise InputError(f"{new.source}: test {sample.test!r} metric {sample.metric!r}: {error}") from None
+        row.update(result.as_dict())
+        row["verdict"] = result.verdict.value
+        if result.ci_low is not None:
+            row["ci"] = f"[{result.ci_low:.4f}, {result.ci_high:.4f}]"
+        rows.append(row)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    base, new = load_side(Path(args.base)), load_side(Path(args.new))
+    rules = rules_for(base, Thresholds(threshold=args.threshold, noise_limit=args.noise_limit,
+                                       run_noise=args.run_noise))
+    rows = compare_sides(base, new, rules)
+    notes = [
+        f"BASE {base.source}: {len(base.runs)} run(s) on {base.hardware_slug}; NEW {new.source}: {len(new.runs)} "
+        f"run(s) on {new.hardware_slug}",
+        f"threshold {rules.delta:.1%}, alpha {rules.alpha}, noise limit {rules.noise_limit:.0%}, between-run "
+        f"noise prior {rules.run_noise:.2%}; ratio < 1 is worse",
+    ]
+    if base.hardware_slug != new.hardware_slug:
+        notes.append(f"note: hardware differs ({base.hardware_slug} vs {new.hardware_slug}): the stack is not "
+                     "the only difference")
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    notes.append(", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "no metrics found")
+    text = render(title=f"gpuperf compare {base.source} -> {new.source}", columns=COLUMNS, rows=rows,
+                  notes=notes, fmt=args.format,
+                  extra={"base": {"source": str(base.source), "stack": base.stack, "hardware": base.hardware_slug},
+                         "new": {"source": str(new.source), "stack": new.stack, "hardware": new.hardware_slug}})
+    write_output(text, Path(args.output) if args.output else None)
+    return 1 if counts.get(Verdict.REGRESSED.value) else 0
