@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     history = commands.add_parser(
         "history", help="each metric's series over runs and its change points, attributed to stack changes; "
         "example: gpuperf history nightly/",
-        description="Runs are ordered by their timestamp. Change points: e-divisive means split with a Welch "
+        description="Runs are ordered by their timestamp. Change points: e-divisive means split with a Student "
         "t-test, then merge (the Hunter/Otava method); reported only with >= --min-after runs after the change "
         "and a magnitude above --threshold.",
     )

@@ -1,0 +1,143 @@
+"""`gpuperf history`: each test's metric as a series of run medians, its change points and their attribution.
+
+One file is one run. Runs are ordered by their timestamp (results 'created', JUnit 'timestamp'), ties by file
+name; runs of different hardware keys form separate series. A change point (changepoints.py) is reported when
+the new regime holds at least ``--min-after`` runs and its magnitude exceeds the threshold, with the stack
+fields that differ between the run before it and the run at it. An accepted change restarts its series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf.changepoints import change_points
+from pytest_gpuperf.commands.loading import InputError, Run, load_path, read_bytes
+from pytest_gpuperf.commands.tables import render, write_output
+from pytest_gpuperf.fingerprint import stack_changes
+from pytest_gpuperf.stats import summarize
+
+DEFAULT_THRESHOLD = 0.02
+COLUMNS = (
+    ("hardware", "hardware"), ("test", "test"), ("metric", "metric"), ("run", "first run after"),
+    ("before", "before"), ("after", "after"), ("change", "change"), ("pvalue", "p"), ("runs_after", "runs after"),
+    ("attribution", "stack changes"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accepted:
+    run: str
+    test: str | None = None
+    metric: str | None = None
+
+    def matches(self, run: Run, test: str, key: str, metric: str) -> bool:
+        return (self.run in (run.label, str(run.source)) and self.test in (None, test, key)
+                and self.metric in (None, metric))
+
+
+def load_accepted(path: Path) -> list[Accepted]:
+    try:
+        document = json.loads(read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise InputError(f"{path}: not valid JSON ({' '.join(str(error).split())[:120]})") from None
+    if not isinstance(document, list):
+        raise InputError(f"{path}: expected a list of accepted changes like "
+                         '[{"run": "run-07.json", "test": "...", "metric": "..."}]')
+    accepted = []
+    for index, entry in enumerate(document):
+        if not isinstance(entry, dict) or not isinstance(entry.get("run"), str):
+            raise InputError(f"{path}: entry {index} needs a 'run' (the file name of the first run of the "
+                             "accepted regime)")
+        extra = set(entry) - {"run", "test", "metric", "note"}
+        if extra or not all(isinstance(entry.get(k), (str, type(None))) for k in ("test", "metric", "note")):
+            raise InputError(f"{path}: entry {index} may hold only text fields run, test, metric, note")
+        accepted.append(Accepted(run=entry["run"], test=entry.get("test"), metric=entry.get("metric")))
+    return accepted
+
+
+def order_runs(runs: list[Run]) -> list[Run]:
+    def when(run: Run) -> tuple[float, str]:
+        try:
+            stamp = dt.datetime.fromisoformat(run.created)
+            if stamp.tzinfo is None:
+                stamp = stamp.replace(tzinfo=dt.timezone.utc)
+            return stamp.timestamp(), run.label
+        except ValueError:
+            return float("inf"), run.label  # undated runs last, by name
+
+    return sorted(runs, key=when)
+
+
+def analyse(runs: list[Run], *, threshold: float, max_pvalue: float, min_after: int,
+            accepted: list[Accepted]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(change-point rows, series) over runs of one hardware key."""
+    rows, series_out = [], []
+    ordered = order_runs(runs)
+    keys: dict[tuple[str, str], None] = {}
+    for run in ordered:
+        keys.update(dict.fromkeys(run.metrics))
+    for key in keys:
+        points = [(run, run.metrics[key]) for run in ordered if key in run.metrics]
+        test, metric = points[-1][1].test, points[-1][1].metric
+        start = 0
+        for index, (run, _) in enumerate(points):
+            if any(a.matches(run, test, key[0], metric) for a in accepted):
+                start = index
+        points = points[start:]
+        medians = [summarize(data.samples).median for _, data in points]
+        series_out.append({"hardware": ordered[0].hardware_slug, "test": test, "metric": metric,
+                           "unit": points[-1][1].unit, "runs": [run.label for run, _ in points],
+                           "medians": medians, "reset_at": points[0][0].label if start else None})
+        found = change_points(medians, max_pvalue=max_pvalue)
+        for number, change in enumerate(found):
+            end = found[number + 1].index if number + 1 < len(found) else len(points)
+            runs_after = end - change.index
+            if runs_after < min_after or abs(change.magnitude) <= threshold:
+                continue
+            before_run, at_run = points[change.index - 1][0], points[change.index][0]
+            changes = stack_changes(before_run.stack, at_run.stack)
+            rows.append({
+                "hardware": at_run.hardware_slug, "test": test, "metric": metric, "run": at_run.label,
+                "index": change.index, "before": change.mean_before, "after": change.mean_after,
+                "change": f"{change.magnitude:+.1%}", "magnitude": change.magnitude, "pvalue": change.pvalue,
+                "runs_after": runs_after,
+                "attribution": changes or ["no stack component changed (the code, data or machine did)"],
+                "stack_changes": changes,
+            })
+    return rows, series_out
+
+
+def run(args: argparse.Namespace) -> int:
+    runs = [run for path in args.paths for run in load_path(Path(path))]
+    accepted = load_accepted(Path(args.accepted)) if args.accepted else []
+    if not 0 < args.max_pvalue < 1 or args.min_after < 1:
+        raise InputError("--max-pvalue must be in (0, 1) and --min-after >= 1")
+    stored = next((r.settings.get("threshold") for r in runs if r.settings.get("threshold")), None)
+    threshold = args.threshold if args.threshold is not None else (
+        float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else DEFAULT_THRESHOLD)
+    by_hardware: dict[str, list[Run]] = {}
+    for run_ in runs:
+        by_hardware.setdefault(run_.hardware_slug, []).append(run_)
+    rows, series = [], []
+    for group in by_hardware.values():
+        found, group_series = analyse(group, threshold=threshold, max_pvalue=args.max_pvalue,
+                                      min_after=args.min_after, accepted=accepted)
+        rows += found
+        series += group_series
+    notes = [
+        f"{len(runs)} run(s), {len(series)} series; change points by e-divisive split + Student t-test "
+        f"(p < {args.max_pvalue:g}) and merge, shown when |change| > {threshold:.1%} with >= {args.min_after} "
+        "runs after",
+        *[f"series {s['test']} {s['metric']} restarts at accepted run {s['reset_at']}" for s in series
+          if s["reset_at"]],
+        f"{len(rows)} change point(s)",
+    ]
+    text = render(title="gpuperf history", columns=COLUMNS, rows=rows, notes=notes, fmt=args.format,
+                  extra={"series": series})
+    write_output(text, Path(args.output) if args.output else None)
+    return 0
