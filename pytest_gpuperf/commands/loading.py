@@ -202,7 +202,9 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
     except UnicodeDecodeError as error:
         raise InputError(f"{source}: not UTF-8 text (byte {error.start}); is this a results JSON file?") from None
     except json.JSONDecodeError as error:
-        what = "truncated" if error.pos >= len(text.rstrip()) else "not valid JSON"
+        tail = text[error.pos:].rstrip()
+        ends_early = error.pos >= len(text.rstrip()) - 1 or (error.msg.startswith("Unterminated") and "\n" not in tail)
+        what = "truncated, the JSON ends early" if ends_early else "not valid JSON"
         raise InputError(f"{source}: {what} ({error.msg} at line {error.lineno} column {error.colno})") from None
     except (ValueError, RecursionError) as error:
         raise InputError(f"{source}: not valid JSON ({_short(error)})") from None
