@@ -1,0 +1,131 @@
+"""Malformed results files for the loader's fuzz test and benchmarks/malformed_inputs.py.
+
+Each input starts from a valid results JSON document or JUnit XML file and is damaged one way: truncated,
+bytes flipped or inserted, a node of the JSON tree replaced by another value, a node deleted, or XML tags and
+properties garbled. Random state comes from the caller, so hypothesis can shrink and the benchmark is seeded.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf.commands.loading import InputError, Run, parse_junit_xml, parse_results_json
+
+FINGERPRINT = {
+    "hardware_key": {"device": "cuda", "accelerator": {"name": "H200", "count": 8}, "cpu": {"cores": 96}, "nodes": 1},
+    "hardware_slug": "8x-h200-141gib-sm-90-host-cpu-96c",
+    "stack": {"driver": "580.1", "torch": "2.12.0", "nccl": "2.27.3"},
+}
+
+RESULTS: dict[str, Any] = {
+    "schema": 1,
+    "tool": {"name": "pytest-gpuperf", "version": "0.1.0"},
+    "created": "2026-01-02T03:04:05+00:00",
+    "fingerprint": FINGERPRINT,
+    "settings": {"device": "cuda", "threshold": 0.01, "noise_limit": 0.05, "run_noise": 0.003},
+    "results": [
+        {"test": "suites/test_llm.py::test_decode[bf16]", "metric": "tokens_per_s", "unit": "tok/s",
+         "higher_is_better": True, "samples": [1000.0, 1002.5, 998.0, 1001.0, 999.5], "rounds": 1,
+         "summary": {"median": 1000.0}, "context": {"telemetry": {"sm_clock_mhz_median": 1980.0}},
+         "baseline": None, "comparison": {"verdict": "NO_BASELINE"}, "verdict": "NO_BASELINE",
+         "stack_changes": []},
+        {"test": "suites/test_llm.py::test_prefill", "metric": "latency", "unit": "s", "higher_is_better": False,
+         "samples": [0.01, 0.0102, 0.0099], "rounds": 1, "context": {}, "verdict": "PASS"},
+    ],
+    "curves": [{"test": "suites/test_train.py::test_loss", "name": "loss", "steps": [0, 1, 2],
+                "values": [2.0, 1.5, 1.2]}],
+}
+
+JUNIT = (
+    '<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="pytest" errors="0" '
+    'failures="0" skipped="0" tests="2" time="1.0" timestamp="2026-01-02T03:04:05.000001+00:00" hostname="h">'
+    '<properties><property name="gpuperf.fingerprint" value="'
+    + json.dumps(FINGERPRINT).replace('"', "&quot;")
+    + '" /></properties>'
+    '<testcase classname="suites.test_llm" name="test_decode[bf16]" time="0.5"><properties>'
+    '<property name="gpuperf.tokens_per_s.verdict" value="PASS" />'
+    '<property name="gpuperf.tokens_per_s.unit" value="tok/s" />'
+    '<property name="gpuperf.tokens_per_s.higher_is_better" value="True" />'
+    '<property name="gpuperf.tokens_per_s.samples" value="1000,1002.5,998,1001,999.5" />'
+    '</properties></testcase>'
+    '<testcase classname="suites.test_llm" name="test_prefill" time="0.5"><properties>'
+    '<property name="gpuperf.latency.unit" value="s" />'
+    '<property name="gpuperf.latency.higher_is_better" value="False" />'
+    '<property name="gpuperf.latency.samples" value="0.01,0.0102,0.0099" />'
+    '</properties></testcase></testsuite></testsuites>'
+)
+
+XML_PIECES = ["<", ">", "/>", "</testcase>", "<testsuite>", "<property name=\"gpuperf.x.samples\" value=\"1,a\"/>",
+              "&amp;", "&bogus;", "\x00", "<!DOCTYPE x [<!ENTITY a \"aaaa\">]>", "]]>", "<![CDATA[", "\"", "'",
+              "<properties>", "value=\"nan\"", "value=\"1e999\"", "gpuperf.", "\u00e9", "\ud7ff"]
+
+
+def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, prefix + (key,))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, prefix + (index,))
+    return found
+
+
+def _replace(document: Any, path: tuple, value: Any, delete: bool) -> Any:
+    if not path:
+        return value
+    parent = document
+    for step in path[:-1]:
+        parent = parent[step]
+    if delete:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return document
+
+
+def malformed(rng: random.Random, replacement: Any = None) -> tuple[str, bytes]:
+    """("json" or "xml", damaged bytes)."""
+    kind = rng.choice(("json", "xml"))
+    if kind == "json":
+        how = rng.choice(("truncate", "flip", "insert", "replace", "delete", "replace", "numbers"))
+        if how in ("replace", "delete", "numbers"):
+            document = copy.deepcopy(RESULTS)
+            path = rng.choice(_paths(document))
+            if how == "numbers":
+                replacement = rng.choice([0, -1.0, 1e308, 10**400, True, "1", [], [0.0, 0.0, 0.0], None, {}])
+            document = _replace(document, path, replacement, delete=how == "delete" and bool(path))
+            text = json.dumps(document, allow_nan=True, default=str)
+            return kind, text.encode("utf-8", "surrogatepass")
+        data = bytearray(json.dumps(RESULTS).encode())
+    else:
+        how = rng.choice(("truncate", "flip", "insert", "pieces"))
+        data = bytearray(JUNIT.encode())
+        if how == "pieces":
+            text = JUNIT
+            for _ in range(rng.randint(1, 4)):
+                at = rng.randrange(len(text))
+                text = text[:at] + rng.choice(XML_PIECES) + text[at + rng.randint(0, 12):]
+            return kind, text.encode("utf-8", "surrogatepass")
+    if how == "truncate":
+        return kind, bytes(data[: rng.randrange(len(data))])
+    for _ in range(rng.randint(1, 8)):
+        at = rng.randrange(len(data))
+        if how == "flip":
+            data[at] = rng.randrange(256)
+        else:
+            data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 6)))
+    return kind, bytes(data)
+
+
+def load(kind: str, data: bytes) -> Run | InputError:
+    """The loader's answer: a Run or the InputError it raised (anything else propagates: that is a bug)."""
+    source = Path(f"fuzz.{kind}")
+    try:
+        return parse_results_json(data, source) if kind == "json" else parse_junit_xml(data, source)
+    except InputError as error:
+        return error

@@ -1,0 +1,82 @@
+"""The loaders on damaged input: a clean one-line InputError or a usable run, never another exception."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzz_inputs import JUNIT, RESULTS, load, malformed
+from pytest_gpuperf.commands.compare import compare_sides
+from pytest_gpuperf.commands.loading import InputError, Run, Side, junit_address, parse_junit_xml
+from pytest_gpuperf.stats import Rules
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=6,
+)
+QUICK = Rules(delta=0.02, resamples=100)
+
+
+def check(kind: str, data: bytes) -> None:
+    answer = load(kind, data)
+    if isinstance(answer, InputError):
+        message = str(answer)
+        assert message.startswith(f"fuzz.{kind}") and "\n" not in message and len(message) < 400, message
+        return
+    assert isinstance(answer, Run)
+    side = Side(source=answer.source, runs=(answer,))
+    try:  # what loaded must also go through a comparison cleanly
+        compare_sides(side, side, QUICK)
+    except InputError as error:
+        assert "\n" not in str(error)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False), replacement=JSON_VALUES)
+def test_malformed_inputs_give_a_clean_error_or_a_run(rng: random.Random, replacement: object) -> None:
+    check(*malformed(rng, replacement))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=200), kind=st.sampled_from(["json", "xml"]))
+def test_arbitrary_bytes(data: bytes, kind: str) -> None:
+    check(kind, data)
+
+
+def test_the_unharmed_inputs_load() -> None:
+    run = load("json", json.dumps(RESULTS).encode())
+    assert isinstance(run, Run) and run.stack["driver"] == "580.1"
+    assert run.metrics[("suites.test_llm::test_decode[bf16]", "tokens_per_s")].clock_mhz == 1980.0
+    xml = load("xml", JUNIT.encode())
+    assert isinstance(xml, Run) and xml.hardware_slug == run.hardware_slug
+    assert set(xml.metrics) == set(run.metrics)  # a JSON node id and its JUnit address match
+
+
+@pytest.mark.parametrize(("nodeid", "address"), [
+    ("test_a.py::test_x", "test_a::test_x"),
+    ("suites/sub/test_a.py::TestK::test_x[a/b::c]", "suites.sub.test_a.TestK::test_x[a/b::c]"),
+])
+def test_junit_address_is_what_pytest_writes(nodeid: str, address: str) -> None:
+    from _pytest.junitxml import mangle_test_address
+
+    names = mangle_test_address(nodeid)
+    assert junit_address(nodeid) == ".".join(names[:-1]) + "::" + names[-1] == address
+
+
+def test_entity_declarations_are_refused() -> None:
+    bomb = '<?xml version="1.0"?><!DOCTYPE t [<!ENTITY a "aaaaaaaaaa">]><testsuites>&a;</testsuites>'
+    with pytest.raises(InputError, match="DTD or entity"):
+        parse_junit_xml(bomb.encode(), Path("bomb.xml"))
+
+
+def test_fingerprint_property_names_agree() -> None:
+    from pytest_gpuperf.commands import loading
+    from pytest_gpuperf import junit_fingerprint
+
+    assert loading.FINGERPRINT_PROPERTY == junit_fingerprint.FINGERPRINT_PROPERTY
