@@ -70,7 +70,8 @@ def main() -> int:
         *[f"| {name} | {count} |" for name, count in sorted(outcomes.items())],
         "",
         f"Exceptions other than the one-line InputError: **{len(crashes)}**. Parse time per input: median "
-        f"{durations[len(durations) // 2] * 1e6:.0f} us, 99th percentile {durations[int(len(durations) * 0.99)] * 1e6:.0f} us, "
+        f"{durations[len(durations) // 2] * 1e6:.0f} us, 99th percentile "
+        f"{durations[int(len(durations) * 0.99)] * 1e6:.0f} us, "
         f"total {total:.2f} s.",
         "",
         "Most frequent errors (message start, by count): "

@@ -46,11 +46,13 @@ def test_timed(perf):
 
 @pytest.mark.perf
 def test_latency(perf):
-    perf.record("latency", [0.010 * env("GPUPERF_TEST_SLOWDOWN", "1") * j for j in JITTER], unit="s", higher_is_better=False)
+    slow = env("GPUPERF_TEST_SLOWDOWN", "1")
+    perf.record("latency", [0.010 * slow * j for j in JITTER], unit="s", higher_is_better=False)
 
 @pytest.mark.perf
 def test_rate(perf):
-    perf.record("rate", [1000.0 * env("GPUPERF_TEST_SCALE", "1") * j for j in JITTER], unit="tok/s", higher_is_better=True,
+    scale = env("GPUPERF_TEST_SCALE", "1")
+    perf.record("rate", [1000.0 * scale * j for j in JITTER], unit="tok/s", higher_is_better=True,
                 context={"telemetry": {"sm_clock_mhz_median": env("GPUPERF_TEST_CLOCK", "1980")}})
     perf.record_curve("loss", [0, 10, 20, 30], [2.0, 1.2, 0.8, 0.6])
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.commands.loading import InputError, Side, load_side
+from pytest_gpuperf.commands.loading import quote, InputError, Side, load_side
 from pytest_gpuperf.commands.tables import render, write_output
 from pytest_gpuperf.fingerprint import stack_changes
 from pytest_gpuperf.stats import Rules, Verdict, compare, summarize
@@ -73,13 +73,14 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
         row["new_median"] = summarize(current).median
         flips = {run.higher_is_better for run in base_runs} - {sample.higher_is_better}
         if flips:
-            raise InputError(f"{new_runs[0].test} {sample.metric}: higher_is_better differs between "
+            raise InputError(f"{quote(sample.test)} {quote(sample.metric)}: higher_is_better differs between "
                              f"{base.source} and {new.source}; the metric's meaning changed")
         try:
             result = compare(current, [run.samples for run in base_runs],
                              higher_is_better=sample.higher_is_better, rules=rules)
-        except ValueError as error:
-            raise InputError(f"{new.source}: test {sample.test!r} metric {sample.metric!r}: {error}") from None
+        except (ValueError, OverflowError) as error:  # non-positive medians; samples spanning beyond float range
+            raise InputError(f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot "
+                             f"form a ratio ({error})") from None
         row.update(result.as_dict())
         row["verdict"] = result.verdict.value
         if result.ci_low is not None:

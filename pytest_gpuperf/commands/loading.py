@@ -211,7 +211,7 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
     if not isinstance(document, dict):
         raise InputError(f"{source}: the top level is {_kind(document)}, not a gpuperf results object")
     if document.get("schema") != 1:
-        raise InputError(f"{source}: schema {document.get('schema')!r} is not the supported results schema 1 "
+        raise InputError(f"{source}: schema {quote(document.get('schema'))} is not the supported results schema 1 "
                          "(written by another pytest-gpuperf version, or not a --gpuperf-results file)")
     created = document.get("created", "")
     if not isinstance(created, str):
@@ -228,8 +228,8 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
         metric = _metric_from_json(entry, f"{source}: results[{index}]")
         key = (metric.key, metric.metric)
         if key in metrics:
-            raise InputError(f"{source}: results[{index}]: test {metric.test!r} metric {metric.metric!r} appears "
-                             "twice")
+            raise InputError(f"{source}: results[{index}]: test {quote(metric.test)} metric "
+                             f"{quote(metric.metric)} appears twice")
         metrics[key] = metric
     curves_raw = document.get("curves", [])
     if not isinstance(curves_raw, list):
@@ -246,7 +246,7 @@ def _metric_from_json(entry: Any, where: str) -> MetricData:
     higher = entry.get("higher_is_better")
     if not isinstance(higher, bool):
         raise InputError(f"{where}: 'higher_is_better' is {_kind(higher)}, not true/false")
-    samples = _samples(entry.get("samples"), f"{where} ({test} {name})")
+    samples = _samples(entry.get("samples"), f"{where} ({quote(test)} {quote(name)})")
     context = entry.get("context", {})
     if not isinstance(context, dict):
         raise InputError(f"{where}: 'context' is {_kind(context)}, not an object")
@@ -261,8 +261,8 @@ def _curve_from_json(entry: Any, where: str) -> CurveData:
     test, name = _text_field(entry, "test", where), _text_field(entry, "name", where)
     steps, values = entry.get("steps"), entry.get("values")
     if not (_number_list(steps) and _number_list(values)) or len(steps) != len(values):
-        raise InputError(f"{where} ({test} {name}): 'steps' and 'values' must be equal-length lists of finite "
-                         "numbers")
+        raise InputError(f"{where} ({quote(test)} {quote(name)}): 'steps' and 'values' must be equal-length "
+                         "lists of finite numbers")
     return CurveData(test=test, key=junit_address(test), name=name, steps=tuple(float(s) for s in steps),
                      values=tuple(float(v) for v in values))
 
@@ -327,7 +327,7 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
             for metric in _metrics_from_case(str(case.classname or ""), str(case.name or ""), pairs, source):
                 key = (metric.key, metric.metric)
                 if key in metrics:
-                    raise InputError(f"{source}: test {metric.test!r} metric {metric.metric!r} appears twice")
+                    raise InputError(f"{source}: test {quote(metric.test)} metric {quote(metric.metric)} appears twice")
                 metrics[key] = metric
     return Run(source=source, created=created, hardware_key=hardware_key, hardware_slug=slug, stack=stack,
                settings={}, metrics=metrics)
@@ -348,7 +348,7 @@ def _metrics_from_case(classname: str, name: str, pairs: list[tuple[str, str]], 
     test = f"{classname}::{name}" if classname else name
     found = []
     for metric, values in fields.items():
-        where = f"{source}: test {test!r} metric {metric!r}"
+        where = f"{source}: test {quote(test)} metric {quote(metric)}"
         missing = [f for f in ("unit", "higher_is_better", "samples") if f not in values]
         if missing:
             raise InputError(f"{where} lacks property gpuperf.{metric}.{missing[0]}")
@@ -379,7 +379,7 @@ def _samples(raw: Any, where: str) -> tuple[float, ...]:
 def _text_field(entry: dict[str, Any], name: str, where: str) -> str:
     value = entry.get(name)
     if not isinstance(value, str) or not value:
-        raise InputError(f"{where}: {name!r} is {_kind(value)}, not a non-empty string")
+        raise InputError(f"{where}: {quote(name)} is {_kind(value)}, not a non-empty string")
     return value
 
 
@@ -398,6 +398,12 @@ def _number_list(values: Any) -> bool:
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a number a results file may hold")
+
+
+def quote(value: Any, limit: int = 60) -> str:
+    """A value for a one-line message: its repr, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _kind(value: Any) -> str:

@@ -45,7 +45,10 @@ def equivalence(
     run_sd, _ = pooled_run_noise(np.log(medians), rules)
     log_ratio = math.log(float(np.median(current))) - math.log(float(np.median(medians)))
     ratio = math.exp(log_ratio if higher else -log_ratio)
-    low, high = ratio_interval(current, ref_runs, run_sd, higher_is_better=higher, rules=rules)
+    try:
+        low, high = ratio_interval(current, ref_runs, run_sd, higher_is_better=higher, rules=rules)
+    except OverflowError:  # samples spanning beyond float range
+        return {"verdict": "INCONCLUSIVE", "detail": "samples span too wide a range to form a ratio"}
     row: dict[str, Any] = {"ratio": ratio, "ci_low": low, "ci_high": high, "interval": f"[{low:.4f}, {high:.4f}]",
                            "run_noise": run_sd}
     if 1 - tolerance <= low and high <= 1 + tolerance:
