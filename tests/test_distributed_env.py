@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import signal
 
 import pytest
@@ -92,3 +93,5 @@ def test_message_groups_ranks_that_failed_alike_and_shows_each_stack():
     assert text.startswith("mod.fn failed on ranks 0, 1 of 2: timeout: still running")
     assert "wait_here" in text and "spin_here" in text
     assert error.ranks(FailureKind.TIMEOUT) == [0, 1]
+    copy = pickle.loads(pickle.dumps(error))
+    assert str(copy) == text and copy.failures == error.failures

@@ -167,6 +167,15 @@ def test_ranks_are_reused_across_calls():
     assert os.getpid() not in first and len(set(first)) == 2
 
 
+def test_warm_ranks_import_functions_from_directories_added_after_they_started(tmp_path, monkeypatch):
+    pids = launch(process_id, world_size=2, timeout=60)
+    (tmp_path / "late_module_for_ranks.py").write_text("import os\ndef where():\n    return os.getpid()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import late_module_for_ranks
+
+    assert launch(late_module_for_ranks.where, world_size=2, timeout=60) == pids
+
+
 def test_one_dimensional_mesh():
     results = launch(mesh_description, mesh_shape=(2,), mesh_dim_names=("dp",), timeout=60)
     assert [r["coordinate"] for r in results] == [[0], [1]]
@@ -236,6 +245,14 @@ def test_rank_killed_by_a_signal_is_named_with_its_exit_status():
     assert failure.first.exitcode == -signal.SIGKILL
     assert "killed by SIGKILL" in str(failure)
     _assert_fresh_ranks_work(pids)
+
+
+def test_rank_that_cannot_start_is_named_with_its_error():
+    with pytest.raises(RankFailed) as info:
+        launch(process_id, world_size=2, timeout=60, backend="no-such-backend")
+    assert info.value.kind is FailureKind.STARTUP
+    assert sorted(f.rank for f in info.value.failures) == [0, 1]
+    assert "no-such-backend" in str(info.value)
 
 
 # --- several pytest processes at once ---------------------------------------------------------------------------

@@ -82,6 +82,10 @@ class RankFailed(RuntimeError):
         self.function = function
         super().__init__(self._render())
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Picklable (xdist, multiprocessing) despite the keyword-only constructor.
+        return (_rebuild_rank_failed, (list(self.failures), self.world_size, self.function))
+
     @property
     def first(self) -> RankFailure:
         return self.failures[0]
@@ -106,7 +110,7 @@ class RankFailed(RuntimeError):
         first = self.first
         # Ranks that failed the same way as the first (e.g. every rank still running at a timeout) share the header.
         alike = [f for f in self.failures if f.kind is first.kind and f.summary == first.summary]
-        where = ", ".join(str(f.rank) for f in alike)
+        where = ", ".join(str(r) for r in sorted(f.rank for f in alike))
         lines = [
             f"{self.function} failed on rank{'s' if len(alike) > 1 else ''} {where} of {self.world_size}: "
             f"{first.kind.value}: {first.summary}",
@@ -125,3 +129,7 @@ class RankFailed(RuntimeError):
                 lines.append(f"--- rank {f.rank} stack when stopped (faulthandler) ---")
                 lines.append(f.stack.rstrip())
         return "\n".join(lines)
+
+
+def _rebuild_rank_failed(failures: list[RankFailure], world_size: int, function: str) -> RankFailed:
+    return RankFailed(failures, world_size=world_size, function=function)

@@ -70,7 +70,10 @@ def launch(
     """
     shape = tuple(mesh_shape) if mesh_shape is not None else None
     names = tuple(mesh_dim_names) if mesh_dim_names is not None else None
-    job = torchrun_environment()
+    try:
+        job = torchrun_environment()
+    except ValueError as exc:
+        raise LaunchError(f"launch(): {exc}") from None
     if world_size is None:
         if shape is not None:
             world_size = math.prod(shape)
@@ -102,7 +105,10 @@ def launch(
                 "(CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES and the xdist split count); lower world_size or -n"
             )
     try:
-        payload = pickle.dumps(("run", task), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps(
+            ("run", list(sys.path), pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)),
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
     except Exception as exc:
         raise LaunchError(
             f"launch() could not pickle {_function_name(fn)} or its arguments ({type(exc).__name__}: {exc}); "

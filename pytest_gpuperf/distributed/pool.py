@@ -132,7 +132,7 @@ class RankPool:
         return not self._closed and all(p.is_alive() for p in self._processes)
 
     def run(self, payload: bytes, *, timeout_s: float, function: str) -> list[Any]:
-        """Run one pickled ``("run", Task)`` in every rank; the ranks' return values in rank order."""
+        """Run one pickled ``("run", sys.path, Task)`` message in every rank; the return values in rank order."""
         for conn in self._conns:
             try:
                 conn.send_bytes(payload)

@@ -3,7 +3,7 @@
 Protocol over one duplex pipe (pickled tuples, sent with ``send_bytes`` so that tensors are copied by plain
 pickle rather than through torch's shared-memory reductions, which would leave files in /dev/shm):
 
-- parent -> rank: ``("run", Task)`` or ``("stop",)``
+- parent -> rank: ``("run", sys.path, pickled Task)`` or ``("stop",)``
 - rank -> parent: ``("ready", pid)``, ``("startup-error", summary, traceback)``, ``("ok", value)`` or
   ``("error", summary, traceback)``
 
@@ -117,14 +117,19 @@ def rank_main(
             message = pickle.loads(conn.recv_bytes())
         except EOFError:  # the parent went away
             break
+        if message[0] == "stop":
+            break
+        _, parent_path, task_bytes = message
+        # The parent's import path now, not at spawn time: a later test module may live in a new directory.
+        sys.path[:] = [*parent_path, *(p for p in sys.path if p not in parent_path)]
+        try:
+            task = pickle.loads(task_bytes)
         except Exception as exc:  # fn or an argument is not importable here
             _send(conn, ("error", f"the task could not be unpickled in the rank: {_summary(exc)}",
                          traceback.format_exc()))
             continue
-        if message[0] == "stop":
-            break
         try:
-            value = rank_state.run_task(message[1])
+            value = rank_state.run_task(task)
         except BaseException as exc:
             _send(conn, ("error", _summary(exc), format_user_traceback(exc)))
         else:
