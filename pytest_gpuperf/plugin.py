@@ -1,0 +1,140 @@
+"""pytest-gpuperf's pytest plugin: options, the `perf` fixture and hooks. Run state lives in GpuperfSession.
+
+Kept light: it imports neither torch nor numpy/scipy; they load when a test first uses `perf`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpuperf import hooks
+from pytest_gpuperf.settings import OPTIONS, add_options, get_settings
+from pytest_gpuperf.store import StoreError, check_folder
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.measure import Perf
+    from pytest_gpuperf.session import GpuperfSession
+
+# Feature plugins (fixtures and options of each workload area); each imports torch only when used.
+pytest_plugins: tuple[str, ...] = ()
+
+session_key = pytest.StashKey["GpuperfSession"]()
+perf_key = pytest.StashKey["Perf"]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser, OPTIONS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "perf: a performance or convergence test judged against stored baselines (pytest-gpuperf)"
+    )
+    get_settings(config)  # resolve and validate every option now, so a bad value stops the run at once
+
+
+def gpuperf_session(config: pytest.Config) -> GpuperfSession:
+    """The session's run state, created on first use."""
+    session = config.stash.get(session_key, None)
+    if session is None:
+        from pytest_gpuperf.session import GpuperfSession
+
+        extra: dict[str, str] = {}
+        for found in config.hook.pytest_gpuperf_stack(config=config):
+            extra.update({str(k): str(v) for k, v in (found or {}).items()})
+        session = GpuperfSession(get_settings(config), extra_stack=extra)
+        config.stash[session_key] = session
+    return session
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    try:
+        check_folder(get_settings(session.config).baselines_dir)
+    except StoreError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+@pytest.fixture
+def perf(request: pytest.FixtureRequest) -> Perf:
+    """Records metrics (samples) and curves; after the test each metric is judged against its baseline."""
+    recorder = gpuperf_session(request.config).new_perf(request.node.nodeid)
+    request.node.stash[perf_key] = recorder
+    return recorder
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    outcome = yield  # a test that raised is not judged: the exception propagates from the yield
+    recorder = item.stash.get(perf_key, None)
+    if recorder is None or not (recorder.metrics or recorder.curves):
+        return outcome
+    session = gpuperf_session(item.config)
+    try:
+        results = session.judge(recorder)
+    except StoreError as error:
+        pytest.fail(f"gpuperf: {error}", pytrace=False)
+    from pytest_gpuperf.report import failure_message, junit_properties
+
+    for result in results:
+        item.user_properties.extend(junit_properties(result))
+    item.config.hook.pytest_gpuperf_judged(item=item, results=results)
+    failing = session.failing(results)
+    if failing:
+        pytest.fail(failure_message(failing, strict=session.settings.strict), pytrace=False)
+    return outcome
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    state = config.stash.get(session_key, None)
+    if state is not None and state.settings.save:
+        try:
+            state.save_baselines()
+        except StoreError as error:
+            _report_error(config, str(error))
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller reports
+        if state is not None:
+            workeroutput["gpuperf"] = state.worker_payload()
+        return
+    if state is not None and state.settings.results_path is not None:
+        state.write_results()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    payload = getattr(node, "workeroutput", {}).get("gpuperf")
+    if payload and (payload["results"] or payload["curves"] or payload["saved_files"]):
+        gpuperf_session(node.config).absorb_worker(payload)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(session_key, None)
+    if state is None or not (state.results or state.saved_files):
+        return
+    from pytest_gpuperf.report import summary_table
+
+    terminalreporter.section("gpuperf")
+    if state.results:
+        fingerprint = state.fingerprint
+        terminalreporter.write_line(f"hardware: {fingerprint.slug}")
+        for line in summary_table(state.results):
+            terminalreporter.write_line(line)
+    for path in sorted(set(state.saved_files)):
+        terminalreporter.write_line(f"baselines saved: {path}")
+    if state.settings.results_path is not None:
+        terminalreporter.write_line(f"results written: {state.settings.results_path}")
+
+
+def _report_error(config: pytest.Config, message: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"ERROR: gpuperf: {message}", red=True)

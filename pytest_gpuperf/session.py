@@ -1,0 +1,267 @@
+"""Run state of one pytest session: loads baselines, judges each test's metrics, saves, writes the results.
+
+Data flows one way: the `perf` fixture measures (measure.py), this module turns measurements into judged
+results (stats.py against store.py), report.py renders them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf import __version__
+from pytest_gpuperf.fingerprint import Fingerprint, LazyFingerprint, stack_changes
+from pytest_gpuperf.measure import Perf
+from pytest_gpuperf.settings import Settings
+from pytest_gpuperf.stats import Comparison, Rules, Verdict, compare, summarize
+from pytest_gpuperf.store import BaselineStore, Curve, MetricRun, NewCurve, NewMetric, write_atomic
+
+RESULTS_SCHEMA_VERSION = 1
+
+# Verdicts that fail a test: always, and additionally under --gpuperf-strict.
+FAILING = frozenset({Verdict.REGRESSED})
+FAILING_STRICT = frozenset({Verdict.REGRESSED, Verdict.NO_BASELINE, Verdict.NOISY, Verdict.AMBIGUOUS,
+                            Verdict.IMPROVED})
+
+
+@dataclass(slots=True, kw_only=True)
+class MetricResult:
+    """One judged metric: what was measured, what it was compared with, and the verdict."""
+
+    test: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    samples: list[float]
+    rounds: int
+    context: dict[str, Any]
+    comparison: Comparison
+    baseline_runs: list[list[float]] = field(default_factory=list)
+    baseline_stack: dict[str, str] | None = None
+    stack_changes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.comparison.verdict
+
+    def as_dict(self) -> dict[str, Any]:
+        pooled = [value for run in self.baseline_runs for value in run]
+        return {
+            "test": self.test,
+            "metric": self.metric,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+            "samples": self.samples,
+            "rounds": self.rounds,
+            "summary": summarize(self.samples).as_dict(),
+            "context": self.context,
+            "baseline": None if not self.baseline_runs else {
+                "runs": self.baseline_runs,
+                "summary": summarize(pooled).as_dict(),
+                "stack": self.baseline_stack,
+            },
+            "comparison": self.comparison.as_dict(),
+            "verdict": self.verdict.value,
+            "stack_changes": self.stack_changes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MetricResult:
+        comparison = dict(data["comparison"])
+        comparison["verdict"] = Verdict(comparison["verdict"])
+        baseline = data.get("baseline") or {}
+        return cls(
+            test=data["test"], metric=data["metric"], unit=data["unit"],
+            higher_is_better=data["higher_is_better"], samples=data["samples"], rounds=data["rounds"],
+            context=data.get("context", {}), comparison=Comparison(**comparison),
+            baseline_runs=baseline.get("runs", []), baseline_stack=baseline.get("stack"),
+            stack_changes=data.get("stack_changes", []),
+        )
+
+
+class GpuperfSession:
+    """Everything the plugin keeps for one pytest session (or one xdist worker)."""
+
+    def __init__(self, settings: Settings, *, extra_stack: dict[str, str] | None = None) -> None:
+        self.settings = settings
+        self._extra_stack = extra_stack or {}
+        self._device: str | None = None
+        self._fingerprint: LazyFingerprint | None = None
+        self._store: BaselineStore | None = None
+        self.results: list[MetricResult] = []
+        self.curves: list[dict[str, Any]] = []
+        self._to_save: list[NewMetric] = []
+        self._curves_to_save: list[NewCurve] = []
+        self.saved_files: list[Path] = []
+
+    # -- lazily resolved context (needs torch; never touched by sessions without perf tests) --
+
+    @property
+    def device(self) -> str:
+        if self._device is None:
+            self._device = resolve_device(self.settings.device_request)
+        return self._device
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        if self._fingerprint is None:
+            self._fingerprint = LazyFingerprint(self.device, self._extra_stack)
+        return self._fingerprint.get()
+
+    @property
+    def store(self) -> BaselineStore:
+        if self._store is None:
+            fingerprint = self.fingerprint
+            self._store = BaselineStore(self.settings.baselines_dir, fingerprint.slug, fingerprint.hardware_key)
+        return self._store
+
+    def rules(self) -> Rules:
+        return Rules(
+            delta=self.settings.for_device(self.device, "threshold"),
+            noise_limit=self.settings.for_device(self.device, "noise_limit"),
+            run_noise=self.settings.for_device(self.device, "run_noise"),
+        )
+
+    def new_perf(self, nodeid: str) -> Perf:
+        return Perf(
+            nodeid=nodeid,
+            device=self.device,
+            settings=self.settings,
+            noise_limit=self.settings.for_device(self.device, "noise_limit"),
+            baseline_curves=lambda name: self.store.curves(nodeid, name),
+        )
+
+    # -- verdict --
+
+    def judge(self, perf: Perf) -> list[MetricResult]:
+        """Judge every metric of a finished test; remembers results, and new runs to save."""
+        rules = self.rules()
+        stack = self.fingerprint.stack
+        today = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        judged = []
+        for metric in perf.metrics:
+            baseline = self.store.metric(perf.nodeid, metric.name)
+            runs = [run.samples for run in baseline.runs] if baseline else []
+            if baseline and baseline.higher_is_better != metric.higher_is_better:
+                runs = []  # the metric's meaning changed: an old baseline says nothing about it
+            comparison = compare(metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules)
+            baseline_stack = baseline.runs[-1].stack if baseline and runs else None
+            result = MetricResult(
+                test=perf.nodeid, metric=metric.name, unit=metric.unit, higher_is_better=metric.higher_is_better,
+                samples=metric.samples, rounds=metric.rounds, context=metric.context, comparison=comparison,
+                baseline_runs=runs, baseline_stack=baseline_stack,
+                stack_changes=stack_changes(baseline_stack, stack) if baseline_stack else [],
+            )
+            judged.append(result)
+            self._to_save.append(NewMetric(
+                test=perf.nodeid, name=metric.name, unit=metric.unit, higher_is_better=metric.higher_is_better,
+                run=MetricRun(samples=metric.samples, stack=stack, date=today,
+                              summary=summarize(metric.samples).as_dict()),
+            ))
+        for curve in perf.curves:
+            self.curves.append({"test": perf.nodeid, "name": curve.name, "steps": curve.steps,
+                                "values": curve.values})
+            self._curves_to_save.append(NewCurve(
+                test=perf.nodeid, name=curve.name,
+                curve=Curve(steps=curve.steps, values=curve.values, stack=stack, date=today),
+            ))
+        self.results.extend(judged)
+        return judged
+
+    def failing(self, results: list[MetricResult]) -> list[MetricResult]:
+        if self.settings.save:
+            return []  # recording baselines: report, don't gate
+        verdicts = FAILING_STRICT if self.settings.strict else FAILING
+        return [result for result in results if result.verdict in verdicts]
+
+    # -- end of session --
+
+    def save_baselines(self) -> list[Path]:
+        if not (self._to_save or self._curves_to_save):
+            return []
+        written = self.store.save(self._to_save, self._curves_to_save, keep_runs=self.settings.baseline_runs)
+        self.saved_files.extend(written)
+        self._to_save, self._curves_to_save = [], []
+        return written
+
+    def measured_anything(self) -> bool:
+        return bool(self.results or self.curves)
+
+    def worker_payload(self) -> dict[str, Any]:
+        """What an xdist worker sends to the controller (plain JSON types)."""
+        return {
+            "results": [result.as_dict() for result in self.results],
+            "curves": self.curves,
+            "fingerprint": self.fingerprint.as_dict() if self.measured_anything() else None,
+            "device": self._device,
+            "saved_files": [str(path) for path in self.saved_files],
+        }
+
+    def absorb_worker(self, payload: dict[str, Any]) -> None:
+        self.results.extend(MetricResult.from_dict(data) for data in payload.get("results", []))
+        self.curves.extend(payload.get("curves", []))
+        self.saved_files.extend(Path(path) for path in payload.get("saved_files", []))
+        if payload.get("fingerprint") and self._fingerprint is None:
+            fingerprint = payload["fingerprint"]
+            lazy = LazyFingerprint(payload.get("device") or "cpu")
+            lazy._value = Fingerprint(hardware_key=fingerprint["hardware_key"], stack=fingerprint["stack"])
+            self._fingerprint = lazy
+            self._device = payload.get("device")
+
+    def results_document(self) -> dict[str, Any]:
+        return {
+            "schema": RESULTS_SCHEMA_VERSION,
+            "tool": {"name": "pytest-gpuperf", "version": __version__},
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "fingerprint": self.fingerprint.as_dict() if self.measured_anything() else None,
+            "settings": {
+                "device": self._device,
+                "threshold": self.settings.for_device(self._device or "cpu", "threshold"),
+                "noise_limit": self.settings.for_device(self._device or "cpu", "noise_limit"),
+                "run_noise": self.settings.for_device(self._device or "cpu", "run_noise"),
+                "repeats": self.settings.repeats,
+                "warmup": self.settings.warmup,
+                "strict": self.settings.strict,
+                "saved": self.settings.save,
+            },
+            "results": [result.as_dict() for result in sorted(self.results, key=lambda r: (r.test, r.metric))],
+            "curves": sorted(self.curves, key=lambda c: (c["test"], c["name"])),
+        }
+
+    def write_results(self) -> Path | None:
+        path = self.settings.results_path
+        if path is None:
+            return None
+        write_atomic(path, self.results_document())
+        return path
+
+
+def resolve_device(request: str) -> str:
+    """auto -> cuda when torch sees an accelerator (ROCm builds present as cuda), else cpu."""
+    if request == "cpu":
+        return "cpu"
+    import torch  # lazily: only sessions that measure need it
+
+    # device_count() asks NVML where it can, so this does not create a CUDA context.
+    available = torch.cuda.device_count() > 0
+    if request == "cuda" and not available:
+        import pytest
+
+        raise pytest.UsageError(
+            "--gpuperf-device cuda was asked for, but torch sees no CUDA/ROCm device "
+            f"(torch {torch.__version__}, CUDA {torch.version.cuda}, HIP {getattr(torch.version, 'hip', None)}); "
+            "install a GPU build of torch or use --gpuperf-device cpu"
+        )
+    return "cuda" if available else "cpu"
+
+
+def dump_json(data: Any) -> str:
+    return json.dumps(data, indent=1, sort_keys=True)
+
+
+def is_xdist_worker() -> bool:
+    return "PYTEST_XDIST_WORKER" in os.environ

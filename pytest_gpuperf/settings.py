@@ -1,0 +1,290 @@
+"""Settings: every `--gpuperf-*` option, resolved once into a frozen object kept in ``config.stash``.
+
+Order of precedence: command line, then environment (``GPUPERF_*``), then ini (``gpuperf_*``), then default.
+A bad value raises ``pytest.UsageError`` quoting the value and where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class SettingError(ValueError):
+    """A value that cannot be parsed; the message says what was expected."""
+
+
+def parse_percentage(text: str) -> float:
+    """'2', '2%' or '2.5' -> 0.02, 0.02, 0.025 (a fraction)."""
+    raw = text.strip().removesuffix("%").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingError("expected a percentage such as 2 or 2%") from None
+    if not 0 < value < 100:
+        raise SettingError("expected a percentage between 0 and 100 (exclusive)")
+    return value / 100
+
+
+def parse_count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise SettingError(f"expected a whole number >= {minimum}") from None
+        if value < minimum:
+            raise SettingError(f"expected a whole number >= {minimum}")
+        return value
+
+    return parse
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise SettingError("expected true/false (or 1/0, yes/no, on/off)")
+
+
+def parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise SettingError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def parse_text(text: str) -> str:
+    if not text.strip():
+        raise SettingError("expected a non-empty value")
+    return text.strip()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OptionSpec(Generic[T]):
+    """One setting known on the command line, in the environment and in ini files."""
+
+    name: str
+    """Suffix after the prefixes: 'threshold' -> --gpuperf-threshold, GPUPERF_THRESHOLD, gpuperf_threshold."""
+    help: str
+    parse: Callable[[str], T]
+    default: T | None
+    flag: bool = False
+    """A switch on the command line (no value); env and ini still take true/false."""
+    metavar: str | None = None
+
+    @property
+    def cli(self) -> str:
+        return f"--gpuperf-{self.name}"
+
+    @property
+    def dest(self) -> str:
+        return f"gpuperf_{self.name.replace('-', '_')}"
+
+    @property
+    def env(self) -> str:
+        return f"GPUPERF_{self.name.replace('-', '_').upper()}"
+
+    @property
+    def ini(self) -> str:
+        return self.dest
+
+
+def add_options(parser: pytest.Parser, specs: tuple[OptionSpec[Any], ...]) -> None:
+    """Register each spec as a command-line option of the `gpuperf` group and an ini key."""
+    group = parser.getgroup("gpuperf", "pytest-gpuperf: performance and convergence baselines")
+    for spec in specs:
+        text = f"{spec.help} (env {spec.env}, ini {spec.ini})"
+        if spec.flag:
+            group.addoption(spec.cli, action="store_true", dest=spec.dest, default=None, help=text)
+        else:
+            group.addoption(spec.cli, action="store", dest=spec.dest, default=None, metavar=spec.metavar, help=text)
+        parser.addini(spec.ini, help=spec.help, default=None)
+
+
+def resolve(config: pytest.Config, spec: OptionSpec[T]) -> tuple[T | None, str]:
+    """The value of one setting and where it came from."""
+    cli_value = config.getoption(spec.dest, default=None)
+    if cli_value is not None:
+        if spec.flag:
+            return cli_value, spec.cli  # type: ignore[return-value]
+        return _parse(spec, str(cli_value), spec.cli), spec.cli
+    env_value = os.environ.get(spec.env)
+    if env_value is not None and env_value.strip():
+        return _parse(spec, env_value, f"environment variable {spec.env}"), spec.env
+    ini_value = config.getini(spec.ini)
+    if ini_value not in (None, "", []):
+        text = " ".join(ini_value) if isinstance(ini_value, list) else str(ini_value)
+        return _parse(spec, text, f"ini key {spec.ini} in {config.inipath}"), spec.ini
+    return spec.default, "default"
+
+
+def _parse(spec: OptionSpec[T], text: str, source: str) -> T:
+    try:
+        return spec.parse(text)
+    except SettingError as error:
+        raise pytest.UsageError(f"Invalid value {text!r} from {source}: {error}.") from None
+
+
+OPTIONS: tuple[OptionSpec[Any], ...] = (
+    OptionSpec(
+        name="baselines",
+        help="folder of baseline JSON files (default: baselines/ in the rootdir)",
+        parse=parse_text,
+        default=None,
+        metavar="DIR",
+    ),
+    OptionSpec(
+        name="save",
+        help="store this run's measurements as baselines for this hardware, merged with the other entries",
+        parse=parse_bool,
+        default=False,
+        flag=True,
+    ),
+    OptionSpec(
+        name="results",
+        help="write a JSON document of the run: fingerprint, raw samples, baselines used, verdicts",
+        parse=parse_text,
+        default=None,
+        metavar="FILE",
+    ),
+    OptionSpec(
+        name="threshold",
+        help="smallest relative change that matters, in percent (default 2 on CPU, 1 on GPU)",
+        parse=parse_percentage,
+        default=None,
+        metavar="PCT",
+    ),
+    OptionSpec(
+        name="repeats",
+        help="timed repetitions per measurement (default 20)",
+        parse=parse_count(3),
+        default=20,
+        metavar="N",
+    ),
+    OptionSpec(
+        name="warmup",
+        help="untimed repetitions before each measurement (default 3)",
+        parse=parse_count(0),
+        default=3,
+        metavar="N",
+    ),
+    OptionSpec(
+        name="device",
+        help="device the workloads run on: auto (cuda when present; ROCm presents as cuda), cpu or cuda",
+        parse=parse_choice(*DEVICES),
+        default="auto",
+        metavar="auto|cpu|cuda",
+    ),
+    OptionSpec(
+        name="strict",
+        help="fail NO_BASELINE, NOISY, AMBIGUOUS and IMPROVED-beyond-threshold too (release gating)",
+        parse=parse_bool,
+        default=False,
+        flag=True,
+    ),
+    OptionSpec(
+        name="noise-limit",
+        help="largest robust spread (IQR/median) still judged, in percent (default 10 on CPU, 5 on GPU)",
+        parse=parse_percentage,
+        default=None,
+        metavar="PCT",
+    ),
+    OptionSpec(
+        name="run-noise",
+        help="prior between-run standard deviation of a run's median, in percent (default 0.5 on CPU, 0.3 on GPU)",
+        parse=parse_percentage,
+        default=None,
+        metavar="PCT",
+    ),
+    OptionSpec(
+        name="baseline-runs",
+        help="runs kept per baseline entry; --gpuperf-save appends a run on the same stack (default 5)",
+        parse=parse_count(1),
+        default=5,
+        metavar="N",
+    ),
+    OptionSpec(
+        name="remeasure",
+        help="extra rounds a noisy measurement may take before it is reported NOISY (default 2)",
+        parse=parse_count(0),
+        default=2,
+        metavar="N",
+    ),
+)
+
+# Per-device defaults for settings that differ between CPU and GPU timing noise.
+DEVICE_DEFAULTS: dict[str, dict[str, float]] = {
+    "cpu": {"threshold": 0.02, "noise_limit": 0.10, "run_noise": 0.005},
+    "cuda": {"threshold": 0.01, "noise_limit": 0.05, "run_noise": 0.003},
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """The resolved `gpuperf` settings of one pytest session."""
+
+    baselines_dir: Path
+    """Where baseline JSON files live."""
+    save: bool
+    """Store this run's measurements as baselines."""
+    results_path: Path | None
+    """Where the run's JSON document goes, if anywhere."""
+    device_request: str
+    """auto, cpu or cuda as asked; the device used is resolved lazily (it needs torch)."""
+    threshold: float | None
+    """Smallest change that matters (fraction); None: the device's default."""
+    noise_limit: float | None
+    """NOISY above this spread (fraction); None: the device's default."""
+    run_noise: float | None
+    """Prior between-run sd (fraction); None: the device's default."""
+    repeats: int
+    warmup: int
+    strict: bool
+    baseline_runs: int
+    remeasure: int
+
+    def for_device(self, device: str, name: str) -> float:
+        """A device-dependent setting: the explicit value, else the device's default."""
+        value = getattr(self, name)
+        if value is not None:
+            return value
+        return DEVICE_DEFAULTS["cuda" if device == "cuda" else "cpu"][name]
+
+
+def build_settings(config: pytest.Config) -> Settings:
+    values = {spec.name.replace("-", "_"): resolve(config, spec)[0] for spec in OPTIONS}
+    baselines = values.pop("baselines")
+    results = values.pop("results")
+    rootdir = Path(str(config.rootpath))
+    return Settings(
+        baselines_dir=(rootdir / baselines) if baselines else rootdir / "baselines",
+        results_path=(Path(config.invocation_params.dir) / results) if results else None,
+        device_request=values.pop("device"),
+        **values,
+    )
+
+
+settings_key = pytest.StashKey[Settings]()
+
+
+def get_settings(config: pytest.Config) -> Settings:
+    """The session's settings, resolved on first use."""
+    settings = config.stash.get(settings_key, None)
+    if settings is None:
+        settings = build_settings(config)
+        config.stash[settings_key] = settings
+    return settings

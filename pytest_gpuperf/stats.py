@@ -1,0 +1,297 @@
+"""The verdict: pure statistics on raw samples (no pytest, no torch).
+
+A metric is a set of samples from the current run, compared with a baseline that holds one or more earlier
+runs of the same test on the same hardware key. Two sources of noise matter and are modelled separately:
+
+* within-run noise: the spread of repeated samples inside one process; a Mann-Whitney U test on the raw
+  samples sees only this one;
+* between-run noise: how far the median of a whole run moves from one process to the next (allocator state,
+  thread placement, clocks). On a quiet 2-core machine it is ~1% of a torch matmul, larger than the
+  within-run standard error, so a rule built on within-run samples alone flags unchanged runs (see
+  ../shared/CPU-FACTS.md). It is estimated from the baseline's run medians, shrunk toward a prior
+  (``Rules.run_noise``) when the baseline holds few runs, and it widens both the test and the interval.
+
+REGRESSED needs both tests to agree and the change to exceed the threshold; PASS needs the whole confidence
+interval of the ratio inside the threshold band. Everything in between is AMBIGUOUS: not enough evidence
+either way. Run-to-run variance gets scale-free treatment by working on log medians.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+
+class Verdict(str, enum.Enum):
+    PASS = "PASS"
+    REGRESSED = "REGRESSED"
+    IMPROVED = "IMPROVED"
+    NOISY = "NOISY"
+    AMBIGUOUS = "AMBIGUOUS"
+    NO_BASELINE = "NO_BASELINE"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rules:
+    """How a comparison is decided. Fractions, not percentages."""
+
+    delta: float
+    """Smallest relative change that matters: r <= 1 - delta can be a regression."""
+    alpha: float = 0.01
+    """One-sided significance level of both the sample test and the run-level test."""
+    confidence: float = 0.95
+    """Coverage of the bootstrap interval of the ratio that decides PASS."""
+    noise_limit: float = 0.10
+    """Largest robust spread (IQR / median) of either side that is still judged; above it, NOISY."""
+    run_noise: float = 0.01
+    """Prior for the between-run relative standard deviation (log scale) of a run's median."""
+    prior_runs: float = 4.0
+    """Weight of that prior, in degrees of freedom: a baseline of many runs outweighs it."""
+    resamples: int = 2000
+    """Bootstrap resamples for the interval."""
+    seed: int = 0
+    """Seed of the bootstrap, so a verdict is reproducible from the stored samples."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be a fraction in (0, 1), got {self.delta!r}")
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
+        if not 0.5 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence!r}")
+        if self.noise_limit <= 0 or self.run_noise < 0 or self.prior_runs < 0:
+            raise ValueError("noise_limit must be > 0, run_noise and prior_runs >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Summary:
+    """Robust summary of one set of samples."""
+
+    n: int
+    median: float
+    iqr: float
+    spread: float
+    """IQR / |median|: the robust relative spread used by the NOISY rule."""
+    mean: float
+    minimum: float
+    maximum: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "n": self.n,
+            "median": self.median,
+            "iqr": self.iqr,
+            "spread": self.spread,
+            "mean": self.mean,
+            "min": self.minimum,
+            "max": self.maximum,
+        }
+
+
+def summarize(samples: Sequence[float]) -> Summary:
+    values = _as_array(samples, "samples")
+    q25, median, q75 = (float(q) for q in np.percentile(values, [25, 50, 75]))
+    iqr = q75 - q25
+    return Summary(
+        n=int(values.size),
+        median=median,
+        iqr=iqr,
+        spread=iqr / abs(median) if median != 0 else math.inf,
+        mean=float(values.mean()),
+        minimum=float(values.min()),
+        maximum=float(values.max()),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    """The verdict on one metric and the figures behind it."""
+
+    verdict: Verdict
+    ratio: float | None = None
+    """median(current)/median(baseline), oriented so that < 1 is worse."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_worse: float | None = None
+    """p-value that the current run is worse: the larger of the sample test and the run-level test."""
+    p_better: float | None = None
+    run_noise: float | None = None
+    """Between-run relative standard deviation that was used (prior and baseline runs pooled)."""
+    baseline_runs: int = 0
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "verdict": self.verdict.value,
+            "ratio": self.ratio,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "p_worse": self.p_worse,
+            "p_better": self.p_better,
+            "run_noise": self.run_noise,
+            "baseline_runs": self.baseline_runs,
+            "reason": self.reason,
+        }
+
+
+def compare(
+    current: Sequence[float],
+    baseline_runs: Sequence[Sequence[float]],
+    *,
+    higher_is_better: bool,
+    rules: Rules,
+) -> Comparison:
+    """Judge the current run's samples against the baseline's runs (each run a list of samples)."""
+    runs = [_as_array(run, "baseline run") for run in baseline_runs if len(run) > 0]
+    if not runs:
+        return Comparison(verdict=Verdict.NO_BASELINE, reason="no baseline for this test, metric and hardware")
+    now = _as_array(current, "current samples")
+
+    now_spread = summarize(now).spread
+    base_spread = float(np.median([summarize(run).spread for run in runs]))
+    run_medians = np.array([np.median(run) for run in runs])
+    if np.any(run_medians <= 0) or np.median(now) <= 0:
+        raise ValueError("ratio verdicts need positive medians; record times or rates, not signed values")
+
+    log_ratio = math.log(np.median(now)) - math.log(np.median(run_medians))
+    if not higher_is_better:
+        log_ratio = -log_ratio
+    ratio = math.exp(log_ratio)
+
+    run_sd, dof = pooled_run_noise(np.log(run_medians), rules)
+    scale = run_sd * math.sqrt(1.0 + 1.0 / len(runs))
+    if scale > 0:
+        p_run_worse = float(scipy_stats.t.cdf(log_ratio / scale, dof))
+        p_run_better = float(scipy_stats.t.sf(log_ratio / scale, dof))
+    else:
+        p_run_worse = p_run_better = 0.5 if log_ratio == 0 else float(log_ratio < 0)
+
+    pooled = np.concatenate(runs)
+    # "worse" means larger when lower is better (times), smaller when higher is better (rates)
+    worse_side = "less" if higher_is_better else "greater"
+    better_side = "greater" if higher_is_better else "less"
+    p_mw_worse = float(scipy_stats.mannwhitneyu(now, pooled, alternative=worse_side).pvalue)
+    p_mw_better = float(scipy_stats.mannwhitneyu(now, pooled, alternative=better_side).pvalue)
+    p_worse = max(p_mw_worse, p_run_worse)
+    p_better = max(p_mw_better, p_run_better)
+
+    ci_low, ci_high = ratio_interval(now, runs, run_sd, higher_is_better=higher_is_better, rules=rules)
+    figures = {
+        "ratio": ratio,
+        "ci_low": ci_low,
+        "ci_high": ci_high,
+        "p_worse": p_worse,
+        "p_better": p_better,
+        "run_noise": run_sd,
+        "baseline_runs": len(runs),
+    }
+
+    if now_spread > rules.noise_limit or base_spread > rules.noise_limit:
+        side = "current run" if now_spread > rules.noise_limit else "baseline"
+        spread = max(now_spread, base_spread)
+        return Comparison(
+            verdict=Verdict.NOISY,
+            reason=f"{side} spread IQR/median {spread:.1%} exceeds the noise limit {rules.noise_limit:.1%}",
+            **figures,
+        )
+    if p_worse < rules.alpha and ratio <= 1 - rules.delta:
+        return Comparison(
+            verdict=Verdict.REGRESSED,
+            reason=f"worse by {1 - ratio:.1%} (threshold {rules.delta:.1%}), p={p_worse:.2g} < {rules.alpha}",
+            **figures,
+        )
+    if p_better < rules.alpha and ratio >= 1 + rules.delta:
+        return Comparison(
+            verdict=Verdict.IMPROVED,
+            reason=f"better by {ratio - 1:.1%} (threshold {rules.delta:.1%}), p={p_better:.2g} < {rules.alpha}",
+            **figures,
+        )
+    if 1 - rules.delta <= ci_low and ci_high <= 1 + rules.delta:
+        return Comparison(
+            verdict=Verdict.PASS,
+            reason=f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.delta:.1%}",
+            **figures,
+        )
+    return Comparison(
+        verdict=Verdict.AMBIGUOUS,
+        reason=(
+            f"ratio {ratio:.3f}, {rules.confidence:.0%} interval [{ci_low:.3f}, {ci_high:.3f}] is not inside "
+            f"1 ± {rules.delta:.1%} and the evidence of a change is not significant: more repeats or more "
+            "baseline runs would decide it"
+        ),
+        **figures,
+    )
+
+
+def pooled_run_noise(log_run_medians: np.ndarray, rules: Rules) -> tuple[float, float]:
+    """Between-run sd of log medians, pooled with the prior; returns (sd, degrees of freedom).
+
+    A scaled-inverse-chi-square prior of ``prior_runs`` degrees of freedom at ``run_noise`` combined with the
+    sample variance of the baseline's run medians (k - 1 degrees of freedom).
+    """
+    k = len(log_run_medians)
+    sample_dof = max(k - 1, 0)
+    sample_var = float(np.var(log_run_medians, ddof=1)) if k >= 2 else 0.0
+    dof = sample_dof + rules.prior_runs
+    if dof == 0:
+        return 0.0, 1.0
+    var = (sample_dof * sample_var + rules.prior_runs * rules.run_noise**2) / dof
+    return math.sqrt(var), dof
+
+
+def ratio_interval(
+    current: np.ndarray,
+    runs: Sequence[np.ndarray],
+    run_sd: float,
+    *,
+    higher_is_better: bool,
+    rules: Rules,
+) -> tuple[float, float]:
+    """Bootstrap interval of the oriented ratio of medians.
+
+    Resamples samples inside the current run and inside each baseline run, resamples baseline runs when
+    there are several, and adds the current run's own between-run deviation (normal, ``run_sd``) that no
+    resampling of one run can see.
+    """
+    rng = np.random.default_rng(rules.seed)
+    b = rules.resamples
+    current_medians = np.median(rng.choice(current, size=(b, current.size), replace=True), axis=1)
+    per_run = np.stack(
+        [np.median(rng.choice(run, size=(b, run.size), replace=True), axis=1) for run in runs], axis=1
+    )
+    if len(runs) > 1:
+        picks = rng.integers(0, len(runs), size=(b, len(runs)))
+        per_run = np.take_along_axis(per_run, picks, axis=1)
+    baseline_medians = np.median(per_run, axis=1)
+    log_ratio = np.log(current_medians) - np.log(baseline_medians)
+    if not higher_is_better:
+        log_ratio = -log_ratio
+    log_ratio = log_ratio + rng.normal(0.0, run_sd, size=b)
+    tail = (1 - rules.confidence) / 2
+    low, high = np.quantile(log_ratio, [tail, 1 - tail])
+    return math.exp(float(low)), math.exp(float(high))
+
+
+def samples_needed(rules: Rules, baseline_n: int) -> int:
+    """Smallest n for which a one-sided Mann-Whitney test of n against baseline_n can reach p < alpha.
+
+    The smallest attainable exact p-value is 1 / C(n + m, n); asv's 5-vs-5 (1/252) barely clears 0.01.
+    """
+    n = 1
+    while math.comb(n + baseline_n, n) * rules.alpha <= 1:
+        n += 1
+    return n
+
+
+def _as_array(samples: Sequence[float], what: str) -> np.ndarray:
+    values = np.asarray(samples, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"{what}: need a non-empty flat list of numbers, got shape {values.shape}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{what}: samples must be finite numbers, got {values.tolist()[:8]}")
+    return values

@@ -1,0 +1,188 @@
+"""End to end through pytester: options, verdicts, baselines on disk, xdist, strict mode, reporting."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+# A workload whose speed the test controls: GPUPERF_TEST_SLOWDOWN stretches each call.
+WORKLOAD = """
+import os, time
+import pytest
+
+@pytest.mark.perf
+def test_work(perf):
+    slow = float(os.environ.get("GPUPERF_TEST_SLOWDOWN", "1.0"))
+    def call():
+        end = time.perf_counter() + 0.004 * slow
+        while time.perf_counter() < end:
+            pass
+    perf.measure("call_time", call, repeats=15, warmup=1)
+
+@pytest.mark.perf
+def test_rate(perf):
+    perf.record("rate", [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1], unit="tok/s",
+                higher_is_better=True)
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_workload=WORKLOAD)
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    return pytester
+
+
+def baseline_files(pytester: pytest.Pytester) -> list[Path]:
+    return sorted((pytester.path / "baselines").glob("*/*.json"))
+
+
+def test_save_rerun_unchanged_passes_then_slower_is_regressed(project: pytest.Pytester,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    saved = project.runpytest("-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu")
+    saved.assert_outcomes(passed=2)
+    saved.stdout.fnmatch_lines(["*baselines saved:*test_workload.json"])
+    [path] = baseline_files(project)
+    document = json.loads(path.read_text())
+    assert set(document["tests"]) == {"test_work", "test_rate"}
+    assert len(document["tests"]["test_work"]["metrics"]["call_time"]["runs"][0]["samples"]) == 15
+
+    again = project.runpytest("-m", "perf", "--gpuperf-device", "cpu")
+    again.assert_outcomes(passed=2)
+    assert "REGRESSED" not in again.stdout.str()
+
+    monkeypatch.setenv("GPUPERF_TEST_SLOWDOWN", "1.3")
+    # The noise limit is raised so that a busy CI machine's jitter cannot turn this into NOISY.
+    slower = project.runpytest("-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60",
+                               "--junitxml", "junit.xml")
+    slower.assert_outcomes(passed=1, failed=1)
+    slower.stdout.fnmatch_lines([
+        "*call_time: REGRESSED - worse by *",
+        "*now:      median *",
+        "*baseline: median *",
+        "*ratio 0.7*95% CI*p(worse)=*",
+        "*stack unchanged since the baseline*",
+    ])
+    junit = (project.path / "junit.xml").read_text()
+    assert 'name="gpuperf.call_time.verdict" value="REGRESSED"' in junit
+    assert 'name="gpuperf.rate.verdict"' in junit
+
+
+def test_results_document(project: pytest.Pytester) -> None:
+    project.runpytest("-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=2)
+    project.runpytest("-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-results", "out/run.json")
+    document = json.loads((project.path / "out" / "run.json").read_text())
+    assert document["schema"] == 1
+    assert document["fingerprint"]["hardware_key"]["device"] == "cpu"
+    assert "torch" in document["fingerprint"]["stack"]
+    rate = next(r for r in document["results"] if r["metric"] == "rate")
+    assert rate["samples"][:2] == [100.0, 101.0]
+    assert rate["baseline"]["runs"] == [[100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1]]
+    assert rate["verdict"] == "PASS"
+    assert rate["comparison"]["ratio"] == 1.0
+
+
+def test_corrupted_baseline_is_a_clear_error_and_left_byte_identical(project: pytest.Pytester) -> None:
+    project.runpytest("-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=2)
+    [path] = baseline_files(project)
+    truncated = path.read_bytes()[:-40]
+    path.write_bytes(truncated)
+    result = project.runpytest("-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: baseline file {path} is not valid JSON*restore it from version control*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert path.read_bytes() == truncated
+
+
+def test_xdist_save_keeps_every_entry(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    body = "\n".join(
+        f"@pytest.mark.perf\ndef test_{n}(perf):\n"
+        f"    perf.record('m', [1.0, 1.1, 0.9, 1.0, 1.05], unit='s', higher_is_better=False)\n"
+        for n in range(12)
+    )
+    pytester.makepyfile(test_many="import pytest\n\n" + body)
+    result = pytester.runpytest_subprocess("-n", "2", "-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu",
+                                           "--gpuperf-results", "run.json")
+    result.assert_outcomes(passed=12)
+    [path] = baseline_files(pytester)
+    assert len(json.loads(path.read_text())["tests"]) == 12
+    document = json.loads((pytester.path / "run.json").read_text())
+    assert len(document["results"]) == 12  # the controller gathered every worker's results
+    result.stdout.fnmatch_lines(["*12 NO_BASELINE*"])
+
+
+def test_strict_fails_no_baseline(project: pytest.Pytester) -> None:
+    result = project.runpytest("-m", "perf", "--gpuperf-strict", "--gpuperf-device", "cpu")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*NO_BASELINE*(--gpuperf-strict)*", "*hint: record a baseline*"])
+    assert project.runpytest("-m", "perf", "--gpuperf-device", "cpu").ret == 0  # not strict: reported, passes
+
+
+def test_strict_fails_too_good(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_fast="""
+        import os, pytest
+        @pytest.mark.perf
+        def test_t(perf):
+            base = float(os.environ.get("BASE", "1.0"))
+            perf.record("t", [base * (1 + 0.001 * i) for i in range(10)], unit="s", higher_is_better=False)
+    """)
+    pytester.runpytest("--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=1)
+    import os
+
+    os.environ["BASE"] = "0.5"
+    try:
+        result = pytester.runpytest("--gpuperf-strict", "--gpuperf-device", "cpu")
+    finally:
+        del os.environ["BASE"]
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*t IMPROVED*", "*too good*refresh the baseline*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpuperf-threshold", "abc"], "Invalid value 'abc' from --gpuperf-threshold: expected a percentage*"),
+        (["--gpuperf-repeats", "1"], "Invalid value '1' from --gpuperf-repeats: expected a whole number >= 3*"),
+        (["--gpuperf-device", "tpu"], "Invalid value 'tpu' from --gpuperf-device: expected one of auto, cpu, cuda*"),
+    ],
+)
+def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_env_and_ini_settings_and_where_they_came_from(pytester: pytest.Pytester,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    pytester.makeini("[pytest]\ngpuperf_threshold = 7%\n")
+    monkeypatch.setenv("GPUPERF_REPEATS", "x")
+    result = pytester.runpytest()
+    result.stderr.fnmatch_lines(["ERROR: Invalid value 'x' from environment variable GPUPERF_REPEATS*"])
+    monkeypatch.delenv("GPUPERF_REPEATS")
+    pytester.makeini("[pytest]\ngpuperf_threshold = seven\n")
+    result = pytester.runpytest()
+    result.stderr.fnmatch_lines(["ERROR: Invalid value 'seven' from ini key gpuperf_threshold in *"])
+
+
+def test_perf_marker_is_registered_and_strict_markers_clean(project: pytest.Pytester) -> None:
+    project.runpytest("--strict-markers", "-m", "perf", "--gpuperf-device", "cpu").assert_outcomes(passed=2)
+
+
+def test_plugin_and_help_do_not_import_torch(pytester: pytest.Pytester) -> None:
+    code = (
+        "import sys, subprocess\n"
+        "import pytest_gpuperf, pytest_gpuperf.plugin\n"
+        "assert 'torch' not in sys.modules, 'import pulled torch'\n"
+        "import pytest\n"
+        "pytest.main(['--help'])\n"
+        "assert 'torch' not in sys.modules, '--help pulled torch'\n"
+        "print('NO-TORCH-OK')\n"
+    )
+    result = pytester.run(sys.executable, "-c", code)
+    result.stdout.fnmatch_lines(["*--gpuperf-baselines*", "NO-TORCH-OK"])

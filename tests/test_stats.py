@@ -1,0 +1,130 @@
+"""The verdict rules on seeded synthetic samples."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_gpuperf.stats import Rules, Verdict, compare, pooled_run_noise, samples_needed, summarize
+
+RULES = Rules(delta=0.02, run_noise=0.005, noise_limit=0.10)
+
+
+def runs_of(rng: np.random.Generator, median: float, *, runs: int, n: int = 20, sd: float = 0.01,
+            run_sd: float = 0.003) -> list[list[float]]:
+    """Timing-like samples: a per-run offset (between-run noise) times within-run noise."""
+    out = []
+    for _ in range(runs):
+        run_median = median * math.exp(rng.normal(0, run_sd))
+        out.append(list(run_median * np.exp(rng.normal(0, sd, size=n))))
+    return out
+
+
+def test_summary_is_robust() -> None:
+    summary = summarize([1.0, 1.0, 1.0, 1.0, 100.0])
+    assert summary.median == 1.0
+    assert summary.spread == 0.0
+    assert summary.n == 5
+
+
+def test_no_baseline() -> None:
+    assert compare([1.0, 1.1, 0.9], [], higher_is_better=False, rules=RULES).verdict is Verdict.NO_BASELINE
+
+
+def test_unchanged_passes() -> None:
+    rng = np.random.default_rng(1)
+    baseline = runs_of(rng, 1.0, runs=5)
+    current = runs_of(rng, 1.0, runs=1)[0]
+    result = compare(current, baseline, higher_is_better=False, rules=RULES)
+    assert result.verdict is Verdict.PASS, result
+    assert result.ci_low <= 1 <= result.ci_high
+
+
+@pytest.mark.parametrize("higher_is_better", [False, True])
+def test_ten_percent_worse_regresses_in_either_orientation(higher_is_better: bool) -> None:
+    rng = np.random.default_rng(2)
+    baseline = runs_of(rng, 1.0, runs=5)
+    worse = 1.10 if not higher_is_better else 1 / 1.10
+    current = runs_of(rng, worse, runs=1)[0]
+    result = compare(current, baseline, higher_is_better=higher_is_better, rules=RULES)
+    assert result.verdict is Verdict.REGRESSED, result
+    assert result.ratio == pytest.approx(1 / 1.10, rel=0.02)
+    assert result.p_worse < 0.01
+
+
+def test_ten_percent_better_is_improved() -> None:
+    rng = np.random.default_rng(3)
+    baseline = runs_of(rng, 1.0, runs=5)
+    current = runs_of(rng, 0.9, runs=1)[0]
+    result = compare(current, baseline, higher_is_better=False, rules=RULES)
+    assert result.verdict is Verdict.IMPROVED
+    assert result.ratio > 1.08
+
+
+def test_significant_but_smaller_than_delta_is_not_regressed() -> None:
+    rng = np.random.default_rng(4)
+    baseline = runs_of(rng, 1.0, runs=10, n=200, sd=0.001, run_sd=0.0005)
+    current = runs_of(rng, 1.01, runs=1, n=200, sd=0.001, run_sd=0.0005)[0]
+    result = compare(current, baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.001))
+    assert result.p_worse < 0.01  # detectable ...
+    assert result.verdict is Verdict.PASS  # ... but smaller than what matters, and the interval is inside the band
+
+
+def test_noisy_side_is_reported_noisy_never_pass() -> None:
+    rng = np.random.default_rng(5)
+    baseline = runs_of(rng, 1.0, runs=3)
+    current = list(np.exp(rng.normal(0, 0.3, size=20)))
+    result = compare(current, baseline, higher_is_better=False, rules=RULES)
+    assert result.verdict is Verdict.NOISY
+    assert "current run" in result.reason
+
+
+def test_between_run_noise_prevents_a_false_regression() -> None:
+    """A run-level shift of 2.5% that the baseline's own runs show is normal must not be REGRESSED,
+    although a Mann-Whitney test on the raw samples alone finds it significant."""
+    rng = np.random.default_rng(6)
+    baseline = [list(m * np.exp(rng.normal(0, 0.002, size=30))) for m in (1.0, 1.02, 0.98, 1.025, 0.975)]
+    current = list(1.025 * np.exp(rng.normal(0, 0.002, size=30)))
+    result = compare(current, baseline, higher_is_better=False, rules=RULES)
+    assert result.verdict is not Verdict.REGRESSED
+    assert result.run_noise > 0.015
+
+
+def test_pooled_run_noise_tends_to_the_data_with_many_runs() -> None:
+    rules = Rules(delta=0.02, run_noise=0.01, prior_runs=4)
+    few, _ = pooled_run_noise(np.log([1.0, 1.0]), rules)
+    many, dof = pooled_run_noise(np.log(np.exp(np.random.default_rng(0).normal(0, 0.03, 400))), rules)
+    assert few < 0.01  # one degree of freedom of zero variance pulls the prior down a little
+    assert many == pytest.approx(0.03, rel=0.1)
+    assert dof == 399 + 4
+
+
+def test_false_positive_rate_under_noise_is_at_most_alpha() -> None:
+    """Unchanged runs drawn from the model the rule assumes: flagged REGRESSED at most ~alpha of the time."""
+    rng = np.random.default_rng(7)
+    rules = Rules(delta=0.01, run_noise=0.005, resamples=300)
+    flagged = 0
+    trials = 300
+    for _ in range(trials):
+        runs = runs_of(rng, 1.0, runs=6, n=20, sd=0.01, run_sd=0.005)
+        if compare(runs[0], runs[1:], higher_is_better=False, rules=rules).verdict is Verdict.REGRESSED:
+            flagged += 1
+    assert flagged / trials <= 0.02
+
+
+def test_minimum_samples_to_reach_alpha() -> None:
+    assert samples_needed(Rules(delta=0.02), 5) == 4  # 1/C(9,4) = 1/126 < 0.01; 3 vs 5 gives 1/56
+    assert samples_needed(Rules(delta=0.02), 20) == 2
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [[1.0]]])
+def test_bad_samples_are_refused(bad: list) -> None:
+    with pytest.raises(ValueError):
+        compare(bad, [[1.0, 2.0, 3.0]], higher_is_better=False, rules=RULES)
+
+
+def test_rules_validate() -> None:
+    with pytest.raises(ValueError, match="delta"):
+        Rules(delta=2.0)

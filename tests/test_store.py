@@ -1,0 +1,109 @@
+"""Baseline files: naming, validation, atomic writes and merging concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.store import (
+    BaselineStore, MetricRun, NewCurve, NewMetric, StoreError, module_file_name, read_document, entry_key,
+)
+from pytest_gpuperf.store import Curve
+
+KEY = {"device": "cpu", "accelerator": None, "cpu": {"model": "x", "cores": 2, "ram_gib": 4}, "nodes": 1}
+STACK = {"torch": "2.13.0"}
+
+
+def new_metric(test: str, name: str, samples: list[float], stack: dict[str, str] = STACK) -> NewMetric:
+    return NewMetric(test=test, name=name, unit="s", higher_is_better=False,
+                     run=MetricRun(samples=samples, stack=stack, date="2026-01-01", summary={}))
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "expected"),
+    [
+        ("suites/test_micro.py::test_gemm[bf16]", "suites__test_micro.json"),
+        ("../../etc/passwd::t", "etc__passwd.json"),
+        ("a/./b\\c d.py::t", "a__b__c_d.json"),
+        ("/abs/x.py::t", "abs__x.json"),
+    ],
+)
+def test_module_file_names_never_leave_the_folder(nodeid: str, expected: str) -> None:
+    assert module_file_name(nodeid) == expected
+
+
+def test_entry_key_is_the_part_after_the_module() -> None:
+    assert entry_key("suites/test_x.py::TestA::test_b[1-2]") == "TestA::test_b[1-2]"
+
+
+def test_save_then_read_back(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path, "cpu-x", KEY)
+    store.save([new_metric("m.py::t", "time", [1.0, 2.0, 3.0])],
+               [NewCurve(test="m.py::t", name="loss", curve=Curve(steps=[0, 1], values=[2.0, 1.0], stack=STACK,
+                                                                    date="d"))], keep_runs=3)
+    baseline = store.metric("m.py::t", "time")
+    assert baseline is not None and baseline.runs[0].samples == [1.0, 2.0, 3.0]
+    assert store.curves("m.py::t", "loss")[0].values == [2.0, 1.0]
+    text = (tmp_path / "cpu-x" / "m.json").read_text()
+    assert text == json.dumps(json.loads(text), indent=1, sort_keys=True) + "\n"  # diffable: sorted, indented
+
+
+def test_same_stack_appends_runs_up_to_the_limit_new_stack_replaces(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path, "cpu-x", KEY)
+    for value in (1.0, 2.0, 3.0):
+        store.save([new_metric("m.py::t", "time", [value] * 3)], [], keep_runs=2)
+    assert [run.samples[0] for run in store.metric("m.py::t", "time").runs] == [2.0, 3.0]
+    store.save([new_metric("m.py::t", "time", [9.0] * 3, stack={"torch": "2.14.0"})], [], keep_runs=2)
+    assert [run.samples[0] for run in store.metric("m.py::t", "time").runs] == [9.0]
+
+
+def _writer(root: str, worker: int) -> None:
+    store = BaselineStore(Path(root), "cpu-x", KEY)
+    for index in range(10):
+        store.save([new_metric(f"m.py::t{worker}_{index}", "time", [1.0, 2.0, 3.0])], [], keep_runs=5)
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_writer, args=(str(tmp_path), n)) for n in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    document = read_document(tmp_path / "cpu-x" / "m.json")
+    assert len(document["tests"]) == 40
+    assert not list((tmp_path / "cpu-x").glob("*.tmp"))
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"schema": 1, "hardware_key": {}, "tests": {', "not valid JSON"),
+        ('{"schema": 99, "hardware_key": {}, "tests": {}}', "schema version 99"),
+        ('[1, 2]', "top level is not an object"),
+        ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
+         '"higher_is_better": false, "runs": [{"samples": [NaN], "summary": {}, "stack": {}, "date": ""}]}}}}}',
+         "not valid JSON"),
+        ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
+         '"higher_is_better": false, "runs": [{"samples": ["1"], "summary": {}, "stack": {}, "date": ""}]}}}}}',
+         "finite numbers"),
+    ],
+)
+def test_bad_files_are_named_and_left_alone(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "cpu-x" / "m.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    store = BaselineStore(tmp_path, "cpu-x", KEY)
+    with pytest.raises(StoreError, match=problem) as raised:
+        store.save([new_metric("m.py::t", "time", [1.0, 2.0, 3.0])], [], keep_runs=2)
+    assert str(path) in str(raised.value)
+    assert path.read_text() == content
+
+
+def test_unsafe_slug_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        BaselineStore(tmp_path, "../x", KEY)
