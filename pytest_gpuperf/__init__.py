@@ -13,6 +13,8 @@ _LAZY = {
     "RankFailed": "pytest_gpuperf.distributed",
     "current_mesh": "pytest_gpuperf.distributed",
     "is_reporting_rank": "pytest_gpuperf.distributed",
+    "FailureKind": "pytest_gpuperf.distributed",
+    "LaunchError": "pytest_gpuperf.distributed",
 }
 
 
