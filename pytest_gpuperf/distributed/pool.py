@@ -40,6 +40,16 @@ STOP_WAIT_S = 5.0
 MASTER_ADDR = "127.0.0.1"
 
 
+_CAUSE_ORDER = {
+    FailureKind.SIGNALED: 0,
+    FailureKind.EXITED: 0,
+    FailureKind.STARTUP: 1,
+    FailureKind.RAISED: 2,
+    FailureKind.TIMEOUT: 3,
+    FailureKind.STOPPED: 4,
+}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PoolKey:
     """What a pool of ranks is reusable for."""
@@ -214,6 +224,9 @@ class RankPool:
     ) -> RankFailed:
         """Dump the stacks of ranks still running, kill the pool and build the exception."""
         stacks = self._dump_stacks(sorted(pending))
+        # A dead process is the likeliest cause: its peers then raise gloo/NCCL "connection closed" errors,
+        # which may reach the parent first. Stable sort keeps arrival order within a kind.
+        failures.sort(key=lambda f: _CAUSE_ORDER[f.kind])
         first_failed = failures[0].rank if failures else None
         for r in sorted(pending):
             if startup:
