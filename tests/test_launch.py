@@ -165,6 +165,10 @@ def test_ranks_are_reused_across_calls():
     second = launch(process_id, world_size=2, timeout=60)
     assert first == second
     assert os.getpid() not in first and len(set(first)) == 2
+    # warm ranks leave nothing on disk: the stack-dump files were unlinked once the ranks had opened them
+    from pytest_gpuperf.distributed import pool
+
+    assert pool._pools and not any(os.path.exists(p._dump_dir) for p in pool._pools.values())
 
 
 def test_warm_ranks_import_functions_from_directories_added_after_they_started(tmp_path, monkeypatch):

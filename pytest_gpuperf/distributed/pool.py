@@ -81,7 +81,11 @@ class RankPool:
         self._closed = False
         self._processes: list[Any] = []
         self._conns: list[Any] = []
+        # One dump file per rank. The parent keeps a read handle on each and deletes the folder as soon as the
+        # ranks have opened them: the files then vanish with the last process, however this one ends (an xdist
+        # worker is killed by its controller, not shut down).
         self._dump_dir = tempfile.mkdtemp(prefix="gpuperf-ranks-")
+        self._dumps: list[Any] = []
         self._store = dist.TCPStore(
             MASTER_ADDR,
             0,
@@ -97,6 +101,7 @@ class RankPool:
             if failures or pending:
                 raise self._fail(failures, pending, "rank start-up", timeout_s=STARTUP_TIMEOUT_S, startup=True)
             self.pids = tuple(ready[r] for r in range(key.world_size))
+            shutil.rmtree(self._dump_dir, ignore_errors=True)
         except BaseException:
             self.kill()
             raise
@@ -118,6 +123,9 @@ class RankPool:
                 master_port=self._store.port,
             )
             environ.update(extra)
+            dump_path = os.path.join(self._dump_dir, f"rank{rank}.stack")
+            open(dump_path, "w").close()
+            self._dumps.append(open(dump_path, errors="replace"))
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             process = ctx.Process(
                 target=rank_main,
@@ -128,7 +136,7 @@ class RankPool:
                     "device_type": self.key.device_type,
                     "store_port": self._store.port,
                     "pg_timeout_s": pg_timeout_s,
-                    "dump_path": os.path.join(self._dump_dir, f"rank{rank}.stack"),
+                    "dump_path": dump_path,
                 },
                 name=f"gpuperf-rank{rank}",
                 daemon=True,
@@ -240,7 +248,6 @@ class RankPool:
         return RankFailed(failures, world_size=self.key.world_size, function=function)
 
     def _dump_stacks(self, ranks: list[int]) -> dict[int, str]:
-        paths = {r: os.path.join(self._dump_dir, f"rank{r}.stack") for r in ranks}
         signalled = []
         for r in ranks:
             pid = self._processes[r].pid
@@ -258,7 +265,7 @@ class RankPool:
             time.sleep(0.05)
             done = True
             for r in signalled:
-                size = os.path.getsize(paths[r]) if os.path.exists(paths[r]) else 0
+                size = os.fstat(self._dumps[r].fileno()).st_size
                 # Written, and not growing since the last look.
                 if size == 0 or sizes.get(r) != size:
                     done = False
@@ -267,8 +274,8 @@ class RankPool:
                 break
         for r in signalled:
             try:
-                with open(paths[r], errors="replace") as f:
-                    stacks[r] = _without_launcher_frames(f.read())
+                self._dumps[r].seek(0)
+                stacks[r] = _without_launcher_frames(self._dumps[r].read())
             except OSError:
                 pass
         return stacks
@@ -302,9 +309,9 @@ class RankPool:
                 os.kill(process.pid, signal.SIGKILL)
                 process.join()
             process.close()
-        for conn in self._conns:
-            conn.close()
-        self._processes, self._conns = [], []
+        for handle in [*self._conns, *self._dumps]:
+            handle.close()
+        self._processes, self._conns, self._dumps = [], [], []
         self._store = None
         shutil.rmtree(self._dump_dir, ignore_errors=True)
         self._closed = True
