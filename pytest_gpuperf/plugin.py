@@ -19,7 +19,10 @@ if TYPE_CHECKING:
     from pytest_gpuperf.session import GpuperfSession
 
 # Feature plugins (fixtures and options of each workload area); each imports torch only when used.
-pytest_plugins: tuple[str, ...] = ("pytest_gpuperf.junit_fingerprint",)
+pytest_plugins: tuple[str, ...] = (
+    "pytest_gpuperf.distributed.plugin",
+    "pytest_gpuperf.junit_fingerprint",
+)
 
 session_key = pytest.StashKey["GpuperfSession"]()
 perf_key = pytest.StashKey["Perf"]()
