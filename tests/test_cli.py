@@ -80,18 +80,23 @@ def run_plugin(folder: Path, *args: str, env: dict[str, str] | None = None) -> N
     os.chdir(folder)
     try:
         code = pytest.main(["-qq", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", str(folder),
-                            "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60", *args, "test_workload.py"])
+                            "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60", *args, "test_cli_workload.py"])
     finally:
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(saved)
+        # Forget the workload's modules, so later in-process runs (pytester) of files with the same name import
+        # their own.
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", "") or "").startswith(str(folder)):
+                del sys.modules[name]
     assert code == 0, f"plugin run {args} exited {code}"
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("runs")
-    (folder / "test_workload.py").write_text(WORKLOAD)
+    (folder / "test_cli_workload.py").write_text(WORKLOAD)
     (folder / "conftest.py").write_text(CONFTEST)
     (folder / "pytest.ini").write_text("[pytest]\n")
     slow = {"GPUPERF_TEST_SLOWDOWN": "1.5", "GPUPERF_TEST_DRIVER": "590.2"}
