@@ -189,6 +189,7 @@ def test_history_finds_the_step_and_attributes_it(runs: Path, capsys: pytest.Cap
 
 def test_report_is_self_contained_and_renders(runs: Path, capsys: pytest.CaptureFixture[str],
                                               tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
     report = tmp_path / "report.html"
     code, _, _ = gpuperf(capsys, "report", str(runs / "base"), str(runs / "new"), str(runs / "history"),
                          "-o", str(report))
