@@ -72,9 +72,12 @@ class Perf:
                 f"perf.record({name!r}): {len(values)} sample(s) given; a verdict needs at least 3 repeated "
                 "samples (more is better: a Mann-Whitney test of n vs n needs n >= 5 to reach p < 0.01)"
             )
-        bad = [value for value in values if not math.isfinite(value)]
+        bad = [value for value in values if not math.isfinite(value) or value <= 0]
         if bad:
-            raise ValueError(f"perf.record({name!r}): samples must be finite numbers, got {bad[:4]}")
+            raise ValueError(
+                f"perf.record({name!r}): samples must be finite positive numbers (times, rates, sizes: the "
+                f"verdict compares ratios), got {bad[:4]}"
+            )
         record = MetricRecord(
             name=name, unit=unit, higher_is_better=higher_is_better, samples=values, rounds=rounds,
             context=dict(context or {}),

@@ -155,8 +155,6 @@ def compare(
     now_spread = summarize(now).spread
     base_spread = float(np.median([summarize(run).spread for run in runs]))
     run_medians = np.array([np.median(run) for run in runs])
-    if np.any(run_medians <= 0) or np.median(now) <= 0:
-        raise ValueError("ratio verdicts need positive medians; record times or rates, not signed values")
 
     log_ratio = math.log(np.median(now)) - math.log(np.median(run_medians))
     if not higher_is_better:
@@ -292,6 +290,6 @@ def _as_array(samples: Sequence[float], what: str) -> np.ndarray:
     values = np.asarray(samples, dtype=float)
     if values.ndim != 1 or values.size == 0:
         raise ValueError(f"{what}: need a non-empty flat list of numbers, got shape {values.shape}")
-    if not np.all(np.isfinite(values)):
-        raise ValueError(f"{what}: samples must be finite numbers, got {values.tolist()[:8]}")
+    if not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise ValueError(f"{what}: samples must be finite positive numbers, got {values.tolist()[:8]}")
     return values
