@@ -44,8 +44,7 @@ def load_balancing_loss(router_probs: torch.Tensor, expert_index: torch.Tensor, 
 
     router_probs: (tokens, n_experts) softmax over all experts; expert_index: (tokens, k).
     """
-    counts = torch.zeros(n_experts, device=router_probs.device, dtype=torch.float32)
-    counts.scatter_add_(0, expert_index.reshape(-1), torch.ones(expert_index.numel(), device=counts.device))
+    counts = torch.bincount(expert_index.reshape(-1), minlength=n_experts).float()
     fraction = counts / expert_index.numel()
     mean_prob = router_probs.float().mean(0)
     return n_experts * torch.sum(fraction * mean_prob)
