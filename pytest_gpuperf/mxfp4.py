@@ -38,16 +38,14 @@ def quantize_dequantize(x: torch.Tensor, block_size: int = 32) -> torch.Tensor:
     blocks = xf.reshape(-1, block_size)
     amax = blocks.abs().amax(dim=-1, keepdim=True)
     exponent = torch.floor(torch.log2(amax)) - _E2M1_EMAX
-    exponent = torch.where(amax > 0, exponent, torch.zeros_like(exponent)).clamp(-127, 127)
+    exponent = torch.where(amax > 0, exponent, torch.zeros_like(exponent)).clamp_(-127, 127)
     scale = torch.exp2(exponent)
-    magnitude = (blocks / scale).abs().clamp(max=E2M1_MAX)
-    # e2m1 spacing is 0.5 below 2, 1 in [2, 4) and 2 in [4, 6]; torch.round rounds half to even
-    rounded = torch.where(
-        magnitude < 2,
-        torch.round(magnitude * 2) / 2,
-        torch.where(magnitude < 4, torch.round(magnitude), torch.round(magnitude / 2) * 2),
-    )
-    out = (torch.sign(blocks) * rounded * scale).reshape(xf.shape)
+    magnitude = (blocks / scale).abs_().clamp_(max=E2M1_MAX)
+    # The e2m1 step is 0.5 below 2, 1 in [2, 4) and 2 in [4, 6], i.e. 2**(clamp(floor(log2 m), 0, 2) - 1).
+    # Rounding m / step half-to-even (torch.round) rounds the mantissa half-to-even, as the spec asks.
+    step = torch.log2(magnitude).floor_().clamp_(0, _E2M1_EMAX).sub_(1).exp2_()
+    rounded = magnitude.div_(step).round_().mul_(step)
+    out = torch.copysign(rounded, blocks).mul_(scale).reshape(xf.shape)
     return out[..., :width] if pad else out
 
 
