@@ -1,0 +1,405 @@
+"""Llama-3-style dense decoder in plain torch: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+
+Layout follows Meta's reference implementation so distributed plans can target modules by name:
+``tok_embeddings``, ``layers[i].attention.{wq,wk,wv,wo}``, ``layers[i].feed_forward.{w1,w2,w3}``,
+``layers[i].{attention_norm,ffn_norm}``, ``norm``, ``output``. Each block is one entry of the ``layers``
+ModuleList, so FSDP2 can shard block by block; views use ``-1`` for the head count, so a tensor-parallel
+plan that shards ``wq/wk/wv`` column-wise and ``wo`` row-wise works without touching this file.
+
+The MoE family (``moe.py``) reuses everything here and swaps the feed-forward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "FeedForward",
+    "KVCache",
+    "LlamaConfig",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "Attention",
+    "Transformer",
+    "TransformerBlock",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LlamaConfig:
+    """Architecture of a Llama-style decoder (no training settings)."""
+
+    vocab_size: int
+    """Number of token ids; embedding rows and output logits."""
+    d_model: int
+    """Residual stream width (Meta's ``dim``)."""
+    n_layers: int
+    """Number of transformer blocks."""
+    n_heads: int
+    """Query heads; ``d_model`` must be divisible by it."""
+    n_kv_heads: int
+    """Key/value heads (grouped-query attention); must divide ``n_heads``."""
+    ffn_dim: int
+    """Hidden width of the SwiGLU MLP (``w1``/``w3`` output, ``w2`` input)."""
+    max_seq_len: int
+    """Longest sequence the rotary table covers (training or cache length)."""
+    rope_theta: float = 500_000.0
+    """RoPE base frequency (Llama 3: 500000; Llama 2: 10000; Mixtral: 1e6)."""
+    norm_eps: float = 1e-5
+    """Epsilon of every RMSNorm."""
+    tie_embeddings: bool = False
+    """Share the output projection with the token embedding (Llama 3 8B+ are untied)."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"LlamaConfig.{name} must be a positive int, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"LlamaConfig: d_model {self.d_model} is not divisible by n_heads {self.n_heads}; "
+                "pick a head count that divides the width"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"LlamaConfig: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads} "
+                "(grouped-query attention shares each kv head among n_heads/n_kv_heads query heads)"
+            )
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"LlamaConfig: head_dim {self.d_model // self.n_heads} must be even for RoPE")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square layer norm, computed in fp32 and cast back (as Meta's reference does)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight.to(x.dtype)
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding on adjacent pairs of each head's channels (Meta's complex form, in reals).
+
+    The cos/sin tables are non-persistent buffers; they are cast to the activation dtype in ``forward``
+    because DeepSpeed's bf16 engine no longer casts buffers, and fp32 tables meeting bf16 q/k fail in SDPA.
+    """
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.max_seq_len = max_seq_len
+        self.theta = theta
+        cos, sin = self._tables(None)  # on the device of the enclosing torch.device context, if any
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def _tables(self, device: torch.device | None) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float64) / self.head_dim))
+        angles = torch.outer(torch.arange(self.max_seq_len, device=device, dtype=torch.float64), inv_freq)
+        return angles.cos().float(), angles.sin().float()
+
+    def reset_parameters(self) -> None:
+        """Recompute the tables in place (after ``to_empty`` from the meta device)."""
+        cos, sin = self._tables(self.cos.device)
+        with torch.no_grad():
+            self.cos.copy_(cos)
+            self.sin.copy_(sin)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x`` of shape (batch, seq, heads, head_dim) at integer ``positions`` (seq,) or (batch, seq)."""
+        cos = self.cos[positions].to(x.dtype)
+        sin = self.sin[positions].to(x.dtype)
+        if positions.dim() == 1:  # shared positions: (seq, half) -> broadcast over batch
+            cos, sin = cos[None], sin[None]
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # (batch, seq, 1, half)
+        pairs = x.unflatten(-1, (-1, 2))
+        even, odd = pairs[..., 0], pairs[..., 1]
+        rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+        return rotated.flatten(-2)
+
+
+def _on_meta() -> bool:
+    """True while modules are being built under ``torch.device('meta')`` (deferred init for FSDP2)."""
+    return torch.empty(0).device.type == "meta"
+
+
+class KVCache:
+    """Preallocated key/value cache for incremental decoding, one (k, v) pair per layer.
+
+    Tensors are (batch, max_len, n_kv_heads, head_dim). A forward with ``start_pos`` writes its T new keys
+    at positions ``start_pos : start_pos + T`` of each row. ``start_pos`` may be an int (every row at the same
+    position) or a LongTensor (batch,) so that rows of a continuous batch sit at different positions. Entries
+    past a row's current position are never attended to (the attention mask hides them), so a slot is
+    reused for a new request simply by prefilling it again from position 0.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_layers: int,
+        batch_size: int,
+        max_len: int,
+        n_kv_heads: int,
+        head_dim: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        shape = (batch_size, max_len, n_kv_heads, head_dim)
+        self.batch_size = batch_size
+        self.max_len = max_len
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+
+    @classmethod
+    def for_model(
+        cls,
+        model: Transformer,
+        *,
+        batch_size: int,
+        max_len: int | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> KVCache:
+        """A cache shaped for ``model`` (on its device, in its parameter dtype unless ``dtype`` is given)."""
+        cfg = model.config
+        param = next(model.parameters())
+        return cls(
+            n_layers=len(model.layers),
+            batch_size=batch_size,
+            max_len=cfg.max_seq_len if max_len is None else max_len,
+            n_kv_heads=cfg.n_kv_heads,
+            head_dim=cfg.head_dim,
+            device=param.device,
+            dtype=dtype or param.dtype,
+        )
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+    def update(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, end: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k, v`` (batch, T, kv_heads, head_dim) at ``positions`` (batch, T); return keys/values so far.
+
+        ``end`` is ``max(positions) + 1``, computed once per forward by the caller (it costs a device sync);
+        the returned tensors cover positions ``0 .. end`` of every row.
+        """
+        batch, seq = positions.shape
+        if batch != self.batch_size:
+            raise ValueError(f"KVCache holds {self.batch_size} rows, forward got a batch of {batch}")
+        if end > self.max_len:
+            raise ValueError(
+                f"KVCache: writing position {end - 1} but max_len is {self.max_len}; allocate a longer cache"
+            )
+        rows = torch.arange(batch, device=positions.device)[:, None].expand(batch, seq)
+        k_cache, v_cache = self.k[layer], self.v[layer]
+        k_cache[rows, positions] = k.to(k_cache.dtype)
+        v_cache[rows, positions] = v.to(v_cache.dtype)
+        return k_cache[:, :end], v_cache[:, :end]
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention through ``F.scaled_dot_product_attention``."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.head_dim = cfg.head_dim
+        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        rope: RotaryEmbedding,
+        positions: torch.Tensor,
+        cache: KVCache | None,
+        layer: int,
+        end: int,
+    ) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        # -1 heads: under tensor parallelism each rank holds n_heads/tp of them.
+        q = self.wq(x).view(batch, seq, -1, self.head_dim)
+        k = self.wk(x).view(batch, seq, -1, self.head_dim)
+        v = self.wv(x).view(batch, seq, -1, self.head_dim)
+        q, k = rope(q, positions), rope(k, positions)
+        if cache is None:
+            mask = None
+        else:
+            # positions is (batch, seq) here; a key at j is visible to a query at p when j <= p.
+            k, v = cache.update(layer, k, v, positions, end)
+            key_pos = torch.arange(k.shape[1], device=x.device)
+            mask = (key_pos[None, None, :] <= positions[:, :, None])[:, None]  # (batch, 1, seq, keys)
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (batch, heads, seq, head_dim)
+        n_rep = q.shape[1] // k.shape[1]
+        if n_rep > 1:
+            k = k.repeat_interleave(n_rep, dim=1)
+            v = v.repeat_interleave(n_rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        for lin in (self.wq, self.wk, self.wv):
+            nn.init.trunc_normal_(lin.weight, std=std, a=-3 * std, b=3 * std)
+        nn.init.trunc_normal_(self.wo.weight, std=out_std, a=-3 * out_std, b=3 * out_std)
+
+
+class FeedForward(nn.Module):
+    """SwiGLU MLP: ``w2(silu(w1 x) * w3 x)``."""
+
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(d_model, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, d_model, bias=False)
+        self.w3 = nn.Linear(d_model, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        for lin, s in ((self.w1, std), (self.w3, std), (self.w2, out_std)):
+            nn.init.trunc_normal_(lin.weight, std=s, a=-3 * s, b=3 * s)
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: ``h = x + attn(norm(x)); out = h + ffn(norm(h))``."""
+
+    def __init__(self, cfg: LlamaConfig, feed_forward: nn.Module) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.feed_forward = feed_forward
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        rope: RotaryEmbedding,
+        positions: torch.Tensor,
+        cache: KVCache | None,
+        layer: int,
+        end: int,
+    ) -> torch.Tensor:
+        h = x + self.attention(
+            self.attention_norm(x), rope=rope, positions=positions, cache=cache, layer=layer, end=end
+        )
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Transformer(nn.Module):
+    """Decoder-only language model. ``forward(tokens) -> logits`` (batch, seq, vocab).
+
+    Families differ only by the feed-forward each block gets (``ffn_factory``); the dense Llama uses
+    :class:`FeedForward`. ``forward(..., return_aux_loss=True)`` returns ``(logits, aux)`` where ``aux`` is
+    the sum of the blocks' auxiliary losses (zero for dense models; the MoE load-balancing loss otherwise),
+    so one training loop serves both families and DDP/FSDP wrappers still see a plain ``forward`` call.
+    """
+
+    def __init__(
+        self,
+        cfg: LlamaConfig,
+        *,
+        ffn_factory: Callable[[LlamaConfig], nn.Module] | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = cfg
+        factory = ffn_factory or (lambda c: FeedForward(c.d_model, c.ffn_dim))
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        self.layers = nn.ModuleList(TransformerBlock(cfg, factory(cfg)) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        if not _on_meta():
+            self.init_weights()
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter and buffer from the global RNG.
+
+        Truncated normal with std 0.02; residual output projections (``wo``, ``w2`` and the experts' ``w2``)
+        scaled by 1/sqrt(2 n_layers) as in GPT-2/Megatron. Call after ``to_empty`` when built on meta.
+        """
+        std = 0.02
+        out_std = std / math.sqrt(2 * self.config.n_layers)
+        nn.init.normal_(self.tok_embeddings.weight, std=1.0 if not self.config.tie_embeddings else std)
+        self.rope.reset_parameters()
+        for block in self.layers:
+            block.attention_norm.reset_parameters()
+            block.ffn_norm.reset_parameters()
+            block.attention.reset_parameters(std, out_std)
+            block.feed_forward.reset_parameters(std, out_std)
+        self.norm.reset_parameters()
+        if not self.config.tie_embeddings:
+            bound = self.config.d_model**-0.5
+            nn.init.trunc_normal_(self.output.weight, std=bound, a=-3 * bound, b=3 * bound)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        *,
+        cache: KVCache | None = None,
+        start_pos: int | torch.Tensor = 0,
+        return_aux_loss: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits for ``tokens`` (batch, seq).
+
+        Without ``cache``: a causal training forward over positions ``start_pos .. start_pos + seq``.
+        With ``cache``: keys/values are written to it at ``start_pos`` (int, or LongTensor (batch,) for
+        rows at different positions) and every query attends to all cached positions up to its own, so a
+        prefill followed by one-token decode steps yields the logits of a full forward.
+        """
+        batch, seq = tokens.shape
+        offsets = torch.arange(seq, device=tokens.device)
+        if isinstance(start_pos, torch.Tensor):
+            if start_pos.shape != (batch,):
+                raise ValueError(f"start_pos tensor must have shape ({batch},), got {tuple(start_pos.shape)}")
+            positions = start_pos.to(tokens.device, torch.long)[:, None] + offsets
+        else:
+            positions = offsets + start_pos
+            if cache is not None:
+                positions = positions[None].expand(batch, seq)
+        # One host sync at most per forward (none for the int start_pos of training).
+        end = int(positions.max()) + 1 if isinstance(start_pos, torch.Tensor) else start_pos + seq
+        if end > self.config.max_seq_len:
+            raise ValueError(
+                f"position {end - 1} exceeds max_seq_len {self.config.max_seq_len} of the model; "
+                "build the spec with a larger max_seq_len"
+            )
+        h = self.tok_embeddings(tokens)
+        for i, block in enumerate(self.layers):
+            h = block(h, rope=self.rope, positions=positions, cache=cache, layer=i, end=end)
+        logits = self.output(self.norm(h))
+        if not return_aux_loss:
+            return logits
+        return logits, self.aux_loss()
+
+    def aux_loss(self) -> torch.Tensor:
+        """Sum of the auxiliary losses the blocks' feed-forwards recorded in the last forward (0 if none)."""
+        terms = [getattr(block.feed_forward, "aux_loss", None) for block in self.layers]
+        terms = [t for t in terms if t is not None]
+        if not terms:
+            return self.norm.weight.new_zeros(())
+        return torch.stack(terms).sum()
