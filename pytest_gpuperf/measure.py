@@ -211,6 +211,14 @@ class Perf:
         """
         return TelemetryWindow(self._telemetry)
 
+    def metric(self, name: str) -> MetricRecord:
+        """The record of a metric already measured in this test (to add context such as the peak it reached)."""
+        for metric in self.metrics:
+            if metric.name == name:
+                return metric
+        raise KeyError(f"no metric {name!r} recorded in {self.nodeid}; recorded: "
+                       f"{', '.join(m.name for m in self.metrics) or 'none'}")
+
     def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
         """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks."""
         steps_list = [int(step) for step in steps]

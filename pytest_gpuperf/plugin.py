@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from pytest_gpuperf.session import GpuperfSession
 
 # Feature plugins (fixtures and options of each workload area); each imports torch only when used.
-pytest_plugins: tuple[str, ...] = ()
+pytest_plugins: tuple[str, ...] = (
+    "pytest_gpuperf.micro.plugin",
+)
 
 session_key = pytest.StashKey["GpuperfSession"]()
 perf_key = pytest.StashKey["Perf"]()
