@@ -17,9 +17,8 @@ import pytest
 def test_work(perf):
     slow = float(os.environ.get("GPUPERF_TEST_SLOWDOWN", "1.0"))
     def call():
-        end = time.perf_counter() + 0.004 * slow
-        while time.perf_counter() < end:
-            pass
+        # Sleeping, not spinning: its duration hardly moves when other processes load the CPU.
+        time.sleep(0.004 * slow)
     perf.measure("call_time", call, repeats=15, warmup=1)
 
 @pytest.mark.perf
@@ -50,13 +49,16 @@ def test_save_rerun_unchanged_passes_then_slower_is_regressed(project: pytest.Py
     assert set(document["tests"]) == {"test_work", "test_rate"}
     assert len(document["tests"]["test_work"]["metrics"]["call_time"]["runs"][0]["samples"]) == 15
 
-    again = project.runpytest("-m", "perf", "--gpuperf-device", "cpu")
+    # A 10% threshold: what is tested here is the plumbing, not the noise floor of a busy CI machine
+    # (the statistics have their own tests and benchmark).
+    again = project.runpytest("-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-threshold", "10")
     again.assert_outcomes(passed=2)
     assert "REGRESSED" not in again.stdout.str()
 
     monkeypatch.setenv("GPUPERF_TEST_SLOWDOWN", "1.3")
     # The noise limit is raised so that a busy CI machine's jitter cannot turn this into NOISY.
     slower = project.runpytest("-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60",
+                               "--gpuperf-threshold", "10",
                                "--junitxml", "junit.xml")
     slower.assert_outcomes(passed=1, failed=1)
     slower.stdout.fnmatch_lines([

@@ -1,0 +1,367 @@
+"""The parent side of the launcher: a pool of spawned rank processes reused across calls of the same shape.
+
+A pool is keyed by (world size, backend, device type). It is started on first use, kept while calls succeed,
+and torn down after any failure (a rank that raised, hung, died or could not start) so that the next call gets
+fresh ranks and a fresh process group. Starting ranks costs seconds (process start and ``import torch``); a
+call on a warm pool costs a pipe round-trip.
+
+Ports: the parent keeps a ``TCPStore`` bound to port 0 (the kernel picks a free port atomically) open for the
+life of the pool and the ranks join it as clients; gloo/NCCL exchange their own addresses through that store.
+Nothing binds a fixed or pre-probed port, so parallel pytest-xdist workers cannot collide.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+from pytest_gpuperf.distributed.environment import rank_variables
+from pytest_gpuperf.distributed.errors import FailureKind, LaunchError, RankFailed, RankFailure, describe_exitcode
+from pytest_gpuperf.distributed.worker import DUMP_SIGNAL, rank_main
+
+STARTUP_TIMEOUT_S = 180.0
+"""Ranks must be ready (torch imported, process group joined) within this; 4 ranks on 2 busy cores take ~10 s."""
+FAILURE_GRACE_S = 0.5
+"""After a first failure, how long the other ranks get to report before they are stopped and dumped."""
+DUMP_WAIT_S = 2.0
+"""How long to wait for a signalled rank to finish writing its faulthandler dump."""
+STOP_WAIT_S = 5.0
+"""How long a graceful shutdown waits for a rank to leave its process group before killing it."""
+MASTER_ADDR = "127.0.0.1"
+
+
+_CAUSE_ORDER = {
+    FailureKind.SIGNALED: 0,
+    FailureKind.EXITED: 0,
+    FailureKind.STARTUP: 1,
+    FailureKind.RAISED: 2,
+    FailureKind.TIMEOUT: 3,
+    FailureKind.STOPPED: 4,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolKey:
+    """What a pool of ranks is reusable for."""
+
+    world_size: int
+    backend: str
+    device_type: str
+
+
+def default_pg_timeout_s() -> float:
+    """Process-group timeout: GPUPERF_PG_TIMEOUT seconds, or 60 (gloo's own default is 30 minutes)."""
+    raw = os.environ.get("GPUPERF_PG_TIMEOUT", "60")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise LaunchError(f"GPUPERF_PG_TIMEOUT={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise LaunchError(f"GPUPERF_PG_TIMEOUT={raw!r} must be positive")
+    return value
+
+
+class RankPool:
+    """Rank processes of one ``PoolKey``, each holding its process group, each running every submitted task."""
+
+    def __init__(self, key: PoolKey, *, pg_timeout_s: float) -> None:
+        import torch.distributed as dist
+
+        self.key = key
+        self._closed = False
+        self._processes: list[Any] = []
+        self._conns: list[Any] = []
+        # One dump file per rank. The parent keeps a read handle on each and deletes the folder as soon as the
+        # ranks have opened them: the files then vanish with the last process, however this one ends (an xdist
+        # worker is killed by its controller, not shut down).
+        self._dump_dir = tempfile.mkdtemp(prefix="gpuperf-ranks-")
+        self._dumps: list[Any] = []
+        self._store = dist.TCPStore(
+            MASTER_ADDR,
+            0,
+            None,
+            is_master=True,
+            timeout=datetime.timedelta(seconds=pg_timeout_s),
+            wait_for_workers=False,
+        )
+        self.pids: tuple[int, ...] = ()
+        try:
+            self._spawn(pg_timeout_s)
+            ready, failures, pending = self._collect(time.monotonic() + STARTUP_TIMEOUT_S, startup=True)
+            if failures or pending:
+                raise self._fail(failures, pending, "rank start-up", timeout_s=STARTUP_TIMEOUT_S, startup=True)
+            self.pids = tuple(ready[r] for r in range(key.world_size))
+            shutil.rmtree(self._dump_dir, ignore_errors=True)
+        except BaseException:
+            self.kill()
+            raise
+
+    def _spawn(self, pg_timeout_s: float) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        extra: dict[str, str] = {}
+        if self.key.device_type == "cpu":
+            # Single host: keep gloo on loopback even where the hostname does not resolve.
+            extra.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
+        if "OMP_NUM_THREADS" not in os.environ:
+            # As torchrun does: N ranks each using every core oversubscribe the machine.
+            extra["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.key.world_size))
+        for rank in range(self.key.world_size):
+            environ = rank_variables(
+                rank=rank,
+                world_size=self.key.world_size,
+                master_addr=MASTER_ADDR,
+                master_port=self._store.port,
+            )
+            environ.update(extra)
+            dump_path = os.path.join(self._dump_dir, f"rank{rank}.stack")
+            open(dump_path, "w").close()
+            self._dumps.append(open(dump_path, errors="replace"))
+            parent_conn, child_conn = ctx.Pipe(duplex=True)
+            process = ctx.Process(
+                target=rank_main,
+                kwargs={
+                    "conn": child_conn,
+                    "environ": environ,
+                    "backend": self.key.backend,
+                    "device_type": self.key.device_type,
+                    "store_port": self._store.port,
+                    "pg_timeout_s": pg_timeout_s,
+                    "dump_path": dump_path,
+                },
+                name=f"gpuperf-rank{rank}",
+                daemon=True,
+            )
+            process.start()
+            child_conn.close()
+            self._processes.append(process)
+            self._conns.append(parent_conn)
+
+    def healthy(self) -> bool:
+        return not self._closed and all(p.is_alive() for p in self._processes)
+
+    def run(self, payload: bytes, *, timeout_s: float, function: str) -> list[Any]:
+        """Run one pickled ``("run", sys.path, Task)`` message in every rank; the return values in rank order."""
+        for conn in self._conns:
+            try:
+                conn.send_bytes(payload)
+            except OSError:
+                pass  # that rank is dead; _collect reports how it ended
+        values, failures, pending = self._collect(time.monotonic() + timeout_s, startup=False)
+        if failures or pending:
+            raise self._fail(failures, pending, function, timeout_s=timeout_s, startup=False)
+        return [values[r] for r in range(self.key.world_size)]
+
+    def _collect(
+        self, deadline: float, *, startup: bool
+    ) -> tuple[dict[int, Any], list[RankFailure], set[int]]:
+        """Wait for every rank's answer; stop early (after a short grace) once one rank failed."""
+        pending = set(range(self.key.world_size))
+        values: dict[int, Any] = {}
+        failures: list[RankFailure] = []
+        grace_end: float | None = None
+        while pending:
+            limit = deadline if grace_end is None else min(deadline, grace_end)
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                break
+            owners: dict[Any, int] = {}
+            for r in pending:
+                owners[self._conns[r]] = r
+                owners[self._processes[r].sentinel] = r
+            for ready in wait(list(owners), timeout=remaining):
+                r = owners[ready]
+                if r not in pending:
+                    continue
+                outcome = self._receive(r, startup=startup)
+                if outcome is None:
+                    continue
+                pending.discard(r)
+                if isinstance(outcome, RankFailure):
+                    failures.append(outcome)
+                else:
+                    values[r] = outcome[0]
+            if failures and grace_end is None:
+                grace_end = time.monotonic() + FAILURE_GRACE_S
+        return values, failures, pending
+
+    def _receive(self, r: int, *, startup: bool) -> RankFailure | tuple[Any] | None:
+        """The rank's next answer, its death, or None when it has neither yet."""
+        conn = self._conns[r]
+        try:
+            has_message = conn.poll(0)
+        except OSError:
+            has_message = False
+        if has_message:
+            try:
+                message = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                message = None
+            except Exception as exc:
+                return RankFailure(
+                    rank=r,
+                    kind=FailureKind.RAISED,
+                    summary=f"its answer could not be unpickled in the parent: {type(exc).__name__}: {exc}",
+                )
+            if message is not None:
+                status = message[0]
+                if status in ("ok", "ready"):
+                    return (message[1],)
+                kind = FailureKind.STARTUP if status == "startup-error" else FailureKind.RAISED
+                return RankFailure(rank=r, kind=kind, summary=message[1], detail=message[2])
+        process = self._processes[r]
+        if process.is_alive():
+            return None
+        process.join(1.0)
+        kind, summary = describe_exitcode(process.exitcode)
+        if startup:
+            kind, summary = FailureKind.STARTUP, f"{summary} during start-up"
+        return RankFailure(rank=r, kind=kind, summary=summary, exitcode=process.exitcode)
+
+    def _fail(
+        self, failures: list[RankFailure], pending: set[int], function: str, *, timeout_s: float, startup: bool
+    ) -> RankFailed:
+        """Dump the stacks of ranks still running, kill the pool and build the exception."""
+        stacks = self._dump_stacks(sorted(pending))
+        # A dead process is the likeliest cause: its peers then raise gloo/NCCL "connection closed" errors,
+        # which may reach the parent first. Stable sort keeps arrival order within a kind.
+        failures.sort(key=lambda f: _CAUSE_ORDER[f.kind])
+        first_failed = failures[0].rank if failures else None
+        for r in sorted(pending):
+            if startup:
+                kind, summary = FailureKind.STARTUP, f"not ready after {timeout_s:g} s"
+            elif first_failed is not None:
+                kind, summary = FailureKind.STOPPED, f"stopped because rank {first_failed} failed"
+            else:
+                kind, summary = FailureKind.TIMEOUT, f"still running after the {timeout_s:g} s timeout"
+            failures.append(RankFailure(rank=r, kind=kind, summary=summary, stack=stacks.get(r, "")))
+        self.kill()
+        return RankFailed(failures, world_size=self.key.world_size, function=function)
+
+    def _dump_stacks(self, ranks: list[int]) -> dict[int, str]:
+        signalled = []
+        for r in ranks:
+            pid = self._processes[r].pid
+            if pid is None or not self._processes[r].is_alive():
+                continue
+            try:
+                os.kill(pid, DUMP_SIGNAL)
+                signalled.append(r)
+            except ProcessLookupError:
+                pass
+        stacks: dict[int, str] = {}
+        deadline = time.monotonic() + DUMP_WAIT_S
+        sizes: dict[int, int] = {}
+        while signalled and time.monotonic() < deadline:
+            time.sleep(0.05)
+            done = True
+            for r in signalled:
+                size = os.fstat(self._dumps[r].fileno()).st_size
+                # Written, and not growing since the last look.
+                if size == 0 or sizes.get(r) != size:
+                    done = False
+                sizes[r] = size
+            if done:
+                break
+        for r in signalled:
+            try:
+                self._dumps[r].seek(0)
+                stacks[r] = _without_launcher_frames(self._dumps[r].read())
+            except OSError:
+                pass
+        return stacks
+
+    def kill(self) -> None:
+        """Kill every rank now and release the store, pipes and dump files."""
+        for process in self._processes:
+            if process.is_alive():
+                process.kill()
+        self._release()
+
+    def close(self) -> None:
+        """Let each rank leave its process group and exit; kill the ones that do not in time."""
+        if self._closed:
+            return
+        stop = pickle.dumps(("stop",))
+        for conn in self._conns:
+            try:
+                conn.send_bytes(stop)
+            except OSError:
+                pass
+        deadline = time.monotonic() + STOP_WAIT_S
+        for process in self._processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        self.kill()
+
+    def _release(self) -> None:
+        for process in self._processes:
+            process.join(5.0)
+            if process.is_alive():  # pragma: no cover - SIGKILL not delivered within 5 s
+                os.kill(process.pid, signal.SIGKILL)
+                process.join()
+            process.close()
+        for handle in [*self._conns, *self._dumps]:
+            handle.close()
+        self._processes, self._conns, self._dumps = [], [], []
+        self._store = None
+        shutil.rmtree(self._dump_dir, ignore_errors=True)
+        self._closed = True
+
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+_MULTIPROCESSING_DIR = os.path.dirname(os.path.abspath(multiprocessing.__file__))
+
+
+def _without_launcher_frames(dump: str) -> str:
+    """A faulthandler dump without the frames of the rank's own loop and of multiprocessing's bootstrap."""
+    kept = []
+    for line in dump.splitlines():
+        stripped = line.strip()
+        if stripped.startswith('File "'):
+            path = stripped[len('File "'):].split('"', 1)[0]
+            if path == "<string>" or os.path.dirname(path) in (_OWN_DIR, _MULTIPROCESSING_DIR):
+                continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+_pools: dict[PoolKey, RankPool] = {}
+
+
+def get_pool(key: PoolKey) -> RankPool:
+    """The warm pool for ``key``, started (or restarted, if a rank died since the last call) when needed."""
+    pool = _pools.get(key)
+    if pool is not None and not pool.healthy():
+        pool.kill()
+        pool = None
+    if pool is None:
+        _pools.pop(key, None)
+        pool = RankPool(key, pg_timeout_s=default_pg_timeout_s())
+        _pools[key] = pool
+    return pool
+
+
+def discard_pool(key: PoolKey) -> None:
+    """Forget (and kill) the pool of ``key``: after a failure, or when the caller was interrupted."""
+    pool = _pools.pop(key, None)
+    if pool is not None:
+        pool.kill()
+
+
+def shutdown() -> None:
+    """Stop every pool (registered at exit; call it to free the ranks' memory earlier)."""
+    while _pools:
+        _, pool = _pools.popitem()
+        pool.close()
+
+
+atexit.register(shutdown)

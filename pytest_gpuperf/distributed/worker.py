@@ -1,0 +1,144 @@
+"""The main loop of a pooled rank process: set up once, then run every task the parent sends.
+
+Protocol over one duplex pipe (pickled tuples, sent with ``send_bytes`` so that tensors are copied by plain
+pickle rather than through torch's shared-memory reductions, which would leave files in /dev/shm):
+
+- parent -> rank: ``("run", sys.path, pickled Task)`` or ``("stop",)``
+- rank -> parent: ``("ready", pid)``, ``("startup-error", summary, traceback)``, ``("ok", value)`` or
+  ``("error", summary, traceback)``
+
+Before anything else the rank registers a faulthandler dump of all its threads on SIGUSR1 into a file the
+parent names: the parent signals a rank it is about to kill (hung, or stopped because a peer failed) and puts
+that dump into the failure, even when the rank is stuck inside a C++ collective.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import traceback
+from typing import Any
+
+DUMP_SIGNAL = signal.SIGUSR1
+
+
+def _die_with_parent() -> None:
+    # A rank must not outlive pytest (e.g. pytest killed by a CI timeout while a rank hangs in a collective).
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _send(conn: Any, message: tuple[Any, ...]) -> None:
+    try:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # the result (or an exception in it) cannot be pickled
+        summary = f"the return value could not be pickled to send to the parent: {type(exc).__name__}: {exc}"
+        payload = pickle.dumps(("error", summary, traceback.format_exc()))
+    conn.send_bytes(payload)
+
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def format_user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` without the launcher's own leading frames: it starts in the user's function."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and os.path.dirname(
+        os.path.abspath(tb.tb_frame.f_code.co_filename)
+    ) == _OWN_DIR:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _summary(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def rank_main(
+    *,
+    conn: Any,
+    environ: dict[str, str],
+    backend: str,
+    device_type: str,
+    store_port: int,
+    pg_timeout_s: float,
+    dump_path: str,
+) -> None:
+    """Entry point of a spawned rank (the ``target`` of its ``multiprocessing`` process)."""
+    _die_with_parent()
+    # Ctrl-C reaches the whole process group; the parent handles it and tears the ranks down.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Kept open for the life of the rank (faulthandler writes to its fd); the parent may delete the name.
+    dump_file = open(dump_path, "a")
+    faulthandler.register(DUMP_SIGNAL, file=dump_file, all_threads=True)
+    os.environ.update(environ)
+    rank = int(environ["RANK"])
+    world_size = int(environ["WORLD_SIZE"])
+    try:
+        import datetime
+
+        import torch.distributed as dist
+
+        from pytest_gpuperf.distributed import rank as rank_state
+
+        store = dist.TCPStore(
+            environ["MASTER_ADDR"],
+            store_port,
+            world_size,
+            is_master=False,
+            timeout=datetime.timedelta(seconds=pg_timeout_s),
+        )
+        rank_state.init_process_group(
+            backend=backend,
+            device_type=device_type,
+            timeout_s=pg_timeout_s,
+            rank=rank,
+            world_size=world_size,
+            store=store,
+            local_rank=int(environ["LOCAL_RANK"]),
+        )
+    except BaseException as exc:
+        _send(conn, ("startup-error", _summary(exc), traceback.format_exc()))
+        return
+    _send(conn, ("ready", os.getpid()))
+    while True:
+        try:
+            message = pickle.loads(conn.recv_bytes())
+        except EOFError:  # the parent went away
+            break
+        if message[0] == "stop":
+            break
+        _, parent_path, task_bytes = message
+        # The parent's import path now, not at spawn time: a later test module may live in a new directory.
+        sys.path[:] = [*parent_path, *(p for p in sys.path if p not in parent_path)]
+        try:
+            task = pickle.loads(task_bytes)
+        except Exception as exc:  # fn or an argument is not importable here
+            _send(conn, ("error", f"the task could not be unpickled in the rank: {_summary(exc)}",
+                         traceback.format_exc()))
+            continue
+        try:
+            value = rank_state.run_task(task)
+        except BaseException as exc:
+            _send(conn, ("error", _summary(exc), format_user_traceback(exc)))
+        else:
+            _send(conn, ("ok", value))
+    try:
+        dist.destroy_process_group()
+    finally:
+        # Skip the interpreter's teardown of torch (seconds per rank): nothing is left to clean up here.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
