@@ -31,7 +31,7 @@ LLAMA3_8B = {
     "llama3_8b_gate_up": (4096, 2 * 14336),  # fused gate and up projections of the SwiGLU FFN
     "llama3_8b_down": (14336, 4096),
 }
-GEMM_TOKENS = {"cpu": 16, "cuda": 8192}  # a decode-sized batch on CPU; 4 sequences of 2048 tokens on a GPU
+GEMM_TOKENS = {"cpu": 64, "cuda": 8192}  # CPU: enough tokens to be compute-bound; GPU: 4 sequences of 2048
 SQUARE = {"cpu": 512, "cuda": 8192}  # 512: ~3 ms per fp32 call on one CPU thread, long enough to time
 # The 4096 x 28672 weight is 470 MB in fp32: a GPU-tier shape only.
 CPU_SHAPES = frozenset({"square", "llama3_8b_qkv", "llama3_8b_o", "llama3_8b_down"})
