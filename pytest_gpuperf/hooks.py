@@ -15,3 +15,13 @@ def pytest_gpuperf_stack(config: pytest.Config) -> dict[str, str] | None:
 @pytest.hookspec
 def pytest_gpuperf_judged(item: pytest.Item, results: list[Any]) -> None:
     """Called after a test's metrics were judged, with its list of ``session.MetricResult``."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_gpuperf_telemetry_reader(config: pytest.Config, device: str) -> Any:
+    """The session's device telemetry source for ``device`` ("cpu" or "cuda"), opened once, on first use.
+
+    Return a ``telemetry.DeviceReader``, a ``telemetry.TelemetryUnavailable`` saying why there is none (reported
+    once in the summary), or None where no telemetry is expected. The default opens NVML or amdsmi on cuda runs
+    and expects nothing on CPU; implement it to read another source or to replay recorded samples in tests.
+    """

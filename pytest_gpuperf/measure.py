@@ -10,6 +10,10 @@ from typing import Any
 
 from pytest_gpuperf.stats import summarize
 from pytest_gpuperf.store import Curve
+from pytest_gpuperf.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, judge_clocks
+
+Timer = Callable[[Callable[[], object], int], list[float]]
+"""Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -33,6 +37,56 @@ class CurveRecord:
     values: list[float]
 
 
+class TelemetryWindow:
+    """What the device reported while a ``with perf.watch()`` block ran.
+
+    Without a telemetry reader (CPU runs, no NVML/amdsmi) it samples nothing and ``context`` is empty: nothing is
+    invented. A reader that fails mid-window is reported in ``context`` instead of failing the measurement.
+    """
+
+    def __init__(self, reader: DeviceReader | None) -> None:
+        self._reader = reader
+        self._sampler: TelemetrySampler | None = None
+        self.summary: TelemetrySummary | None = None
+        """The window's summary (clocks, power, throttling), once the block has ended."""
+        self.error: str | None = None
+
+    def __enter__(self) -> TelemetryWindow:
+        if self._reader is not None:
+            self._sampler = TelemetrySampler(self._reader)
+            self._sampler.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._sampler is None:
+            return
+        try:
+            self._sampler.__exit__(*exc_info)
+        except RuntimeError as error:
+            self.error = str(error)
+            return
+        self.summary = self._sampler.trace.summary()
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """For ``perf.record(..., context=window.context)``: the summary under "telemetry" (the key the verdict
+        reads the clocks from), or nothing."""
+        if self.summary is not None:
+            assert self._reader is not None
+            return {"telemetry": {**self.summary.to_dict(), "device_name": self._reader.device_name,
+                                  "backend": self._reader.backend}}
+        if self.error is not None:
+            return {"telemetry_error": self.error}
+        return {}
+
+    def conditions(self, baseline: TelemetrySummary | None) -> str | None:
+        """Why this window's device conditions make it incomparable with the baseline's, or None."""
+        if self.summary is None:
+            return None
+        comparable, why = judge_clocks(self.summary, baseline)
+        return None if comparable else why
+
+
 class Perf:
     """Records a test's metrics and curves; the plugin judges them against the baseline after the test."""
 
@@ -44,6 +98,8 @@ class Perf:
         settings: Any,
         noise_limit: float,
         baseline_curves: Callable[[str], list[Curve]],
+        telemetry: DeviceReader | None = None,
+        baseline_telemetry: Callable[[str], TelemetrySummary | None] | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.device = device
@@ -51,6 +107,8 @@ class Perf:
         self.settings = settings
         self._noise_limit = noise_limit
         self._baseline_curves = baseline_curves
+        self._telemetry = telemetry
+        self._baseline_telemetry = baseline_telemetry or (lambda name: None)
         self.metrics: list[MetricRecord] = []
         self.curves: list[CurveRecord] = []
 
@@ -94,31 +152,75 @@ class Perf:
         warmup: int | None = None,
         repeats: int | None = None,
         sync: Callable[[], object] | None = None,
+        timer: Timer | None = None,
+        work: float | None = None,
     ) -> list[float]:
         """Run ``fn`` ``warmup`` times, then time ``repeats`` calls; records seconds per call (lower is better).
 
         ``sync`` (for example ``torch.cuda.synchronize``) is called before starting and before stopping each
-        timer, so asynchronous device work is inside the measurement. A round whose spread exceeds the noise
-        limit is measured again, up to ``--gpuperf-remeasure`` times; the least noisy round is kept.
+        timer, so asynchronous device work is inside the measurement. ``timer`` replaces the default wall-clock
+        timing (and ``sync``): CUDA events with an L2 flush between calls, for example. With ``work`` (the amount
+        of work one call does, in ``unit`` x seconds: FLOPs / 1e12 for TFLOP/s) the metric is work per second,
+        higher is better. Returns the recorded samples.
+
+        Device telemetry, where there is a reader, is sampled around each round and kept in the metric's context.
+        A round whose spread exceeds the noise limit, or in which the device throttled or ran its clocks below
+        90% of the baseline's, is measured again, up to ``--gpuperf-remeasure`` times; the best round is kept
+        (comparable device conditions first, then the least spread).
         """
         self._check_name(name)
+        if work is not None and (unit == "s" or not work > 0):
+            raise ValueError(
+                f"perf.measure({name!r}): work={work!r} with unit={unit!r}; a rate needs positive work per call "
+                "and its own unit (for example work=flops / 1e12, unit='TFLOP/s')"
+            )
         warmup = self.settings.warmup if warmup is None else warmup
         repeats = self.settings.repeats if repeats is None else repeats
         if repeats < 3:
             raise ValueError(f"perf.measure({name!r}): repeats={repeats}; a verdict needs at least 3")
+        if timer is None:
+            def timer(call: Callable[[], object], count: int) -> list[float]:
+                return _time_calls(call, count, sync)
         for _ in range(warmup):
             fn()
-        best: list[float] | None = None
+        baseline_telemetry = self._baseline_telemetry(name)
+        best: tuple[tuple[bool, float], list[float], dict[str, Any]] | None = None
         rounds = 0
         for rounds in range(1, self.settings.remeasure + 2):
-            samples = _time_calls(fn, repeats, sync)
-            if best is None or summarize(samples).spread < summarize(best).spread:
-                best = samples
-            if summarize(best).spread <= self._noise_limit:
+            with self.watch() as window:
+                seconds = timer(fn, repeats)
+            if len(seconds) != repeats or not all(math.isfinite(t) and t > 0 for t in seconds):
+                raise ValueError(f"perf.measure({name!r}): the timer returned {seconds[:4]}..., expected "
+                                 f"{repeats} positive durations in seconds")
+            samples = [work / t for t in seconds] if work is not None else list(seconds)
+            conditions = window.conditions(baseline_telemetry)
+            spread = summarize(samples).spread
+            rank = (conditions is None, -spread)
+            if best is None or rank > best[0]:
+                best = (rank, samples, window.context)
+            if conditions is None and spread <= self._noise_limit:
                 break
         assert best is not None
-        self.record(name, best, unit=unit, higher_is_better=False, rounds=rounds)
-        return best
+        _, samples, context = best
+        self.record(name, samples, unit=unit, higher_is_better=work is not None, rounds=rounds, context=context)
+        return samples
+
+    def watch(self) -> TelemetryWindow:
+        """Sample device telemetry around a block you time yourself; pass ``window.context`` to ``record``::
+
+            with perf.watch() as window:
+                samples = my_timed_loop()
+            perf.record("tokens_per_s", samples, unit="tok/s", higher_is_better=True, context=window.context)
+        """
+        return TelemetryWindow(self._telemetry)
+
+    def metric(self, name: str) -> MetricRecord:
+        """The record of a metric already measured in this test (to add context such as the peak it reached)."""
+        for metric in self.metrics:
+            if metric.name == name:
+                return metric
+        raise KeyError(f"no metric {name!r} recorded in {self.nodeid}; recorded: "
+                       f"{', '.join(m.name for m in self.metrics) or 'none'}")
 
     def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
         """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks."""

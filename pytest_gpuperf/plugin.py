@@ -5,6 +5,7 @@ Kept light: it imports neither torch nor numpy/scipy; they load when a test firs
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 pytest_plugins: tuple[str, ...] = (
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.junit_fingerprint",
+    "pytest_gpuperf.micro.plugin",
 )
 
 session_key = pytest.StashKey["GpuperfSession"]()
@@ -52,9 +54,26 @@ def gpuperf_session(config: pytest.Config) -> GpuperfSession:
         extra: dict[str, str] = {}
         for found in config.hook.pytest_gpuperf_stack(config=config):
             extra.update({str(k): str(v) for k, v in (found or {}).items()})
-        session = GpuperfSession(get_settings(config), extra_stack=extra)
+        session = GpuperfSession(
+            get_settings(config), extra_stack=extra,
+            telemetry=lambda device: config.hook.pytest_gpuperf_telemetry_reader(config=config, device=device),
+        )
         config.stash[session_key] = session
     return session
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_gpuperf_telemetry_reader(config: pytest.Config, device: str) -> Any:
+    """Default: NVML, else amdsmi, for this process's GPU on cuda runs; nothing on CPU."""
+    if device != "cuda":
+        return None
+    from pytest_gpuperf.telemetry import open_reader
+
+    try:  # a torchrun rank measures the GPU of its local rank
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:
+        index = 0
+    return open_reader(device_index=index)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -97,6 +116,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     state = config.stash.get(session_key, None)
+    if state is not None:
+        state.close_telemetry()
     if state is not None and state.settings.save:
         try:
             state.save_baselines()
@@ -115,17 +136,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     payload = getattr(node, "workeroutput", {}).get("gpuperf")
-    if payload and (payload["results"] or payload["curves"] or payload["saved_files"]):
+    if payload and (payload["results"] or payload["curves"] or payload["saved_files"]
+                    or payload.get("telemetry_note")):
         gpuperf_session(node.config).absorb_worker(payload)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(session_key, None)
-    if state is None or not (state.results or state.saved_files):
+    if state is None or not (state.results or state.saved_files or state.telemetry_note):
         return
     from pytest_gpuperf.report import summary_table
 
     terminalreporter.section("gpuperf")
+    if state.telemetry_note:
+        terminalreporter.write_line(state.telemetry_note)
     if state.results:
         fingerprint = state.fingerprint
         terminalreporter.write_line(f"hardware: {fingerprint.slug}")

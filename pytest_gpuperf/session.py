@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import os
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,10 @@ from pytest_gpuperf.measure import Perf
 from pytest_gpuperf.settings import Settings
 from pytest_gpuperf.stats import Comparison, Rules, Verdict, compare, summarize
 from pytest_gpuperf.store import BaselineStore, Curve, MetricRun, NewCurve, NewMetric, write_atomic
+from pytest_gpuperf.telemetry import DeviceReader, TelemetrySummary, TelemetryUnavailable, judge_clocks
+
+TelemetryOpener = Callable[[str], "DeviceReader | TelemetryUnavailable | None"]
+"""Given the device ("cpu"/"cuda"): a telemetry reader, why there is none, or None where none is expected."""
 
 RESULTS_SCHEMA_VERSION = 1
 
@@ -86,9 +91,15 @@ class MetricResult:
 class GpuperfSession:
     """Everything the plugin keeps for one pytest session (or one xdist worker)."""
 
-    def __init__(self, settings: Settings, *, extra_stack: dict[str, str] | None = None) -> None:
+    def __init__(self, settings: Settings, *, extra_stack: dict[str, str] | None = None,
+                 telemetry: TelemetryOpener | None = None) -> None:
         self.settings = settings
         self._extra_stack = extra_stack or {}
+        self._open_telemetry = telemetry
+        self._telemetry: DeviceReader | None = None
+        self._telemetry_opened = False
+        self.telemetry_note: str | None = None
+        """"telemetry unavailable: <reason>" when telemetry was expected and could not be read; reported once."""
         self._device: str | None = None
         self._fingerprint: LazyFingerprint | None = None
         self._store: BaselineStore | None = None
@@ -119,6 +130,35 @@ class GpuperfSession:
             self._store = BaselineStore(self.settings.baselines_dir, fingerprint.slug, fingerprint.hardware_key)
         return self._store
 
+    @property
+    def telemetry(self) -> DeviceReader | None:
+        """The device's telemetry reader, opened on first use; None without one (the reason is telemetry_note)."""
+        if not self._telemetry_opened:
+            self._telemetry_opened = True
+            found = self._open_telemetry(self.device) if self._open_telemetry is not None else None
+            if isinstance(found, TelemetryUnavailable):
+                self.telemetry_note = str(found)
+            else:
+                self._telemetry = found
+        return self._telemetry
+
+    def close_telemetry(self) -> None:
+        if self._telemetry is not None:
+            self._telemetry.close()
+            self._telemetry = None
+
+    def baseline_telemetry(self, nodeid: str, name: str) -> TelemetrySummary | None:
+        """The device conditions the newest baseline run with telemetry was measured under, if any."""
+        baseline = self.store.metric(nodeid, name)
+        for run in reversed(baseline.runs if baseline else []):
+            stored = run.context.get("telemetry")
+            if isinstance(stored, dict):
+                try:
+                    return TelemetrySummary.from_dict(stored)
+                except (ValueError, TypeError):
+                    return None  # written by another version: the clocks cannot be compared, the figures can
+        return None
+
     def rules(self) -> Rules:
         return Rules(
             delta=self.settings.for_device(self.device, "threshold"),
@@ -133,6 +173,8 @@ class GpuperfSession:
             settings=self.settings,
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
             baseline_curves=lambda name: self.store.curves(nodeid, name),
+            telemetry=self.telemetry,
+            baseline_telemetry=lambda name: self.baseline_telemetry(nodeid, name),
         )
 
     # -- verdict --
@@ -148,11 +190,13 @@ class GpuperfSession:
             runs = [run.samples for run in baseline.runs] if baseline else []
             if baseline and baseline.higher_is_better != metric.higher_is_better:
                 runs = []  # the metric's meaning changed: an old baseline says nothing about it
-            comparison = compare(metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules)
+            context, conditions = self._check_conditions(perf.nodeid, metric.name, metric.context, bool(runs))
+            comparison = compare(metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules,
+                                 conditions=conditions)
             baseline_stack = baseline.runs[-1].stack if baseline and runs else None
             result = MetricResult(
                 test=perf.nodeid, metric=metric.name, unit=metric.unit, higher_is_better=metric.higher_is_better,
-                samples=metric.samples, rounds=metric.rounds, context=metric.context, comparison=comparison,
+                samples=metric.samples, rounds=metric.rounds, context=context, comparison=comparison,
                 baseline_runs=runs, baseline_stack=baseline_stack,
                 stack_changes=stack_changes(baseline_stack, stack) if baseline_stack else [],
             )
@@ -160,7 +204,7 @@ class GpuperfSession:
             self._to_save.append(NewMetric(
                 test=perf.nodeid, name=metric.name, unit=metric.unit, higher_is_better=metric.higher_is_better,
                 run=MetricRun(samples=metric.samples, stack=stack, date=today,
-                              summary=summarize(metric.samples).as_dict()),
+                              summary=summarize(metric.samples).as_dict(), context=metric.context),
             ))
         for curve in perf.curves:
             self.curves.append({"test": perf.nodeid, "name": curve.name, "steps": curve.steps,
@@ -171,6 +215,22 @@ class GpuperfSession:
             ))
         self.results.extend(judged)
         return judged
+
+    def _check_conditions(self, nodeid: str, name: str, context: dict[str, Any],
+                          has_baseline: bool) -> tuple[dict[str, Any], str | None]:
+        """The device conditions of a measurement against its baseline's: (context with the check, why not
+        comparable or None). A measurement without telemetry is not checked."""
+        stored = context.get("telemetry")
+        if not isinstance(stored, dict):
+            return context, None
+        try:
+            current = TelemetrySummary.from_dict(stored)
+        except (ValueError, TypeError) as error:
+            return {**context, "clock_check": {"comparable": None, "detail": str(error)}}, None
+        baseline = self.baseline_telemetry(nodeid, name) if has_baseline else None
+        comparable, detail = judge_clocks(current, baseline)
+        return ({**context, "clock_check": {"comparable": comparable, "detail": detail}},
+                None if comparable else detail)
 
     def failing(self, results: list[MetricResult]) -> list[MetricResult]:
         if self.settings.save:
@@ -199,12 +259,14 @@ class GpuperfSession:
             "fingerprint": self.fingerprint.as_dict() if self.measured_anything() else None,
             "device": self._device,
             "saved_files": [str(path) for path in self.saved_files],
+            "telemetry_note": self.telemetry_note,
         }
 
     def absorb_worker(self, payload: dict[str, Any]) -> None:
         self.results.extend(MetricResult.from_dict(data) for data in payload.get("results", []))
         self.curves.extend(payload.get("curves", []))
         self.saved_files.extend(Path(path) for path in payload.get("saved_files", []))
+        self.telemetry_note = self.telemetry_note or payload.get("telemetry_note")
         if payload.get("fingerprint") and self._fingerprint is None:
             fingerprint = payload["fingerprint"]
             lazy = LazyFingerprint(payload.get("device") or "cpu")
@@ -218,6 +280,7 @@ class GpuperfSession:
             "tool": {"name": "pytest-gpuperf", "version": __version__},
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "fingerprint": self.fingerprint.as_dict() if self.measured_anything() else None,
+            "telemetry_note": self.telemetry_note,
             "settings": {
                 "device": self._device,
                 "threshold": self.settings.for_device(self._device or "cpu", "threshold"),

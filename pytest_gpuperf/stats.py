@@ -145,8 +145,14 @@ def compare(
     *,
     higher_is_better: bool,
     rules: Rules,
+    conditions: str | None = None,
 ) -> Comparison:
-    """Judge the current run's samples against the baseline's runs (each run a list of samples)."""
+    """Judge the current run's samples against the baseline's runs (each run a list of samples).
+
+    ``conditions`` says why the device's conditions make the current run incomparable (it throttled, its clocks
+    fell below the baseline's: ``telemetry.judge_clocks``). Then the verdict is NOISY whatever the figures say,
+    never REGRESSED, and the figures are still computed and kept for the report.
+    """
     runs = [_as_array(run, "baseline run") for run in baseline_runs if len(run) > 0]
     if not runs:
         return Comparison(verdict=Verdict.NO_BASELINE, reason="no baseline for this test, metric and hardware")
@@ -189,6 +195,12 @@ def compare(
         "baseline_runs": len(runs),
     }
 
+    if conditions:
+        return Comparison(
+            verdict=Verdict.NOISY,
+            reason=f"measured under different device conditions ({conditions}); not judged",
+            **figures,
+        )
     if now_spread > rules.noise_limit or base_spread > rules.noise_limit:
         side = "current run" if now_spread > rules.noise_limit else "baseline"
         spread = max(now_spread, base_spread)

@@ -5,8 +5,12 @@ One file per test module and hardware key::
     {"schema": 1, "hardware_key": {...},
      "tests": {"<test id>": {
         "metrics": {"<metric>": {"unit": "s", "higher_is_better": false,
-                                 "runs": [{"samples": [...], "summary": {...}, "stack": {...}, "date": "..."}]}},
+                                 "runs": [{"samples": [...], "summary": {...}, "stack": {...}, "date": "...",
+                                           "context": {...}}]}},
         "curves": {"<curve>": {"runs": [{"steps": [...], "values": [...], "stack": {...}, "date": "..."}]}}}}}
+
+A run's ``context`` is optional (files written before it existed stay valid): what was observed while measuring,
+such as the device telemetry summary (clocks, throttling) that a later run's clocks are compared with.
 
 Writes are atomic (temporary file, fsync, rename) and merge under an inter-process lock, so concurrent
 writers (pytest-xdist workers) lose nothing. A file that cannot be read is reported and never overwritten.
@@ -23,7 +27,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,8 @@ class MetricRun:
     stack: dict[str, str]
     date: str
     summary: dict[str, Any]
+    context: dict[str, Any] = field(default_factory=dict)
+    """What was observed while measuring (``context["telemetry"]``: the device's clock summary); may be empty."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,7 +189,10 @@ def merge(document: dict[str, Any], metrics: list[NewMetric], curves: list[NewCu
 
 
 def _run_dict(run: MetricRun) -> dict[str, Any]:
-    return {"samples": run.samples, "summary": run.summary, "stack": run.stack, "date": run.date}
+    data = {"samples": run.samples, "summary": run.summary, "stack": run.stack, "date": run.date}
+    if run.context:  # written only when there is something: a run without it reads as before
+        data["context"] = run.context
+    return data
 
 
 def read_document(path: Path) -> dict[str, Any]:
@@ -240,9 +249,11 @@ def validate(document: Any) -> str | None:
             if not isinstance(runs, list) or not runs:
                 return f"{where} has no runs"
             for run in runs:
-                problem = _check_run(run, ("samples", "summary", "stack", "date"))
+                problem = _check_run(run, ("samples", "summary", "stack", "date"), optional=("context",))
                 if problem:
                     return f"{where}: {problem}"
+                if not isinstance(run.get("context", {}), dict):
+                    return f"{where}: a run's 'context' is not an object"
                 if not _numbers(run["samples"]):
                     return f"{where}: samples must be a non-empty list of finite numbers"
         for name, curve in (entry.get("curves") or {}).items():
@@ -258,13 +269,13 @@ def validate(document: Any) -> str | None:
     return None
 
 
-def _check_run(run: Any, fields: tuple[str, ...]) -> str | None:
+def _check_run(run: Any, fields: tuple[str, ...], *, optional: tuple[str, ...] = ()) -> str | None:
     if not isinstance(run, dict):
         return "a run is not an object"
     missing = [name for name in fields if name not in run]
     if missing:
         return f"a run lacks {', '.join(missing)}"
-    extra = sorted(set(run) - set(fields))
+    extra = sorted(set(run) - set(fields) - set(optional))
     if extra:
         return f"a run has unknown fields {', '.join(extra)}"
     return None

@@ -128,3 +128,21 @@ def test_bad_samples_are_refused(bad: list) -> None:
 def test_rules_validate() -> None:
     with pytest.raises(ValueError, match="delta"):
         Rules(delta=2.0)
+
+
+def test_device_conditions_make_a_regression_noisy_and_keep_the_figures() -> None:
+    rng = np.random.default_rng(6)
+    baseline = runs_of(rng, 1.0, runs=5)
+    current = runs_of(rng, 1.20, runs=1)[0]
+    plain = compare(current, baseline, higher_is_better=False, rules=RULES)
+    assert plain.verdict is Verdict.REGRESSED
+    result = compare(current, baseline, higher_is_better=False, rules=RULES,
+                     conditions="SM clock 1500 MHz < 90% of baseline 1980 MHz")
+    assert result.verdict is Verdict.NOISY
+    assert "SM clock 1500 MHz" in result.reason
+    assert (result.ratio, result.ci_low, result.p_worse) == (plain.ratio, plain.ci_low, plain.p_worse)
+
+
+def test_device_conditions_do_not_invent_a_baseline() -> None:
+    result = compare([1.0, 1.1, 0.9], [], higher_is_better=False, rules=RULES, conditions="throttled")
+    assert result.verdict is Verdict.NO_BASELINE

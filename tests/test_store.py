@@ -91,6 +91,12 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
         ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
          '"higher_is_better": false, "runs": [{"samples": ["1"], "summary": {}, "stack": {}, "date": ""}]}}}}}',
          "finite numbers"),
+        ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", "higher_is_better": '
+         'false, "runs": [{"samples": [1], "summary": {}, "stack": {}, "date": "", "context": [1]}]}}}}}',
+         "'context' is not an object"),
+        ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", "higher_is_better": '
+         'false, "runs": [{"samples": [1], "summary": {}, "stack": {}, "date": "", "clocks": {}}]}}}}}',
+         "unknown fields clocks"),
     ],
 )
 def test_bad_files_are_named_and_left_alone(tmp_path: Path, content: str, problem: str) -> None:
@@ -107,3 +113,28 @@ def test_bad_files_are_named_and_left_alone(tmp_path: Path, content: str, proble
 def test_unsafe_slug_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         BaselineStore(tmp_path, "../x", KEY)
+
+
+def test_run_context_is_stored_and_read_back_and_absent_when_empty(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path, "cpu-x", KEY)
+    telemetry = {"telemetry": {"sm_clock_mhz_median": 1980.0, "throttled": False}}
+    with_context = NewMetric(test="m.py::t", name="time", unit="s", higher_is_better=False,
+                             run=MetricRun(samples=[1.0, 2.0, 3.0], stack=STACK, date="d", summary={},
+                                           context=telemetry))
+    store.save([with_context, new_metric("m.py::u", "time", [1.0, 2.0, 3.0])], [], keep_runs=3)
+    assert store.metric("m.py::t", "time").runs[0].context == telemetry
+    assert store.metric("m.py::u", "time").runs[0].context == {}
+    document = read_document(tmp_path / "cpu-x" / "m.json")
+    assert "context" not in document["tests"]["u"]["metrics"]["time"]["runs"][0]
+
+
+def test_files_written_before_run_context_existed_stay_valid(tmp_path: Path) -> None:
+    path = tmp_path / "cpu-x" / "m.json"
+    path.parent.mkdir()
+    path.write_text('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
+                    '"higher_is_better": false, "runs": [{"samples": [1, 2, 3], "summary": {}, "stack": {}, '
+                    '"date": ""}]}}}}}')
+    store = BaselineStore(tmp_path, "cpu-x", KEY)
+    assert store.metric("m.py::t", "m").runs[0].context == {}
+    store.save([new_metric("m.py::t", "m", [1.0, 2.0, 3.0], stack={})], [], keep_runs=3)
+    assert len(store.metric("m.py::t", "m").runs) == 2

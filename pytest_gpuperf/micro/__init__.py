@@ -1,0 +1,1 @@
+"""Kernel-level microbenchmarks: timing helpers and the pytest plugin that registers the `micro` marker."""

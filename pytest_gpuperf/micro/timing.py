@@ -1,0 +1,38 @@
+"""Timers for kernel microbenchmarks, in the shape ``perf.measure(timer=...)`` takes.
+
+On a GPU a wall clock around a kernel measures launch overhead and whatever the L2 cache still holds from the
+previous call. So, as Triton's ``do_bench`` does, each call is timed with a pair of CUDA events recorded on the
+stream, and a buffer larger than any current L2 (256 MB) is overwritten before each call so every repetition
+starts cold. On CPU the default wall-clock timer of ``perf.measure`` is the right one; there is none here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+"""Bytes written between repetitions: H100/H200 have 50 MB of L2, B200 126 MB, MI300X 256 MB of Infinity Cache."""
+
+
+def cuda_event_timer(*, flush_bytes: int = L2_FLUSH_BYTES) -> Callable[[Callable[[], object], int], list[float]]:
+    """A timer that records CUDA events around each call and flushes L2 before it; seconds per call."""
+    import torch
+
+    if flush_bytes < 0:
+        raise ValueError(f"flush_bytes must be >= 0, got {flush_bytes}")
+    flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device="cuda")
+
+    def timer(fn: Callable[[], object], repeats: int) -> list[float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        torch.cuda.synchronize()
+        for start, end in zip(starts, ends):
+            if flush_bytes:
+                flush.zero_()  # outside the events: the flush costs time but is not measured
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) / 1e3 for start, end in zip(starts, ends)]  # elapsed_time is in ms
+
+    return timer

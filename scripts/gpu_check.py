@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""The one-command GPU check: run the GPU tier of the suites, record baselines, print a summary.
+
+    scripts/gpu_check.sh                 # on a machine with one GPU; ~8 minutes at most
+    scripts/gpu_check.sh --no-save       # judge against the stored baselines instead of recording
+    scripts/gpu_check.sh --summary results/gpu-check/*.json   # print the summary of earlier results
+
+Steps, each a pytest run of its own with --gpuperf-device cuda, --gpuperf-save (unless --no-save) and
+--gpuperf-results <out>/<step>.json; a suite file that is absent from the checkout is skipped, as is a step
+whose marker expression selects nothing. Add a step to STEPS to extend the check. Only the standard library is
+imported here: this script checks the Python it runs pytest with before using it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    name: str
+    path: str
+    """Suite file, relative to the repository root; the step is skipped when it is absent."""
+    marker: str
+    """The -m expression that selects the GPU tier of that file."""
+    timeout_s: int
+    """Wall-clock bound of the step; the three together stay under 8 minutes."""
+
+
+STEPS: tuple[Step, ...] = (
+    Step(name="micro", path="suites/test_micro.py", marker="micro", timeout_s=210),
+    Step(name="training", path="suites/test_training.py", marker="perf and gpu_tier", timeout_s=150),
+    Step(name="inference", path="suites/test_inference.py", marker="perf and gpu_tier", timeout_s=90),
+)
+
+# Import name -> (distribution to install from .whl/, why the check needs it). Required ones stop the check.
+REQUIRED = {
+    "torch": ("torch", "runs every workload (keep the one the GPU stack ships; never installed from here)"),
+    "pytest": ("pytest", "runs the suites"),
+    "numpy": ("numpy", "statistics of the verdict"),
+    "scipy": ("scipy", "statistics of the verdict (Mann-Whitney, t distribution)"),
+    "filelock": ("filelock", "the baseline store locks files while it merges runs"),
+}
+OPTIONAL = {
+    "pynvml": ("nvidia-ml-py", "device telemetry (clocks, power, throttling) and the driver version; without it "
+                               "the run says 'telemetry unavailable' and the fingerprint falls back to nvidia-smi"),
+    "xdist": ("pytest-xdist", "not used by the check itself"),
+    "junitparser": ("junitparser", "only the gpuperf command line needs it, not the check"),
+}
+
+# Figures measured on real parts, to put the summary's numbers in context (not used by any verdict).
+REFERENCE = {
+    "NVIDIA H200": {"gemm_bf16_tflops": 790.0, "copy_gbps": 4300.0,
+                    "source": "measured on one H200 SXM (issue 7 of this project)"},
+}
+
+
+def missing_modules(python: str, names: Sequence[str]) -> list[str]:
+    """Which of ``names`` the given Python cannot import (found without importing them)."""
+    probe = ("import importlib.util, sys\n"
+             "print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))")
+    out = subprocess.run([python, "-c", probe, *names], capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def install_from_wheels(python: str, distributions: Sequence[str], wheel_dir: Path) -> bool:
+    """Install distributions from carried wheels only (no index: a GPU machine may have no network)."""
+    if not distributions or not wheel_dir.is_dir() or not any(wheel_dir.glob("*.whl")):
+        return False
+    command = [python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheel_dir),
+               *distributions]
+    print(f"gpu-check: installing {', '.join(distributions)} from {wheel_dir}")
+    return subprocess.run(command).returncode == 0
+
+
+def preflight(python: str, wheel_dir: Path) -> list[str]:
+    """Check the Python the suites will run under; returns problems that stop the check (empty: go)."""
+    missing = missing_modules(python, [*REQUIRED, *OPTIONAL])
+    installable = [REQUIRED[m][0] for m in missing if m in REQUIRED and m != "torch"]
+    installable += [OPTIONAL[m][0] for m in missing if m == "pynvml"]
+    if installable and install_from_wheels(python, installable, wheel_dir):
+        missing = missing_modules(python, [*REQUIRED, *OPTIONAL])
+    problems = []
+    for module in missing:
+        if module in REQUIRED:
+            distribution, why = REQUIRED[module]
+            problems.append(f"{python} cannot import {module} ({why}): install {distribution}, or put its wheel "
+                            f"in {wheel_dir}/ and run again")
+        else:
+            distribution, why = OPTIONAL[module]
+            print(f"gpu-check: note: {distribution} is not installed: {why}")
+    return problems
+
+
+def plugin_arguments(python: str) -> tuple[list[str], dict[str, str]]:
+    """Load pytest-gpuperf from this checkout, whether or not it is pip-installed in that Python."""
+    probe = ("import importlib.metadata as m\n"
+             "print(any(e.name == 'gpuperf' for e in m.entry_points(group='pytest11')))")
+    installed = subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout.strip() == "True"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return ([] if installed else ["-p", "pytest_gpuperf.plugin"]), env
+
+
+def gpu_visible(python: str) -> str | None:
+    """None when torch sees a GPU, else why not (asked in a child process, like the plugin does)."""
+    probe = ("import torch\n"
+             "n = torch.cuda.device_count()\n"
+             "print(n, torch.cuda.get_device_name(0) if n else '', torch.__version__, torch.version.cuda, "
+             "getattr(torch.version, 'hip', None), sep='|')")
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"torch failed to start: {done.stderr.strip().splitlines()[-1:]}"
+    count, name, version, cuda, hip = done.stdout.strip().split("|")
+    if int(count) == 0:
+        return f"torch {version} (CUDA {cuda}, HIP {hip}) sees no GPU"
+    print(f"gpu-check: {count} GPU(s), {name}; torch {version}, CUDA {cuda}, HIP {hip}")
+    return None
+
+
+def step_command(python: str, step: Step, *, out_dir: Path, device: str, save: bool,
+                 extra: Sequence[str], plugin: Sequence[str], baselines: Path | None = None) -> list[str]:
+    command = [python, "-m", "pytest", step.path, "-m", step.marker, "--gpuperf-device", device,
+               "--gpuperf-results", str(out_dir / f"{step.name}.json"), "-p", "no:cacheprovider", "-q", "-rs",
+               *plugin]
+    if save:
+        command.append("--gpuperf-save")
+    if baselines is not None:
+        command += ["--gpuperf-baselines", str(baselines)]
+    return [*command, *extra]
+
+
+def run_steps(args: argparse.Namespace) -> int:
+    python = args.python
+    problems = preflight(python, ROOT / ".whl")
+    if problems:
+        for problem in problems:
+            print(f"gpu-check: {problem}", file=sys.stderr)
+        return 2
+    if args.device == "cuda":
+        why = gpu_visible(python)
+        if why is not None:
+            print(f"gpu-check: {why}; this check needs a GPU (for the CPU tier run: pytest -m perf)",
+                  file=sys.stderr)
+            return 2
+    plugin, env = plugin_arguments(python)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    status = 0
+    written = []
+    for step in STEPS:
+        if args.only and step.name not in args.only:
+            continue
+        if not (ROOT / step.path).exists():
+            print(f"gpu-check: {step.name}: skipped, {step.path} is not in this checkout")
+            continue
+        command = step_command(python, step, out_dir=out_dir, device=args.device, save=not args.no_save,
+                               extra=args.pytest_args, plugin=plugin,
+                               baselines=Path(args.baselines).resolve() if args.baselines else None)
+        print(f"gpu-check: {step.name}: {shlex.join(command)}", flush=True)
+        step_start = time.monotonic()
+        try:
+            code = subprocess.run(command, cwd=ROOT, env=env, timeout=step.timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            print(f"gpu-check: {step.name}: stopped after {step.timeout_s} s (its bound in STEPS); "
+                  "the other steps still run", file=sys.stderr)
+            status = 1
+            continue
+        took = time.monotonic() - step_start
+        if code == NO_TESTS_COLLECTED:
+            print(f"gpu-check: {step.name}: no test of {step.path} matches -m {step.marker!r}; mark its GPU-tier "
+                  "workload with @pytest.mark.gpu_tier")
+            continue
+        print(f"gpu-check: {step.name}: exit {code} in {took:.0f} s")
+        status = status or (0 if code == 0 else 1)
+        if (out_dir / f"{step.name}.json").exists():
+            written.append(out_dir / f"{step.name}.json")
+    print()
+    for line in summary(written):
+        print(line)
+    print(f"gpu-check: {time.monotonic() - started:.0f} s in all; results in {out_dir}")
+    return status
+
+
+# -- the summary (pure: results documents in, lines out) --
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _figure(result: dict[str, Any]) -> str:
+    median = result["summary"]["median"] if "summary" in result else _median(result["samples"])
+    text = f"{median:,.4g} {result['unit']}"
+    peak = result.get("context", {}).get("peak") or {}
+    if peak.get("kind"):
+        text += f" = {peak['percent']:.1f}% of {peak['kind']} peak {peak['value']:,.4g} {peak['unit']}"
+    clocks = (result.get("context", {}).get("clock_check") or {})
+    if clocks.get("comparable") is False:
+        text += f" [device conditions: {clocks['detail']}]"
+    return f"{text} ({result['verdict']})"
+
+
+def summary(paths: Sequence[Path]) -> list[str]:
+    """The lines the check ends with, from the results documents the steps wrote."""
+    documents = [json.loads(Path(path).read_text()) for path in paths]
+    results = [result for document in documents for result in document.get("results", [])]
+    if not results:
+        return ["gpu-check summary: no results were recorded"]
+    first = next((d for d in documents if d.get("fingerprint")), documents[0])
+    fingerprint = first.get("fingerprint") or {}
+    stack = fingerprint.get("stack", {})
+    accelerator = (fingerprint.get("hardware_key") or {}).get("accelerator") or {}
+    lines = [
+        "gpu-check summary",
+        f"  hardware: {fingerprint.get('hardware_slug', 'unknown')}",
+        "  stack: " + ", ".join(f"{name} {stack[name]}" for name in ("driver", "cuda_runtime", "hip_runtime",
+                                                                      "cudnn", "nccl", "torch") if name in stack),
+        f"  date: {first.get('created', 'unknown')}",
+    ]
+    notes = {d["telemetry_note"] for d in documents if d.get("telemetry_note")}
+    lines += [f"  {note}" for note in sorted(notes)]
+
+    def matching(test_part: str, metric: str) -> list[dict[str, Any]]:
+        return [r for r in results if test_part in r["test"] and r["metric"] == metric]
+
+    reference = REFERENCE.get(str(accelerator.get("name", "")), {})
+    bf16 = matching("test_gemm[bf16-", "tflops")
+    if bf16:
+        lines.append("  GEMM bf16:")
+        lines += [f"    {r['test'].split('[', 1)[1].rstrip(']')}: {_figure(r)}" for r in bf16]
+        if reference:
+            lines.append(f"    reference: ~{reference['gemm_bf16_tflops']:,.0f} TFLOP/s ({reference['source']})")
+    others = [r for r in matching("test_gemm[", "tflops") if r not in bf16]
+    if others:
+        best: dict[str, dict[str, Any]] = {}
+        for result in others:
+            precision = result["test"].split("[", 1)[1].split("-", 1)[0]
+            if precision not in best or result["summary"]["median"] > best[precision]["summary"]["median"]:
+                best[precision] = result
+        lines.append("  GEMM, best shape per precision:")
+        lines += [f"    {p} ({r['test'].split('-', 1)[1].rstrip(']')}): {_figure(r)}" for p, r in sorted(best.items())]
+    for kind, label in (("copy", "copy bandwidth"), ("read", "read bandwidth (reduction)")):
+        for result in matching(f"test_memory_bandwidth[{kind}]", "bandwidth"):
+            lines.append(f"  {label}: {_figure(result)}")
+            if kind == "copy" and reference:
+                lines.append(f"    reference: ~{reference['copy_gbps']:,.0f} GB/s ({reference['source']})")
+    sdpa = matching("test_sdpa[", "tflops")
+    if sdpa:
+        lines.append("  attention fwd+bwd per backend:")
+        lines += [f"    {r['test'].split('[', 1)[1].rstrip(']')}: {_figure(r)}" for r in sdpa]
+    mfu = [r for r in results if "mfu" in r["metric"].lower()]
+    lines += [f"  training MFU ({r['test']} {r['metric']}): {_figure(r)}" for r in mfu] or [
+        "  training MFU: no training result with an 'mfu' metric was recorded"]
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result["verdict"]] = counts.get(result["verdict"], 0) + 1
+    lines.append("  verdicts: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())))
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", default=sys.executable,
+                        help="the Python whose torch and pytest run the suites (default: this one)")
+    parser.add_argument("--out", default=str(ROOT / "results" / "gpu-check"),
+                        help="folder for the results documents (default: results/gpu-check)")
+    parser.add_argument("--no-save", action="store_true",
+                        help="judge against stored baselines instead of recording new ones")
+    parser.add_argument("--baselines", metavar="DIR",
+                        help="baselines folder (default: baselines/ of this checkout; runs land in "
+                             "DIR/<hardware-key>/)")
+    parser.add_argument("--only", action="append", choices=[step.name for step in STEPS],
+                        help="run only this step (repeatable)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu runs the same steps on the CPU tier, to try the check without a GPU")
+    parser.add_argument("--summary", nargs="+", metavar="RESULTS_JSON",
+                        help="only print the summary of results documents written earlier")
+    parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments for every step")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.summary:
+        missing = [path for path in args.summary if not Path(path).is_file()]
+        if missing:
+            print(f"gpu-check: no results document at {', '.join(missing)}", file=sys.stderr)
+            return 2
+        try:
+            lines = summary([Path(path) for path in args.summary])
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            print(f"gpu-check: {args.summary} is not a gpuperf results document ({error!r}); "
+                  "write one with pytest --gpuperf-results FILE", file=sys.stderr)
+            return 2
+        print("\n".join(lines))
+        return 0
+    return run_steps(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""Kernel microbenchmarks: where a driver, CUDA/ROCm or math-library regression shows first.
+
+- GEMM per precision (fp32, tf32, bf16, fp16, fp8 through ``torch._scaled_mm``) on a square shape and the
+  projection shapes of Llama 3 8B (d_model 4096, 32 query heads and 8 KV heads of 128, FFN 14336), in TFLOP/s;
+- memory bandwidth: a device-to-device copy and a read-only reduction, in GB/s;
+- scaled-dot-product attention forward+backward per backend, each backend forced alone, so one that cannot run
+  raises instead of silently falling back to another, and the profiler confirms which kernel ran.
+
+On a GPU each call is timed with CUDA events and L2 is flushed between repetitions (``device_timer``); "% of
+peak" is taken against the vendor datasheet figure of ``pytest_gpuperf.peaks`` and each metric's context says
+so ("kind": "datasheet") with the figure's source. The CPU tier uses small shapes and has no peak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf import peaks
+from pytest_gpuperf.stats import summarize
+
+pytestmark = [pytest.mark.perf, pytest.mark.micro, pytest.mark.gpu_tier]
+
+# Llama 3 8B projections as (K, N) of activations[M, K] @ weight[K, N]; M is the number of tokens.
+LLAMA3_8B = {
+    "llama3_8b_qkv": (4096, 4096 + 2 * 8 * 128),  # fused q, k, v: 32 query heads, 8 KV heads of 128
+    "llama3_8b_o": (4096, 4096),
+    "llama3_8b_gate_up": (4096, 2 * 14336),  # fused gate and up projections of the SwiGLU FFN
+    "llama3_8b_down": (14336, 4096),
+}
+GEMM_TOKENS = {"cpu": 64, "cuda": 8192}  # CPU: enough tokens to be compute-bound; GPU: 4 sequences of 2048
+SQUARE = {"cpu": 512, "cuda": 8192}  # 512: ~3 ms per fp32 call on one CPU thread, long enough to time
+# The 4096 x 28672 weight is 470 MB in fp32: a GPU-tier shape only.
+CPU_SHAPES = frozenset({"square", "llama3_8b_qkv", "llama3_8b_o", "llama3_8b_down"})
+# Without avx512_fp16/AMX, torch's CPU fp16 GEMM and fp8 _scaled_mm run reference kernels: measured on this
+# project's 2-core CPU, 16x4096x6144 took ~4 s per call in fp16 (46 ms in fp32), ~0.36 s in fp8.
+CPU_SLOWDOWN = {"fp16": "~90x slower", "fp8": "~8x slower"}
+CPU_SLOW_PRECISIONS = frozenset(CPU_SLOWDOWN)
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+SHAPES = ("square", *LLAMA3_8B)
+
+BANDWIDTH_BYTES = {"cpu": 64 * 2**20, "cuda": 2**30}  # well past the last-level cache on either
+
+# (batch, heads, sequence, head dim, dtype): Llama 3 8B attention at 4096 tokens on a GPU; small on CPU.
+SDPA_SHAPE = {"cpu": (1, 4, 128, 64, "float32"), "cuda": (2, 32, 4096, 128, "bfloat16")}
+SDPA_BACKENDS = {
+    # name: (SDPBackend member, aten op of its forward kernel)
+    "flash": ("FLASH_ATTENTION", "_scaled_dot_product_flash_attention"),  # "_for_cpu" on CPU
+    "efficient": ("EFFICIENT_ATTENTION", "_scaled_dot_product_efficient_attention"),
+    "math": ("MATH", "_scaled_dot_product_attention_math"),
+    "cudnn": ("CUDNN_ATTENTION", "_scaled_dot_product_cudnn_attention"),
+}
+SDPA_CPU_BACKENDS = frozenset({"flash", "math"})  # PyTorch has CPU kernels for these two only
+
+
+@pytest.fixture
+def cpu_threads(perf: Any) -> Iterator[None]:
+    """One thread on CPU: the machine's other work then steals whole timesteps instead of reshaping the math
+    library's partition of the work, which keeps run-to-run noise lower (see suites/test_matmul.py)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if perf.device == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str) -> Iterator[None]:
+    """fp32 GEMMs on TF32 tensor cores for "tf32", strict fp32 otherwise; restored afterwards."""
+    import torch
+
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def attach_peak(perf: Any, metric: str, *, dtype: str | None) -> None:
+    """Add "% of peak" to a metric's context: against the datasheet figure for ``dtype`` (TFLOP/s), or the HBM
+    bandwidth when ``dtype`` is None (GB/s). Says why when there is no figure; never invents one."""
+    record = perf.metric(metric)
+    median = summarize(record.samples).median
+    if perf.device != "cuda":
+        record.context["peak"] = {"kind": None, "note": f"no vendor peak for a {perf.device} run"}
+        return
+    import torch
+
+    name = torch.cuda.get_device_name()
+    entry = peaks.lookup(name)
+    peak = None if entry is None else (entry.hbm if dtype is None else entry.tflops(dtype))
+    if peak is None:
+        what = "HBM bandwidth" if dtype is None else f"dense {dtype}"
+        record.context["peak"] = {"kind": None, "note": f"no datasheet {what} figure for {name!r} in peaks.py"}
+        return
+    value, unit = (peak.value * 1000, "GB/s") if dtype is None else (peak.value, "TFLOP/s")
+    record.context["peak"] = {
+        "kind": "datasheet", "device": entry.name, "value": value, "unit": unit, "source": peak.source,
+        "percent": round(100 * median / value, 2),
+    }
+
+
+def _skip_or_shape(perf: Any, precision: str, shape: str) -> tuple[int, int, int]:
+    device = perf.device
+    if precision == "tf32" and device != "cuda":
+        pytest.skip(f"tf32 is a CUDA tensor-core mode; fp32 matmuls on {device} have no TF32 path")
+    if device == "cpu" and shape not in CPU_SHAPES:
+        pytest.skip(f"{shape} ({LLAMA3_8B[shape][0]}x{LLAMA3_8B[shape][1]} weight) is GPU tier only")
+    if device == "cpu" and precision in CPU_SLOW_PRECISIONS and shape != "square":
+        pytest.skip(f"{precision} GEMM on cpu runs a reference kernel ({CPU_SLOWDOWN[precision]} than fp32 on "
+                    "a 2-core CPU without avx512_fp16/AMX): the CPU tier measures it on the square shape only")
+    if shape == "square":
+        return SQUARE[device], SQUARE[device], SQUARE[device]
+    k, n = LLAMA3_8B[shape]
+    return GEMM_TOKENS[device], k, n
+
+
+def _gemm(precision: str, m: int, k: int, n: int, device: str) -> Any:
+    import torch
+
+    generator = torch.Generator(device=device).manual_seed(0)
+    if precision == "fp8":
+        a = torch.randn(m, k, device=device, generator=generator).to(torch.float8_e4m3fn)
+        # _scaled_mm wants the second operand column-major: the transpose of a row-major (n, k) tensor.
+        b = torch.randn(n, k, device=device, generator=generator).to(torch.float8_e4m3fn).t()
+        scale = torch.ones((), device=device)  # per-tensor scales
+
+        def call() -> object:
+            return torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+
+        return call
+    dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    a = torch.randn(m, k, device=device, generator=generator, dtype=dtype)
+    b = torch.randn(k, n, device=device, generator=generator, dtype=dtype)
+    return lambda: torch.mm(a, b)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_gemm(perf: Any, device_timer: Any, cpu_threads: None, precision: str, shape: str) -> None:
+    m, k, n = _skip_or_shape(perf, precision, shape)
+    with matmul_precision(precision):
+        call = _gemm(precision, m, k, n, perf.device)
+        try:
+            out = call()
+        except (RuntimeError, NotImplementedError) as error:
+            if precision in ("fp16", "fp8"):
+                pytest.skip(f"{precision} GEMM does not run on this {perf.device}: {error}")
+            raise
+        assert tuple(out.shape) == (m, n)
+        perf.measure("tflops", call, unit="TFLOP/s", work=2 * m * n * k / 1e12, timer=device_timer)
+    attach_peak(perf, "tflops", dtype=precision)
+    perf.metric("tflops").context["shape"] = {"m": m, "k": k, "n": n}
+
+
+@pytest.mark.parametrize("kind", ["copy", "read"])
+def test_memory_bandwidth(perf: Any, device_timer: Any, cpu_threads: None, kind: str) -> None:
+    """copy: dst.copy_(src) moves every byte twice (read + write); read: src.sum() reads every byte once."""
+    import torch
+
+    size = BANDWIDTH_BYTES[perf.device]
+    src = torch.ones(size // 4, device=perf.device, dtype=torch.float32)
+    if kind == "copy":
+        dst = torch.empty_like(src)
+        call, traffic = (lambda: dst.copy_(src)), 2 * size
+    else:
+        call, traffic = (lambda: src.sum()), size
+        assert call().item() == pytest.approx(size // 4, rel=1e-5)  # the whole buffer was read
+    perf.measure("bandwidth", call, unit="GB/s", work=traffic / 1e9, timer=device_timer)
+    attach_peak(perf, "bandwidth", dtype=None)
+    perf.metric("bandwidth").context["bytes_moved"] = traffic
+
+
+def _forward_ops(run: Any) -> set[str]:
+    """The aten ops a call dispatched to, as the profiler saw them on the host."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run()
+    return {event.key.removeprefix("aten::") for event in profile.key_averages()}
+
+
+@pytest.mark.parametrize("backend", list(SDPA_BACKENDS))
+def test_sdpa(perf: Any, device_timer: Any, cpu_threads: None, backend: str) -> None:
+    """Forward and backward of causal attention with one backend forced: a backend that cannot take these
+    inputs raises here, where an unforced call would silently fall back to another one."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    device = perf.device
+    batch, heads, seq, dim, dtype_name = SDPA_SHAPE[device]
+    member, kernel = SDPA_BACKENDS[backend]
+    if device == "cpu" and backend not in SDPA_CPU_BACKENDS:
+        pytest.skip(f"PyTorch has no CPU kernel for the {backend} SDPA backend (cpu has flash and math)")
+    if backend == "cudnn" and not (torch.backends.cudnn.is_available() and (torch.backends.cudnn.version() or 0)
+                                   >= 90000):
+        pytest.skip(f"cuDNN attention needs cuDNN >= 9; this torch has {torch.backends.cudnn.version()}")
+    dtype = getattr(torch, dtype_name)
+    generator = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device=device, dtype=dtype, generator=generator,
+                           requires_grad=True) for _ in range(3))
+    grad = torch.randn(batch, heads, seq, dim, device=device, dtype=dtype, generator=generator)
+
+    def forward() -> Any:
+        return scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def step() -> object:
+        return torch.autograd.grad(forward(), (q, k, v), grad)  # returns gradients, accumulates nothing
+
+    with sdpa_kernel([getattr(SDPBackend, member)]):
+        try:
+            ran = _forward_ops(forward)
+            step()
+        except RuntimeError as error:
+            pytest.fail(
+                f"SDPA backend {backend} did not run on {device} ({dtype_name}, batch {batch}, {heads} heads, "
+                f"seq {seq}, head dim {dim}, causal): {error}\nUnforced, SDPA would have fallen back to another "
+                "backend without a word; check the torch build and the inputs' dtype and shape",
+                pytrace=False,
+            )
+        used = sorted(name for name in ran if any(name.startswith(op) for _, op in SDPA_BACKENDS.values()))
+        assert any(name.startswith(kernel) for name in used), f"forced {backend}, but the kernels were {used}"
+        # Forward: two matmuls (QK^T, PV) of 2*B*H*S^2*D FLOPs, halved by the causal mask; backward 2.5x forward.
+        flops = 3.5 * 4 * batch * heads * seq * seq * dim / 2
+        perf.measure("tflops", step, unit="TFLOP/s", work=flops / 1e12, timer=device_timer)
+    attach_peak(perf, "tflops", dtype=dtype_name)
+    perf.metric("tflops").context["kernels"] = used

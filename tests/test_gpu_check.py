@@ -1,0 +1,147 @@
+"""The GPU check's CPU-side logic: preflight, commands, the summary printer, and one run on the CPU tier.
+
+No GPU here: nothing in this file claims the GPU path works; it checks what the script does around it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_check() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def result(test: str, metric: str, unit: str, median: float, verdict: str = "PASS", **context: object) -> dict:
+    return {"test": f"suites/test_micro.py::{test}", "metric": metric, "unit": unit, "samples": [median] * 5,
+            "summary": {"median": median}, "verdict": verdict, "context": context}
+
+
+H200_PEAK = {"kind": "datasheet", "value": 989.5, "unit": "TFLOP/s", "percent": 79.8,
+             "source": "NVIDIA H200 Tensor Core GPU datasheet"}
+H200_RESULTS = {
+    "created": "2026-01-01T00:00:00+00:00",
+    "telemetry_note": None,
+    "fingerprint": {"hardware_slug": "1x-nvidia-h200-140gib-sm-90-host-x",
+                    "hardware_key": {"accelerator": {"name": "NVIDIA H200"}},
+                    "stack": {"driver": "570.86", "cuda_runtime": "12.8", "torch": "2.13.0", "python": "3.12"}},
+    "results": [
+        result("test_gemm[bf16-square]", "tflops", "TFLOP/s", 790.0, peak=H200_PEAK),
+        result("test_gemm[bf16-llama3_8b_qkv]", "tflops", "TFLOP/s", 700.0, "NOISY", peak=H200_PEAK,
+               clock_check={"comparable": False, "detail": "SM clock 1500 MHz < 90% of baseline 1980 MHz"}),
+        result("test_gemm[fp8-square]", "tflops", "TFLOP/s", 1200.0),
+        result("test_gemm[fp8-llama3_8b_o]", "tflops", "TFLOP/s", 1300.0),
+        result("test_memory_bandwidth[copy]", "bandwidth", "GB/s", 4300.0,
+               peak={"kind": "datasheet", "value": 4800.0, "unit": "GB/s", "percent": 89.6}),
+        result("test_sdpa[flash]", "tflops", "TFLOP/s", 450.0),
+    ],
+}
+TRAINING_RESULTS = {"results": [{"test": "suites/test_training.py::test_llama_gpu", "metric": "mfu", "unit": "%",
+                                 "samples": [41.0, 42.0, 40.0], "verdict": "NO_BASELINE", "context": {}}]}
+
+
+def test_summary_reports_gemm_bandwidth_attention_mfu_and_provenance(gpu_check: ModuleType,
+                                                                    tmp_path: Path) -> None:
+    micro, training = tmp_path / "micro.json", tmp_path / "training.json"
+    micro.write_text(json.dumps(H200_RESULTS))
+    training.write_text(json.dumps(TRAINING_RESULTS))
+    text = "\n".join(gpu_check.summary([micro, training]))
+    assert "hardware: 1x-nvidia-h200-140gib-sm-90-host-x" in text
+    assert "stack: driver 570.86, cuda_runtime 12.8, torch 2.13.0" in text
+    assert "bf16-square: 790 TFLOP/s = 79.8% of datasheet peak 989.5 TFLOP/s (PASS)" in text
+    assert "[device conditions: SM clock 1500 MHz < 90% of baseline 1980 MHz]" in text
+    assert "reference: ~790 TFLOP/s" in text
+    assert "fp8 (llama3_8b_o): 1,300 TFLOP/s" in text  # the best fp8 shape, not the first
+    assert "copy bandwidth: 4,300 GB/s = 89.6% of datasheet peak 4,800 GB/s (PASS)" in text
+    assert "flash: 450 TFLOP/s" in text
+    assert "training MFU (suites/test_training.py::test_llama_gpu mfu): 41 % (NO_BASELINE)" in text
+    assert "verdicts: 1 NOISY, 1 NO_BASELINE, 5 PASS" in text
+
+
+def test_summary_of_nothing_says_so(gpu_check: ModuleType, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"results": []}))
+    assert gpu_check.summary([empty]) == ["gpu-check summary: no results were recorded"]
+
+
+def test_summary_mode_refuses_missing_or_foreign_files(gpu_check: ModuleType, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert gpu_check.main(["--summary", str(tmp_path / "absent.json")]) == 2
+    assert "no results document at" in capsys.readouterr().err
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"results": [{"name": "x"}]}))
+    assert gpu_check.main(["--summary", str(foreign)]) == 2
+    assert "is not a gpuperf results document" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--only", "everything"])
+
+
+def test_step_command(gpu_check: ModuleType, tmp_path: Path) -> None:
+    step = gpu_check.STEPS[0]
+    command = gpu_check.step_command("py", step, out_dir=tmp_path, device="cuda", save=True, extra=["-x"],
+                                     plugin=["-p", "pytest_gpuperf.plugin"], baselines=tmp_path / "b")
+    assert command[:6] == ["py", "-m", "pytest", "suites/test_micro.py", "-m", "micro"]
+    assert "--gpuperf-save" in command and command[-1] == "-x"
+    assert command[command.index("--gpuperf-results") + 1] == str(tmp_path / "micro.json")
+    assert command[command.index("--gpuperf-baselines") + 1] == str(tmp_path / "b")
+    judged = gpu_check.step_command("py", step, out_dir=tmp_path, device="cuda", save=False, extra=[], plugin=[])
+    assert "--gpuperf-save" not in judged
+    assert sum(s.timeout_s for s in gpu_check.STEPS) < 8 * 60
+
+
+def test_preflight_stops_on_a_missing_store_dependency_and_notes_telemetry(
+        gpu_check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(gpu_check, "missing_modules", lambda python, names: ["filelock", "pynvml", "junitparser"])
+    problems = gpu_check.preflight("py", tmp_path / ".whl")
+    assert len(problems) == 1
+    assert "cannot import filelock" in problems[0] and f"{tmp_path / '.whl'}/" in problems[0]
+    out = capsys.readouterr().out
+    assert "nvidia-ml-py is not installed" in out and "telemetry unavailable" in out
+    assert "junitparser is not installed: only the gpuperf command line needs it" in out
+
+
+def test_preflight_installs_from_carried_wheels_without_an_index(gpu_check: ModuleType, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    wheels = tmp_path / ".whl"
+    wheels.mkdir()
+    (wheels / "filelock-3.0-py3-none-any.whl").write_bytes(b"")
+    missing = [["filelock"], []]
+    commands = []
+    monkeypatch.setattr(gpu_check, "missing_modules", lambda python, names: missing.pop(0))
+    monkeypatch.setattr(gpu_check.subprocess, "run",
+                        lambda command, **kw: commands.append(command) or subprocess.CompletedProcess(command, 0))
+    assert gpu_check.preflight("py", wheels) == []
+    [command] = commands
+    assert command[:4] == ["py", "-m", "pip", "install"] and "--no-index" in command and command[-1] == "filelock"
+
+
+def test_cpu_tier_run_end_to_end(tmp_path: Path) -> None:
+    """The whole script on the CPU tier, one GEMM selected: preflight, plugin loading, step, summary."""
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--no-save", "--only", "micro", "--out", str(tmp_path),
+         "--baselines", str(tmp_path / "baselines"),  # judged against nothing: no timing verdict to flake
+         "--", "-k", "fp32-square"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gpu-check: micro: exit 0" in done.stdout
+    assert "fp32 (square): " in done.stdout and "TFLOP/s" in done.stdout
+    document = json.loads((tmp_path / "micro.json").read_text())
+    assert [r["test"] for r in document["results"]] == ["suites/test_micro.py::test_gemm[fp32-square]"]
