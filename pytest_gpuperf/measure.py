@@ -28,6 +28,9 @@ class MetricRecord:
     """How many measurement rounds were taken (a noisy round is measured again, up to a bound)."""
     context: dict[str, Any] = field(default_factory=dict)
     """What else was observed while measuring (device telemetry, for example); stored in the results."""
+    unjudgeable: str | None = None
+    """Why these samples cannot support a verdict although they are valid figures (too few requests behind a
+    p99, say): the verdict is then NOISY, never PASS or REGRESSED. Stored in the results' context."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -121,8 +124,12 @@ class Perf:
         higher_is_better: bool,
         rounds: int = 1,
         context: dict[str, Any] | None = None,
+        unjudgeable: str | None = None,
     ) -> MetricRecord:
-        """Record a metric with its repeated samples (several values, so the verdict can judge noise)."""
+        """Record a metric with its repeated samples (several values, so the verdict can judge noise).
+
+        ``unjudgeable`` says why the samples, though valid, cannot support a verdict (for example "p99 of 24
+        requests; a p99 needs >= 299"): the metric is then stored and reported, and judged NOISY."""
         self._check_name(name)
         values = [float(value) for value in samples]
         if len(values) < 3:
@@ -138,7 +145,8 @@ class Perf:
             )
         record = MetricRecord(
             name=name, unit=unit, higher_is_better=higher_is_better, samples=values, rounds=rounds,
-            context=dict(context or {}),
+            context=dict(context or {}) | ({"unjudgeable": unjudgeable} if unjudgeable else {}),
+            unjudgeable=unjudgeable,
         )
         self.metrics.append(record)
         return record

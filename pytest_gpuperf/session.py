@@ -191,6 +191,8 @@ class GpuperfSession:
             if baseline and baseline.higher_is_better != metric.higher_is_better:
                 runs = []  # the metric's meaning changed: an old baseline says nothing about it
             context, conditions = self._check_conditions(perf.nodeid, metric.name, metric.context, bool(runs))
+            if metric.unjudgeable:
+                conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
             comparison = compare(metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules,
                                  conditions=conditions)
             baseline_stack = baseline.runs[-1].stack if baseline and runs else None
@@ -230,7 +232,7 @@ class GpuperfSession:
         baseline = self.baseline_telemetry(nodeid, name) if has_baseline else None
         comparable, detail = judge_clocks(current, baseline)
         return ({**context, "clock_check": {"comparable": comparable, "detail": detail}},
-                None if comparable else detail)
+                None if comparable else f"measured under different device conditions ({detail})")
 
     def failing(self, results: list[MetricResult]) -> list[MetricResult]:
         if self.settings.save:

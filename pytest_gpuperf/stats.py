@@ -149,9 +149,11 @@ def compare(
 ) -> Comparison:
     """Judge the current run's samples against the baseline's runs (each run a list of samples).
 
-    ``conditions`` says why the device's conditions make the current run incomparable (it throttled, its clocks
-    fell below the baseline's: ``telemetry.judge_clocks``). Then the verdict is NOISY whatever the figures say,
-    never REGRESSED, and the figures are still computed and kept for the report.
+    ``conditions`` says why the current run cannot support a verdict: the device's conditions made it
+    incomparable (it throttled, its clocks fell below the baseline's: ``telemetry.judge_clocks``), or the
+    metric itself says its samples are too thin (a p99 from fewer requests than a p99 needs). Then the verdict
+    is NOISY whatever the figures say, never REGRESSED, and the figures are still computed and kept for the
+    report.
     """
     runs = [_as_array(run, "baseline run") for run in baseline_runs if len(run) > 0]
     if not runs:
@@ -198,7 +200,7 @@ def compare(
     if conditions:
         return Comparison(
             verdict=Verdict.NOISY,
-            reason=f"measured under different device conditions ({conditions}); not judged",
+            reason=f"{conditions}; not judged",
             **figures,
         )
     if now_spread > rules.noise_limit or base_spread > rules.noise_limit:

@@ -194,6 +194,18 @@ class KVCache:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
 
+    def rows(self, start: int, stop: int) -> KVCache:
+        """A cache over rows ``start:stop`` sharing this cache's storage: a continuous-batching engine
+        prefills the slots a new request joins, or decodes only the occupied leading slots, without copies."""
+        if not 0 <= start < stop <= self.batch_size:
+            raise ValueError(f"KVCache.rows({start}, {stop}): need 0 <= start < stop <= {self.batch_size}")
+        view = object.__new__(KVCache)
+        view.batch_size = stop - start
+        view.max_len = self.max_len
+        view.k = [t[start:stop] for t in self.k]
+        view.v = [t[start:stop] for t in self.v]
+        return view
+
     def update(
         self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, end: int
     ) -> tuple[torch.Tensor, torch.Tensor]:

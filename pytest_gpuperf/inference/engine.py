@@ -1,0 +1,223 @@
+"""The in-process inference engine: a KV-cached model behind a continuous-batching scheduler.
+
+Every model of the registry (``models/registry.py``) runs through ``Transformer.forward(tokens, cache=...,
+start_pos=...)``. The engine owns one ``KVCache`` with one row per slot. A closed loop of ``concurrency``
+clients feeds it: each client sends its next request when its previous one completed, so a freed slot is
+taken at once. Each scheduler iteration
+
+1. admits waiting requests into free slots and prefills them (one batched forward per run of adjacent slots
+   with equal prompt lengths); the prefill yields each request's first token;
+2. runs ONE decode forward over all occupied slots together, each row at its own position (``start_pos`` is a
+   per-row tensor), which yields one more token for every active request: the decode step is shared, as in
+   vLLM or SGLang, rather than run per request.
+
+Decoding is greedy and runs for exactly ``max_new_tokens`` (no end-of-sequence stop), so every run of a
+performance test does the same work. A token's time is taken when it reaches the host (``.tolist()``, which
+also waits for the device), the moment a streaming client could see it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pytest_gpuperf.inference.adapters import Completion, Request
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from pytest_gpuperf.models.llama import KVCache
+
+
+@dataclass(slots=True, kw_only=True)
+class SchedulerTrace:
+    """What the scheduler did in the last ``generate``: proof that decode steps were shared."""
+
+    decode_rows: list[int] = field(default_factory=list)
+    """Requests advanced by each decode forward, in order (its length is the number of decode forwards)."""
+    prefill_rows: list[int] = field(default_factory=list)
+    """Requests prefilled by each prefill forward."""
+
+    @property
+    def decode_steps(self) -> int:
+        return len(self.decode_rows)
+
+
+@dataclass(slots=True)
+class _Active:
+    request: Request
+    slot: int
+    done: Completion
+
+    @property
+    def position(self) -> int:
+        """Position of the last generated token: the next decode step feeds it there."""
+        return len(self.request.prompt) + len(self.done.tokens) - 1
+
+    @property
+    def finished(self) -> bool:
+        return len(self.done.tokens) >= self.request.max_new_tokens
+
+
+class LocalEngine:
+    """Greedy generation with a KV cache and continuous batching, in this process.
+
+    ``decode_hook`` runs after every decode forward (tests inject a delay there to prove a slower decode step
+    is caught); ``autocast`` wraps the forwards (mixed precision). The model must be in eval mode already.
+    """
+
+    name = "in-process"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        max_len: int,
+        devices: int = 1,
+        autocast: Callable[[], object] | None = None,
+        decode_hook: Callable[[], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.max_len = max_len
+        self.devices = devices
+        self._autocast = autocast
+        self._decode_hook = decode_hook
+        self._cache: KVCache | None = None
+        self.trace = SchedulerTrace()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, requests: Sequence[Request], *, concurrency: int) -> list[Completion]:
+        import contextlib
+
+        import torch
+
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.trace = SchedulerTrace()
+        cache = self._cache_for(concurrency)
+        slots: list[_Active | None] = [None] * concurrency
+        queue: deque[Request] = deque()
+        completions: dict[int, Completion] = {}
+        for request in requests:
+            if len(request.prompt) + request.max_new_tokens > self.max_len:
+                completions[request.id] = Completion(
+                    id=request.id, prompt_tokens=len(request.prompt), requested_tokens=request.max_new_tokens,
+                    sent=time.perf_counter(),
+                    error=f"prompt {len(request.prompt)} + {request.max_new_tokens} new tokens exceed the "
+                          f"engine's max_len {self.max_len}",
+                )
+            else:
+                queue.append(request)
+        autocast = self._autocast() if self._autocast is not None else contextlib.nullcontext()
+        with torch.inference_mode(), autocast:  # type: ignore[attr-defined]
+            while queue or any(slot is not None for slot in slots):
+                joining = []
+                for index, slot in enumerate(slots):
+                    if slot is None and queue:
+                        request = queue.popleft()
+                        active = _Active(request, index, Completion(
+                            id=request.id, prompt_tokens=len(request.prompt),
+                            requested_tokens=request.max_new_tokens, sent=time.perf_counter(),
+                        ))
+                        slots[index] = active
+                        joining.append(active)
+                if joining:
+                    self._prefill(joining, cache)
+                    self._retire(slots, completions)
+                if any(slot is not None for slot in slots):
+                    self._decode(slots, cache)
+                    self._retire(slots, completions)
+        return [completions[request.id] for request in requests]
+
+    def _cache_for(self, concurrency: int) -> KVCache:
+        from pytest_gpuperf.models.llama import KVCache
+
+        cache = self._cache
+        if cache is None or cache.batch_size != concurrency:
+            self._cache = None  # free the old one before allocating the new
+            cache = KVCache.for_model(self.model, batch_size=concurrency, max_len=self.max_len)  # type: ignore[arg-type]
+            self._cache = cache
+        return cache
+
+    def _prefill(self, joining: list[_Active], cache: KVCache) -> None:
+        import torch
+
+        # Adjacent slots with equal prompt lengths share one forward on a view of their cache rows.
+        groups: list[list[_Active]] = []
+        for active in sorted(joining, key=lambda a: a.slot):
+            last = groups[-1][-1] if groups else None
+            if last is not None and last.slot + 1 == active.slot and len(last.request.prompt) == len(
+                    active.request.prompt):
+                groups[-1].append(active)
+            else:
+                groups.append([active])
+        for group in groups:
+            tokens = torch.tensor([a.request.prompt for a in group], dtype=torch.long, device=self.device)
+            view = cache.rows(group[0].slot, group[-1].slot + 1)
+            logits = self.model(tokens, cache=view, start_pos=0)
+            first = logits[:, -1].argmax(dim=-1).tolist()
+            now = time.perf_counter()
+            for active, token in zip(group, first):
+                active.done.tokens.append(int(token))
+                active.done.token_times.append(now)
+            self.trace.prefill_rows.append(len(group))
+
+    def _decode(self, slots: list[_Active | None], cache: KVCache) -> None:
+        import torch
+
+        # Rows up to the last occupied slot decode together; a free slot inside that range carries a dummy
+        # token at position 0 (its cache row is rewritten by the prefill of whoever takes the slot next).
+        rows = max(index for index, slot in enumerate(slots) if slot is not None) + 1
+        tokens = [[slot.done.tokens[-1]] if slot is not None else [0] for slot in slots[:rows]]
+        positions = [slot.position if slot is not None else 0 for slot in slots[:rows]]
+        logits = self.model(
+            torch.tensor(tokens, dtype=torch.long, device=self.device),
+            cache=cache.rows(0, rows),
+            start_pos=torch.tensor(positions, dtype=torch.long, device=self.device),
+        )
+        following = logits[:, -1].argmax(dim=-1).tolist()
+        if self._decode_hook is not None:
+            self._decode_hook()
+        now = time.perf_counter()
+        advanced = 0
+        for slot, token in zip(slots[:rows], following):
+            if slot is not None:
+                slot.done.tokens.append(int(token))
+                slot.done.token_times.append(now)
+                advanced += 1
+        self.trace.decode_rows.append(advanced)
+
+    @staticmethod
+    def _retire(slots: list[_Active | None], completions: dict[int, Completion]) -> None:
+        for index, slot in enumerate(slots):
+            if slot is not None and slot.finished:
+                completions[slot.request.id] = slot.done
+                slots[index] = None
+
+
+def sequential_greedy(model: nn.Module, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+    """Reference generation without a cache or a batch: a full forward per token (slow, for checks)."""
+    import torch
+
+    tokens = list(prompt)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            logits = model(torch.tensor([tokens], dtype=torch.long, device=device))
+            tokens.append(int(logits[0, -1].argmax()))
+    return tokens[len(prompt):]
+
+
+def make_prompts(*, count: int, length: int, vocab_size: int, seed: int) -> list[tuple[int, ...]]:
+    """Deterministic random prompts (token ids), the same for the same arguments on any machine."""
+    import random
+
+    rng = random.Random(seed)
+    return [tuple(rng.randrange(vocab_size) for _ in range(length)) for _ in range(count)]

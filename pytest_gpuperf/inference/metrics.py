@@ -1,0 +1,191 @@
+"""Serving metrics of one benchmark run, from per-request timestamps. Pure: no torch, no pytest.
+
+Definitions (times from ``Completion``: ``sent``, and the arrival time of each output token):
+
+* TTFT, time to first token: first token time - sent (includes queueing and prefill).
+* E2E, end-to-end latency: last token time - sent.
+* TPOT, time per output token of one request: (E2E - TTFT) / (output tokens - 1); undefined for 1 token.
+* ITL, inter-token latency: every gap between consecutive tokens of a request, pooled over requests.
+* output tok/s: output tokens of all requests / wall time of the run (first send to last token);
+  total tok/s also counts prompt tokens; requests/s: completed requests / wall time;
+  tok/s per device: output tok/s / devices serving.
+* interactivity (tok/s/user) = 1000 / p50(TPOT in ms): the decode speed the median user sees. It is not
+  output tok/s / concurrency: that divides by the wall time, which also holds prefills, queueing and the
+  ramp-down at the end of the run, so it is lower than the speed at which tokens stream to each user.
+* goodput: requests per second that met every SLO (TTFT <= limit and TPOT <= limit), as DistServe defines it.
+
+A percentile from too few samples is not an estimate: ``min_samples(q)`` is the smallest count for which a
+distribution-free 95% confidence interval of the q-quantile exists at all, i.e. the interval [min, max] covers
+it with probability 1 - q^n - (1 - q)^n >= 0.95 (6 samples for p50, 29 for p90, 299 for p99). Fewer, and the
+metric is reported but judged NOISY (MLPerf LoadGen refuses such runs for the same reason).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pytest_gpuperf.inference.adapters import Completion
+
+PERCENTILES = (50, 90, 99)
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SLO:
+    """Service-level objectives of goodput, in seconds."""
+
+    ttft_s: float
+    tpot_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.ttft_s > 0 and self.tpot_s > 0):
+            raise ValueError(f"SLO limits must be positive seconds, got ttft={self.ttft_s}, tpot={self.tpot_s}")
+
+    def met_by(self, completion: Completion) -> bool:
+        tpot = tpot_of(completion)
+        return completion.error is None and ttft_of(completion) <= self.ttft_s and (
+            tpot is None or tpot <= self.tpot_s)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Percentile:
+    """One latency percentile and whether its sample count can carry it."""
+
+    value: float
+    count: int
+    needed: int
+
+    @property
+    def enough(self) -> bool:
+        return self.count >= self.needed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunMetrics:
+    """Every serving metric of one run (one concurrency, one input/output length pair)."""
+
+    requests: int
+    devices: int
+    wall_s: float
+    output_tokens: int
+    prompt_tokens: int
+    latency: dict[str, dict[int, Percentile]] = field(default_factory=dict)
+    """{"ttft" | "tpot" | "itl" | "e2e": {50: ..., 90: ..., 99: ...}}, seconds."""
+    good_requests: int | None = None
+    """Requests that met the SLO, when one was given."""
+
+    @property
+    def output_tok_s(self) -> float:
+        return self.output_tokens / self.wall_s
+
+    @property
+    def total_tok_s(self) -> float:
+        return (self.output_tokens + self.prompt_tokens) / self.wall_s
+
+    @property
+    def requests_s(self) -> float:
+        return self.requests / self.wall_s
+
+    @property
+    def tok_s_per_device(self) -> float:
+        return self.output_tok_s / self.devices
+
+    @property
+    def interactivity(self) -> float:
+        """tok/s/user = 1000 / p50(TPOT in ms) = 1 / p50(TPOT in s)."""
+        return 1.0 / self.latency["tpot"][50].value
+
+    @property
+    def goodput(self) -> float | None:
+        """Requests per second meeting the SLO."""
+        return None if self.good_requests is None else self.good_requests / self.wall_s
+
+
+def ttft_of(completion: Completion) -> float:
+    return completion.token_times[0] - completion.sent
+
+
+def e2e_of(completion: Completion) -> float:
+    return completion.token_times[-1] - completion.sent
+
+
+def tpot_of(completion: Completion) -> float | None:
+    n = completion.output_tokens
+    return None if n < 2 else (e2e_of(completion) - ttft_of(completion)) / (n - 1)
+
+
+def itls_of(completion: Completion) -> list[float]:
+    times = completion.token_times
+    return [later - earlier for earlier, later in zip(times, times[1:])]
+
+
+def min_samples(q: float, confidence: float = CONFIDENCE) -> int:
+    """Smallest n for which [min, max] of n samples covers the q-quantile with the given confidence."""
+    if not 0 < q < 1:
+        raise ValueError(f"quantile must be in (0, 1), got {q}")
+    n = 1
+    while 1 - q**n - (1 - q) ** n < confidence:
+        n += 1
+    return n
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Linear-interpolation percentile (numpy's default method), without numpy."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * p / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+class RunFailed(AssertionError):
+    """A run whose requests failed or produced a different number of tokens than asked."""
+
+
+def check_completions(completions: Iterable[Completion]) -> list[Completion]:
+    """Every request completed without error and produced exactly the requested number of tokens."""
+    done = list(completions)
+    problems = []
+    for c in done:
+        if c.error is not None:
+            problems.append(f"request {c.id} failed: {c.error}")
+        elif c.output_tokens != c.requested_tokens:
+            problems.append(f"request {c.id} produced {c.output_tokens} tokens, {c.requested_tokens} requested")
+    if not done:
+        problems.append("no request completed")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise RunFailed(f"{len(problems)} of {len(done)} request(s) wrong: {shown}")
+    return done
+
+
+def run_metrics(completions: Iterable[Completion], *, devices: int = 1, slo: SLO | None = None) -> RunMetrics:
+    """The metrics of one run. Raises ``RunFailed`` unless every request produced its tokens."""
+    done = check_completions(completions)
+    if devices < 1:
+        raise ValueError(f"devices must be >= 1, got {devices}")
+    start = min(c.sent for c in done)
+    end = max(c.token_times[-1] for c in done)
+    if not end > start:
+        raise ValueError(f"run wall time must be positive, got first send {start} and last token {end}")
+    tpots = [t for t in (tpot_of(c) for c in done) if t is not None]
+    series = {
+        "ttft": [ttft_of(c) for c in done],
+        "tpot": tpots,
+        "itl": [gap for c in done for gap in itls_of(c)],
+        "e2e": [e2e_of(c) for c in done],
+    }
+    latency = {
+        name: {p: Percentile(value=percentile(values, p), count=len(values), needed=min_samples(p / 100))
+               for p in PERCENTILES}
+        for name, values in series.items() if values
+    }
+    return RunMetrics(
+        requests=len(done), devices=devices, wall_s=end - start,
+        output_tokens=sum(c.output_tokens for c in done), prompt_tokens=sum(c.prompt_tokens for c in done),
+        latency=latency, good_requests=None if slo is None else sum(slo.met_by(c) for c in done),
+    )
