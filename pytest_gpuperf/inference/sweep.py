@@ -59,6 +59,8 @@ def run_sweep(
     slo: SLO | None = None,
     watch: Callable[[], Any] | None = None,
     peak_memory: Callable[[], Callable[[], float] | None] | None = None,
+    per_client: int = 3,
+    minimum: int = 6,
 ) -> SweepResult:
     """``runs`` runs of every concurrency, after one untimed warm-up run of the largest.
 
@@ -66,12 +68,13 @@ def run_sweep(
     returns a function that reads it (bytes), or None where the device cannot tell.
     """
     result = SweepResult(isl=isl, osl=osl)
-    engine.generate(requests_for(isl=isl, osl=min(osl, 8), concurrency=max(concurrencies),
-                                 vocab_size=vocab_size, seed=seed + 1), concurrency=max(concurrencies))
+    engine.generate(requests_for(isl=isl, osl=min(osl, 8), concurrency=max(concurrencies), vocab_size=vocab_size,
+                                 seed=seed + 1, per_client=1, minimum=1), concurrency=max(concurrencies))
     energy_missing = ""
     for _ in range(runs):
         for concurrency in concurrencies:
-            requests = requests_for(isl=isl, osl=osl, concurrency=concurrency, vocab_size=vocab_size, seed=seed)
+            requests = requests_for(isl=isl, osl=osl, concurrency=concurrency, vocab_size=vocab_size, seed=seed,
+                                    per_client=per_client, minimum=minimum)
             read_peak = peak_memory() if peak_memory is not None else None
             if watch is not None:
                 with watch() as window:
@@ -114,6 +117,10 @@ def record_sweep(perf: Any, sweep: SweepResult, *, slo: SLO | None = None,
         prefix = f"c{concurrency}."
         context = {**sweep.contexts.get(concurrency, {}), "concurrency": concurrency, "isl": sweep.isl,
                    "osl": sweep.osl, "requests_per_run": runs[0].requests}
+        if sweep.energy_note:
+            context["energy"] = sweep.energy_note
+        if concurrency not in sweep.peak_memory_bytes:
+            context["peak_memory"] = "not measured: the device has no allocator peak counter (CPU)"
         for name in ("ttft", "tpot", "itl", "e2e"):
             if name not in runs[0].latency:
                 continue

@@ -1,0 +1,169 @@
+"""Inference workloads as tests: latency percentiles, ISL/OSL x concurrency sweeps, throughput at fixed
+interactivity, output parity against goldens (docs/inference.md).
+
+- ``test_serving_sweep``: one input/output length pair over concurrencies, each point run
+  ``--gpuperf-inference-runs`` times (each run one sample): TTFT, TPOT, ITL, E2E at p50/p90/p99, output and
+  total tok/s, requests/s, tok/s per device, interactivity, goodput under the tier's SLO, peak memory and
+  energy per output token where the device can tell; the Pareto front's throughput at fixed interactivity
+  points is the headline metric. Every request must produce exactly its tokens.
+- ``test_output_parity``: greedy tokens and teacher-forced logits of fixed prompts against a stored golden.
+
+CPU tier: the tiny Llama (fp32, one thread), pairs 128/128, 512/64, 64/512, concurrency 1, 2, 4, 8.
+GPU tier (``gpu_tier``, run by scripts/gpu_check.sh): a 2-layer proxy of Llama 3 8B in bf16, pairs 1k/1k,
+8k/1k, 1k/8k, concurrency 1, 8, 64, one request per client; sized for ~90 s on one H200 but not yet run on one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf.inference.adapters import InferenceEngine, OpenAIEngine, Request
+from pytest_gpuperf.inference.metrics import SLO
+from pytest_gpuperf.inference.sweep import record_sweep, run_sweep
+
+pytestmark = [pytest.mark.perf, pytest.mark.inference]
+
+GOLDENS = Path(__file__).parent / "goldens" / "inference"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Tier:
+    device: str
+    model: str
+    precision: str
+    concurrencies: tuple[int, ...]
+    per_client: int
+    """Requests per concurrent client in one run."""
+    minimum: int
+    """Fewest requests in one run."""
+    slo: SLO
+
+
+TIERS = {
+    # ~0.5-3 ms per decode step on one thread of this project's CPU; SLOs ~10x the unloaded figures.
+    "cpu": Tier(device="cpu", model="tiny-llama", precision="fp32", concurrencies=(1, 2, 4, 8), per_client=3,
+                minimum=6, slo=SLO(ttft_s=0.25, tpot_s=0.02)),
+    # InferenceX-style interactive SLOs; one wave of requests per run keeps the 1k/8k pair within budget.
+    "cuda": Tier(device="cuda", model="llama3-8b@2", precision="bf16", concurrencies=(1, 8, 64), per_client=1,
+                 minimum=1, slo=SLO(ttft_s=2.0, tpot_s=0.05)),
+}
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+SWEEPS = [
+    pytest.param("cpu", 128, 128, id="cpu-128-128"),
+    pytest.param("cpu", 512, 64, id="cpu-512-64"),
+    pytest.param("cpu", 64, 512, id="cpu-64-512"),
+    pytest.param("cuda", 1024, 1024, id="gpu-1k-1k", marks=pytest.mark.gpu_tier),
+    pytest.param("cuda", 8192, 1024, id="gpu-8k-1k", marks=pytest.mark.gpu_tier),
+    pytest.param("cuda", 1024, 8192, id="gpu-1k-8k", marks=pytest.mark.gpu_tier),
+]
+
+PARITY_PROMPTS = 4
+PARITY_PROMPT_LEN = 32
+PARITY_NEW_TOKENS = 24
+
+
+def tier_for(perf: Any, name: str) -> Tier:
+    if perf.device != name:
+        pytest.skip(f"{name} tier; this run's device is {perf.device} (the other tier covers it)")
+    return TIERS[name]
+
+
+@pytest.fixture
+def cpu_threads(perf: Any) -> Iterator[None]:
+    """One thread on CPU: other work on the machine then steals whole steps instead of reshaping every GEMM."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if perf.device == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def build_model(tier: Tier, *, max_len: int, device: str) -> Any:
+    import torch
+
+    from pytest_gpuperf.models.registry import get_spec
+
+    spec = get_spec(tier.model)
+    spec = dataclasses.replace(spec, max_seq_len=max(spec.max_seq_len, max_len))
+    return spec.build(seed=0, device=device, dtype=getattr(torch, DTYPES[tier.precision])).eval()
+
+
+def build_engine(tier: Tier, options: Any, *, max_len: int, device: str) -> InferenceEngine:
+    if options.endpoint:
+        return OpenAIEngine(options.endpoint, model=options.served_model or tier.model, devices=options.devices)
+    from pytest_gpuperf.inference.engine import LocalEngine
+
+    return LocalEngine(build_model(tier, max_len=max_len, device=device), max_len=max_len)
+
+
+def peak_memory_window(device: str) -> Callable[[], Callable[[], float] | None] | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    def start() -> Callable[[], float]:
+        torch.cuda.reset_peak_memory_stats()
+        return lambda: float(torch.cuda.max_memory_allocated())
+
+    return start
+
+
+@pytest.mark.parametrize(("tier_name", "isl", "osl"), SWEEPS)
+def test_serving_sweep(perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str, isl: int,
+                       osl: int) -> None:
+    tier = tier_for(perf, tier_name)
+    engine = build_engine(tier, gpuperf_inference, max_len=isl + osl, device=perf.device)
+    from pytest_gpuperf.models.registry import get_spec
+
+    sweep = run_sweep(
+        engine, isl=isl, osl=osl, concurrencies=tier.concurrencies, runs=gpuperf_inference.runs,
+        vocab_size=get_spec(tier.model).vocab_size, slo=tier.slo, watch=perf.watch,
+        peak_memory=peak_memory_window(perf.device), per_client=tier.per_client, minimum=tier.minimum,
+    )
+    problems = record_sweep(perf, sweep, slo=tier.slo)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("tier_name", [pytest.param("cpu", id="cpu"),
+                                       pytest.param("cuda", id="gpu", marks=pytest.mark.gpu_tier)])
+def test_output_parity(perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str) -> None:
+    from pytest_gpuperf.inference import parity
+    from pytest_gpuperf.inference.engine import LocalEngine, make_prompts
+    from pytest_gpuperf.models.registry import get_spec
+
+    tier = tier_for(perf, tier_name)
+    if gpuperf_inference.endpoint:
+        pytest.skip("parity needs the model's logits: the in-process engine only (an external server's goldens "
+                    "would be keyed by its own weights)")
+    max_len = PARITY_PROMPT_LEN + PARITY_NEW_TOKENS
+    model = build_model(tier, max_len=max_len, device=perf.device)
+    prompts = make_prompts(count=PARITY_PROMPTS, length=PARITY_PROMPT_LEN,
+                           vocab_size=get_spec(tier.model).vocab_size, seed=1234)
+    engine = LocalEngine(model, max_len=max_len)
+    # Concurrency 2 over 4 prompts: the second pair joins slots freed by the first, through the batched path.
+    completions = engine.generate([Request(id=i, prompt=p, max_new_tokens=PARITY_NEW_TOKENS)
+                                   for i, p in enumerate(prompts)], concurrency=2)
+    greedy = [c.tokens for c in completions]
+    assert all(c.error is None and len(c.tokens) == PARITY_NEW_TOKENS for c in completions), completions
+    key = parity.golden_key(device=perf.device, precision=tier.precision, model=tier.model, seed=0)
+    path = GOLDENS / f"{key}.json"
+    golden = parity.load_golden(path)
+    if golden is None:
+        if not perf.settings.save:
+            pytest.skip(f"no golden {path.name} for this hardware and precision; record it with --gpuperf-save")
+        parity.save_golden(path, parity.make_golden(model, prompts=prompts, tokens=greedy, key=key))
+        golden = parity.load_golden(path)
+        assert golden is not None
+    report = parity.compare_to_golden(model, golden, greedy, precision=tier.precision)
+    assert report.ok, (f"output parity against {path}:\n  " + "\n  ".join(report.problems)
+                       + "\nif the change is intended, delete the golden and record it again with --gpuperf-save")
