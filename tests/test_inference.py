@@ -296,3 +296,13 @@ def test_slower_decode_step_is_regressed_and_a_thin_p99_is_noisy(pytester: pytes
     pareto = [m for m in verdicts if m.startswith("pareto.")]
     assert pareto == [] or all(verdicts[m]["verdict"] == "REGRESSED" for m in pareto)
     result.stdout.fnmatch_lines(["*c1.tpot_p50 REGRESSED*"])
+
+
+def test_prefill_forwards_respect_the_token_cap(tiny: object) -> None:
+    from pytest_gpuperf.inference.engine import LocalEngine
+
+    engine = LocalEngine(tiny, max_len=32, max_prefill_tokens=20)
+    done = engine.generate([Request(id=i, prompt=(i + 1,) * 8, max_new_tokens=3) for i in range(5)],
+                           concurrency=5)
+    assert all(c.error is None and len(c.tokens) == 3 for c in done)
+    assert engine.trace.prefill_rows == [2, 2, 1]  # 2 x 8 tokens fit under 20, 3 x 8 do not

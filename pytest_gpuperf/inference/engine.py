@@ -67,7 +67,10 @@ class LocalEngine:
     """Greedy generation with a KV cache and continuous batching, in this process.
 
     ``decode_hook`` runs after every decode forward (tests inject a delay there to prove a slower decode step
-    is caught); ``autocast`` wraps the forwards (mixed precision). The model must be in eval mode already.
+    is caught); ``autocast`` wraps the forwards (mixed precision). ``max_prefill_tokens`` caps the tokens of one
+    prefill forward, as serving engines cap a batch's tokens: the forward returns logits for every position, so
+    8 prompts of 8k tokens with a 128k vocabulary would otherwise ask for 16 GB of logits at once. The model
+    must be in eval mode already.
     """
 
     name = "in-process"
@@ -80,8 +83,12 @@ class LocalEngine:
         devices: int = 1,
         autocast: Callable[[], object] | None = None,
         decode_hook: Callable[[], None] | None = None,
+        max_prefill_tokens: int = 16384,
     ) -> None:
+        if max_prefill_tokens < 1:
+            raise ValueError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
         self.model = model
+        self.max_prefill_tokens = max_prefill_tokens
         self.max_len = max_len
         self.devices = devices
         self._autocast = autocast
@@ -153,8 +160,9 @@ class LocalEngine:
         groups: list[list[_Active]] = []
         for active in sorted(joining, key=lambda a: a.slot):
             last = groups[-1][-1] if groups else None
-            if last is not None and last.slot + 1 == active.slot and len(last.request.prompt) == len(
-                    active.request.prompt):
+            if (last is not None and last.slot + 1 == active.slot
+                    and len(last.request.prompt) == len(active.request.prompt)
+                    and (len(groups[-1]) + 1) * len(active.request.prompt) <= self.max_prefill_tokens):
                 groups[-1].append(active)
             else:
                 groups.append([active])
