@@ -4,7 +4,7 @@ Pytest sessions are timed in fresh processes: sessions where each test records a
 through `perf` (judged against a stored baseline, so the full compare path and the baseline read run), and
 sessions where the same tests compute the same samples without the fixture. Both import torch, as every real
 workload does. Each kind runs at two sizes (N and 4N tests): the slope is the marginal cost per test, the
-rest is paid once per session (scipy import, fingerprint). Both are set against the matmul suite's workload.
+rest is paid once per session (scipy import, fingerprint). Both are set against a micro-suite GEMM test.
 
     python benchmarks/harness_overhead.py [--tests 40] [--sessions 5]
 """
@@ -69,7 +69,7 @@ def main() -> int:
                 medians[kind, size] = statistics.median(
                     session_seconds(folder, target, *extra) for _ in range(args.sessions))
     small, large = sizes
-    workload = 23 * 0.003  # the matmul suite's test: 3 warm-up + 20 timed calls of ~3 ms
+    workload = 23 * 0.003  # a micro-suite GEMM test: 3 warm-up + 20 timed calls of ~3 ms
     print(f"median of {args.sessions} sessions each; sessions of {small} and {large} tests")
     for kind in ("judged", "saved"):
         extra_small = medians[kind, small] - medians["plain", small]
@@ -77,7 +77,7 @@ def main() -> int:
         per_test = (extra_large - extra_small) / (large - small)
         once = extra_small - per_test * small
         print(f"{kind:>6}: {per_test * 1e3:.1f} ms per test ({per_test / workload:.1%} of a {workload * 1e3:.0f} ms "
-              f"matmul test), {once:.2f} s once per session")
+              f"GEMM test), {once:.2f} s once per session")
     for (kind, size), seconds in sorted(medians.items()):
         print(f"  {kind} {size} tests: {seconds:.2f} s")
     return 0

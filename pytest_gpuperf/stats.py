@@ -229,15 +229,15 @@ def compare(
             reason=f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.delta:.1%}",
             **figures,
         )
-    return Comparison(
-        verdict=Verdict.AMBIGUOUS,
-        reason=(
-            f"ratio {ratio:.3f}, {rules.confidence:.0%} interval [{ci_low:.3f}, {ci_high:.3f}] is not inside "
-            f"1 ± {rules.delta:.1%} and the evidence of a change is not significant: more repeats or more "
-            "baseline runs would decide it"
-        ),
-        **figures,
+    reason = (
+        f"ratio {ratio:.3f}, {rules.confidence:.0%} interval [{ci_low:.3f}, {ci_high:.3f}] is not inside "
+        f"1 ± {rules.delta:.1%} and the evidence of a change is not significant: more repeats or more "
+        "baseline runs would decide it"
     )
+    needed = samples_needed(rules, pooled.size)
+    if now.size < needed:
+        reason += f" ({now.size} samples against {pooled.size} cannot reach p < {rules.alpha}: take >= {needed})"
+    return Comparison(verdict=Verdict.AMBIGUOUS, reason=reason, **figures)
 
 
 def pooled_run_noise(log_run_medians: np.ndarray, rules: Rules) -> tuple[float, float]:

@@ -57,21 +57,6 @@ SDPA_BACKENDS = {
 SDPA_CPU_BACKENDS = frozenset({"flash", "math"})  # PyTorch has CPU kernels for these two only
 
 
-@pytest.fixture
-def cpu_threads(perf: Any) -> Iterator[None]:
-    """One thread on CPU: the machine's other work then steals whole timesteps instead of reshaping the math
-    library's partition of the work, which keeps run-to-run noise lower (see suites/test_matmul.py)."""
-    import torch
-
-    previous = torch.get_num_threads()
-    if perf.device == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 @contextlib.contextmanager
 def matmul_precision(precision: str) -> Iterator[None]:
     """fp32 GEMMs on TF32 tensor cores for "tf32", strict fp32 otherwise; restored afterwards."""

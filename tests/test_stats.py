@@ -146,3 +146,9 @@ def test_device_conditions_make_a_regression_noisy_and_keep_the_figures() -> Non
 def test_device_conditions_do_not_invent_a_baseline() -> None:
     result = compare([1.0, 1.1, 0.9], [], higher_is_better=False, rules=RULES, conditions="throttled")
     assert result.verdict is Verdict.NO_BASELINE
+
+
+def test_too_few_samples_to_decide_say_so() -> None:
+    result = compare([1.2, 1.21], [[1.0, 1.01]], higher_is_better=False, rules=RULES)
+    assert result.verdict is Verdict.AMBIGUOUS
+    assert "cannot reach p < 0.01" in result.reason
