@@ -17,7 +17,7 @@ H200 but not yet run on one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,20 +77,6 @@ def tier_for(perf: Any, name: str) -> Tier:
     if perf.device != name:
         pytest.skip(f"{name} tier; this run's device is {perf.device} (the other tier covers it)")
     return TIERS[name]
-
-
-@pytest.fixture
-def cpu_threads(perf: Any) -> Iterator[None]:
-    """One thread on CPU: other work on the machine then steals whole steps instead of reshaping every GEMM."""
-    import torch
-
-    previous = torch.get_num_threads()
-    if perf.device == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def build_model(tier: Tier, *, max_len: int, device: str) -> Any:
