@@ -61,6 +61,12 @@ def test_rate(perf):
 def test_serve(perf, batch):
     perf.record("latency", [0.001 * (1 + batch / 4) * j for j in JITTER], unit="s", higher_is_better=False)
     perf.record("throughput", [100.0 * batch ** 0.5 * j for j in JITTER], unit="tok/s", higher_is_better=True)
+
+@pytest.mark.perf
+def test_sweep(perf):
+    # operating points per concurrency, as an inference sweep records them
+    perf.record_curve("pareto.interactivity", [1, 2, 4, 8], [100.0, 90.0, 70.0, 40.0])
+    perf.record_curve("pareto.tok_s_per_device", [1, 2, 4, 8], [100.0, 180.0, 150.0, 320.0])
 """
 
 CONFTEST = """
@@ -198,7 +204,9 @@ def test_report_is_self_contained_and_renders(runs: Path, capsys: pytest.Capture
     for heading in ("Summary", "Throughput per stack version", "Loss curves", "Inference Pareto fronts"):
         assert heading in text
     images = text.split('src="data:image/png;base64,')[1:]
-    assert len(images) >= 4  # rate, throughput per stack; the loss curve; the serve Pareto front
+    assert len(images) >= 4  # rate, throughput per stack; the loss curve; the sweep's Pareto front
+    assert "Pareto front of test_cli_workload::test_sweep" in text
+    assert "pareto.interactivity curve" not in text  # sweep operating points are fronts, not loss curves
     assert all(base64.b64decode(chunk.split('"', 1)[0])[:8] == b"\x89PNG\r\n\x1a\n" for chunk in images)
     assert "http://" not in text and "https://" not in text  # nothing fetched when opened
     browser = shutil.which("chromium") or shutil.which("chromium-browser")

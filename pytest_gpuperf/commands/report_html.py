@@ -9,7 +9,6 @@ import argparse
 import base64
 import html
 import io
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +109,8 @@ def curves_section(runs: list[Run], labels: dict[Path, str], baselines: Path | N
     grouped: dict[tuple[str, str], list[tuple[Run, CurveData]]] = {}
     for run in runs:
         for curve in run.curves:
+            if curve.name.startswith("pareto."):  # operating points of an inference sweep: drawn as fronts
+                continue
             grouped.setdefault((curve.key, curve.name), []).append((run, curve))
     parts = []
     for (_, name), entries in list(grouped.items())[:MAX_PLOTS]:
@@ -130,53 +131,42 @@ def curves_section(runs: list[Run], labels: dict[Path, str], baselines: Path | N
     return "<h2>Loss curves against goldens</h2>" + note + "".join(parts)
 
 
-def pareto_front(points: Iterable[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
-    """Points (latency, throughput, label) no other point beats on both: lower latency and higher throughput."""
-    front = []
-    best = float("-inf")
-    for latency, rate, label in sorted(points, key=lambda p: (p[0], -p[1])):
-        if rate > best:
-            front.append((latency, rate, label))
-            best = rate
-    return front
-
-
-def pareto_section(runs: list[Run]) -> str:
-    """For tests parametrised alike (same name before '['), latency (lower-better, seconds) against throughput
-    (higher-better), each test's latest run; the front joins configurations nothing else dominates."""
+def pareto_section(runs: list[Run], labels: dict[Path, str]) -> str:
+    """Inference sweeps' fronts of tok/s per device against tok/s per user, one line per run (stack), from the
+    operating points each sweep records as curves (see pytest_gpuperf.inference.pareto)."""
     import matplotlib.pyplot as plt
 
-    latest: dict[str, dict[str, MetricData]] = {}
+    from pytest_gpuperf.inference.pareto import INTERACTIVITY_CURVE, THROUGHPUT_CURVE, OperatingPoint, pareto_front
+
+    sweeps: dict[str, list[tuple[Run, list[OperatingPoint]]]] = {}
     for run in runs:
-        for (key, _), data in run.metrics.items():
-            latest.setdefault(key, {})[data.metric] = data
-    groups: dict[tuple[str, str, str], list[tuple[float, float, str]]] = {}
-    for key, metrics in latest.items():
-        latency = [m for m in metrics.values() if not m.higher_is_better and m.unit in ("s", "ms")]
-        rates = [m for m in metrics.values() if m.higher_is_better]
-        if not latency or not rates:
-            continue
-        base, _, params = key.partition("[")
-        groups.setdefault((base, latency[0].metric, rates[0].metric), []).append(
-            (summarize(latency[0].samples).median, summarize(rates[0].samples).median, params.rstrip("]") or key))
+        by_name = {(curve.key, curve.name): curve for curve in run.curves}
+        for (key, name), users in by_name.items():
+            devices = by_name.get((key, THROUGHPUT_CURVE))
+            if name != INTERACTIVITY_CURVE or devices is None or devices.steps != users.steps:
+                continue
+            points = [OperatingPoint(concurrency=int(c), interactivity=x, throughput=y)
+                      for c, x, y in zip(users.steps, users.values, devices.values)]
+            sweeps.setdefault(key, []).append((run, points))
     parts = []
-    for (base, latency_name, rate_name), points in list(groups.items())[:MAX_PLOTS]:
-        if len(points) < 2:
-            continue
-        front = pareto_front(points)
+    for key, entries in list(sweeps.items())[:MAX_PLOTS]:
         figure, axes = plt.subplots(figsize=(5.5, 3.2))
-        axes.scatter([p[0] for p in points], [p[1] for p in points], color="#999999", label="configurations")
-        axes.plot([p[0] for p in front], [p[1] for p in front], "o-", color="#e45756", label="Pareto front")
-        for latency, rate, label in points:
-            axes.annotate(label[:20], (latency, rate), fontsize=6)
-        axes.set_xlabel(f"{latency_name} (lower is better)")
-        axes.set_ylabel(f"{rate_name} (higher is better)")
-        axes.set_title(base, fontsize=8)
+        for run, points in entries:
+            front = pareto_front(points)
+            line, = axes.plot([p.interactivity for p in front], [p.throughput for p in front], "o-",
+                              label=f"{run.label} ({labels[run.source]})"[:60])
+            others = [p for p in points if p not in front]
+            axes.scatter([p.interactivity for p in others], [p.throughput for p in others], color=line.get_color(),
+                         marker="x")
+            for point in points:
+                axes.annotate(f"c={point.concurrency}", (point.interactivity, point.throughput), fontsize=6)
+        axes.set_xlabel("interactivity (tok/s/user)")
+        axes.set_ylabel("output tok/s per device")
+        axes.set_title(key, fontsize=8)
         axes.legend(fontsize=6)
-        parts.append(image(png(figure), f"Pareto front of {base}"))
+        parts.append(image(png(figure), f"Pareto front of {key}"))
     if not parts:
-        return ("<h2>Inference Pareto fronts</h2><p>No parametrised tests with both a latency and a throughput "
-                "metric.</p>")
+        return "<h2>Inference Pareto fronts</h2><p>No inference sweeps in these runs.</p>"
     return "<h2>Inference Pareto fronts</h2>" + "".join(parts)
 
 
@@ -191,7 +181,7 @@ def build_report(runs: list[Run], *, baselines: Path | None) -> str:
         summary_section(runs, labels),
         throughput_section(runs, labels),
         curves_section(runs, labels, baselines),
-        pareto_section(runs),
+        pareto_section(runs, labels),
     ])
     return html_page("gpuperf report", body)
 

@@ -16,6 +16,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
+# Curves a sweep records (x = concurrency): the median operating point per concurrency, and the fixed
+# interactivity targets its headline metrics are named after. `gpuperf report` draws fronts from the first two.
+INTERACTIVITY_CURVE = "pareto.interactivity"
+THROUGHPUT_CURVE = "pareto.tok_s_per_device"
+TARGETS_CURVE = "pareto.interactivity_targets"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperatingPoint:
     concurrency: int

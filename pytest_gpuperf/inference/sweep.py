@@ -15,12 +15,12 @@ from typing import Any
 
 from pytest_gpuperf.inference.adapters import InferenceEngine, Request
 from pytest_gpuperf.inference.metrics import PERCENTILES, SLO, RunMetrics, run_metrics
-from pytest_gpuperf.inference.pareto import (OperatingPoint, interactivity_targets, pareto_front,
+from pytest_gpuperf.inference.pareto import (INTERACTIVITY_CURVE, TARGETS_CURVE, THROUGHPUT_CURVE,
+                                             OperatingPoint, interactivity_targets, pareto_front,
                                              throughput_at)
 from pytest_gpuperf.stats import summarize
 
 LATENCY_SAMPLES = {"ttft": "requests", "tpot": "requests", "e2e": "requests", "itl": "token gaps"}
-TARGETS_CURVE = "pareto.interactivity_targets"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -179,8 +179,8 @@ def _record_pareto(perf: Any, sweep: SweepResult, fractions: Sequence[float]) ->
                               interactivity=summarize([r.interactivity for r in sweep.runs[c]]).median,
                               throughput=summarize([r.tok_s_per_device for r in sweep.runs[c]]).median)
                for c in concurrencies]
-    perf.record_curve("pareto.interactivity", concurrencies, [p.interactivity for p in medians])
-    perf.record_curve("pareto.tok_s_per_device", concurrencies, [p.throughput for p in medians])
+    perf.record_curve(INTERACTIVITY_CURVE, concurrencies, [p.interactivity for p in medians])
+    perf.record_curve(THROUGHPUT_CURVE, concurrencies, [p.throughput for p in medians])
     stored = perf.baseline_curves(TARGETS_CURVE)
     # The points are fixed by the first saved baseline and carried forward by every later save, so metric
     # names (which hold the point) stay the same from run to run.
