@@ -103,19 +103,26 @@ def _call(op: str, source: Any, target: Any) -> None:
         dist.all_to_all_single(target, source)
 
 
-def time_collective(op: str, sizes: list[int], repeats: int, warmup: int) -> dict[int, list[float]]:
-    """Run in every rank: seconds per call of ``op`` for each size, ``repeats`` samples, each the slowest
+def time_collective(op: str, max_bytes: int | None, repeats: int, warmup: int) -> dict[int, list[float]]:
+    """Run in every rank: seconds per call of ``op`` for each message size from 1 KiB to ``max_bytes`` (None:
+    the largest that fits in every rank's free device memory), ``repeats`` samples per size, each the slowest
     rank's mean over back-to-back calls. Every rank returns the same table, keyed by the bytes moved."""
     import torch
     import torch.distributed as dist
 
-    bus_factor(op, dist.get_world_size())  # refuse unknown ops and single ranks before allocating
+    world = dist.get_world_size()
+    bus_factor(op, world)  # refuse unknown ops and single ranks before allocating
     cuda = torch.cuda.is_available() and dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    world = dist.get_world_size()
+    if max_bytes is None:
+        if not cuda:
+            raise ValueError("time_collective(max_bytes=None) sizes by free device memory: give max_bytes on CPU")
+        largest = torch.tensor([largest_fitting(torch.cuda.mem_get_info()[0], world)], device=device)
+        dist.all_reduce(largest, op=dist.ReduceOp.MIN)
+        max_bytes = int(largest.item())
     table: dict[int, list[float]] = {}
-    for size in sizes:
+    for size in message_sizes(max_bytes):
         source, target, moved = _buffers(op, size, world, device)
         for _ in range(max(1, warmup)):
             _call(op, source, target)

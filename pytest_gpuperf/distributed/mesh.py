@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -146,3 +147,41 @@ def unfit_reason(
             f"mesh {mesh.label} needs {mesh.world_size} ranks but this machine has {available} {what}"
         )
     return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeshRequest:
+    """What the ``device_mesh`` fixture gives a test: the mesh to run on, and ``launch`` onto it.
+
+    The ``DeviceMesh`` itself lives in the ranks (the test process is not a rank unless pytest runs under
+    torchrun): functions run through ``launch`` read it with ``pytest_gpuperf.current_mesh()``.
+    """
+
+    spec: MeshSpec
+    device: str
+    """"cpu" (gloo) or "cuda" (nccl)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.spec.shape
+
+    @property
+    def names(self) -> tuple[str, ...] | None:
+        return self.spec.names
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device == "cuda" else "gloo"
+
+    def launch(self, fn: Any, *args: Any, timeout: float = 300.0, names: tuple[str, ...] | None = None) -> list[Any]:
+        """``launch(fn, *args)`` over this mesh; ``names`` names an unnamed mesh's dimensions (a named mesh
+        must already carry exactly those names)."""
+        from pytest_gpuperf.distributed.launch import launch
+
+        spec = self.spec.named(names) if names is not None else self.spec
+        return launch(fn, *args, world_size=spec.world_size, mesh_shape=spec.shape, mesh_dim_names=spec.names,
+                      timeout=timeout, device=self.device)
