@@ -16,7 +16,7 @@ from pytest_gpuperf.distributed.collectives import (
     size_label,
 )
 from pytest_gpuperf.distributed.mesh import MeshError, MeshSpec, parse_mesh, parse_meshes, unfit_reason
-from pytest_gpuperf.distributed.strategies import STRATEGIES, get_strategy
+from pytest_gpuperf.distributed.strategies import STRATEGIES, Strategy, get_strategy
 from pytest_gpuperf.distributed.training import (
     CombinedRun,
     RankReport,
@@ -172,6 +172,13 @@ def test_job_needs_timed_steps_and_the_registry_is_complete():
     assert get_strategy("fsdp_tp").dims == ("dp", "tp")
     with pytest.raises(KeyError, match="unknown strategy 'pp'"):
         get_strategy("pp")
+
+
+def test_a_strategy_whose_package_is_missing_says_how_to_install_it():
+    absent = Strategy(name="zero9", dims=("dp",), module="zero", needs="gpuperf_no_such_package")
+    assert absent.missing() == ("strategy zero9 needs gpuperf_no_such_package, which is not installed "
+                                "(pip install 'pytest-gpuperf[gpuperf_no_such_package]')")
+    assert get_strategy("ddp").missing() is None
 
 
 # --- option, fixture and reporting rank through pytester -------------------------------------------------------
