@@ -29,6 +29,7 @@ pytest_plugins: tuple[str, ...] = (
 
 session_key = pytest.StashKey["GpuperfSession"]()
 perf_key = pytest.StashKey["Perf"]()
+reporting_key = pytest.StashKey[bool]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -44,6 +45,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "perf: a performance or convergence test judged against stored baselines (pytest-gpuperf)"
     )
     get_settings(config)  # resolve and validate every option now, so a bad value stops the run at once
+    config.stash[reporting_key] = _is_reporting_rank()
+
+
+def _is_reporting_rank() -> bool:
+    """Under torchrun only global rank 0 judges, saves and reports; the other ranks run the same tests (their
+    collectives are needed) and stay silent. A half-set torchrun environment is left to launch() to refuse."""
+    from pytest_gpuperf.distributed.environment import is_reporting_rank
+
+    try:
+        return is_reporting_rank()
+    except ValueError:
+        return True
+
+
+def reporting(config: pytest.Config) -> bool:
+    """Whether this pytest process judges, saves baselines, writes results and prints the summary."""
+    return config.stash.get(reporting_key, True)
 
 
 def gpuperf_session(config: pytest.Config) -> GpuperfSession:
@@ -96,7 +114,7 @@ def perf(request: pytest.FixtureRequest) -> Perf:
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     outcome = yield  # a test that raised is not judged: the exception propagates from the yield
     recorder = item.stash.get(perf_key, None)
-    if recorder is None or not (recorder.metrics or recorder.curves):
+    if recorder is None or not (recorder.metrics or recorder.curves) or not reporting(item.config):
         return outcome
     session = gpuperf_session(item.config)
     try:
@@ -119,6 +137,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = config.stash.get(session_key, None)
     if state is not None:
         state.close_telemetry()
+    if not reporting(config):
+        return
     if state is not None and state.settings.save:
         try:
             state.save_baselines()
@@ -144,7 +164,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(session_key, None)
-    if state is None or not (state.results or state.saved_files or state.telemetry_note):
+    if state is None or not (state.results or state.saved_files or state.telemetry_note) or not reporting(config):
         return
     from pytest_gpuperf.report import summary_table
 
