@@ -24,6 +24,7 @@ pytest_plugins: tuple[str, ...] = (
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.junit_fingerprint",
     "pytest_gpuperf.micro.plugin",
+    "pytest_gpuperf.training.plugin",
 )
 
 session_key = pytest.StashKey["GpuperfSession"]()
