@@ -31,13 +31,6 @@ LADDER_MARGIN = 0.04
 does not reach it within the budget."""
 
 
-@pytest.fixture
-def model_hook() -> Any:
-    """Instrumentation applied to every built model (None); a conftest.py may override it (the must-catch
-    tests inject numerical noise or extra work this way)."""
-    return None
-
-
 def _target(chain: Any, seq_len: int, fraction: float, what: str) -> Any:
     from pytest_gpuperf.training.record import Target
 
@@ -64,14 +57,14 @@ def _record_all(perf: Any, runs: list, *, spec: Any, precision: str, budget: Any
 
 
 @pytest.mark.training_models("pretrain")
-def test_pretrain(perf: Any, model: Any, training_tier: Any, model_hook: Any) -> None:
+def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any) -> None:
     from pytest_gpuperf.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
 
     budget, precision = training_tier.pretrain, training_tier.convergence_precision
     chain = MarkovChain.random(vocab_size=model.vocab_size, seed=0)
     target = _target(chain, model.seq_len, PRETRAIN_MARGIN, "pretraining")
-    runs = _run(perf, model, precision=precision, budget=budget, hook=model_hook,
+    runs = _run(perf, model, precision=precision, budget=budget, hook=gpuperf_model_hook,
                 batches=lambda step: chain.batch(step, batch_size=budget.batch_size, seq_len=model.seq_len,
                                                  device=perf.device))  # fmt: skip
     steps = _record_all(perf, runs, spec=model, precision=precision, budget=budget, tier=training_tier,
@@ -80,7 +73,7 @@ def test_pretrain(perf: Any, model: Any, training_tier: Any, model_hook: Any) ->
 
 
 @pytest.mark.training_models("lora")
-def test_lora_finetune(perf: Any, model: Any, training_tier: Any, model_hook: Any) -> None:
+def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any) -> None:
     from pytest_gpuperf.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
     from pytest_gpuperf.training.workload import pretrain_state
@@ -93,7 +86,7 @@ def test_lora_finetune(perf: Any, model: Any, training_tier: Any, model_hook: An
                            batches=lambda step: source.batch(step, batch_size=budget.batch_size,
                                                              seq_len=model.seq_len, device=perf.device))  # fmt: skip
     target = _target(shifted, model.seq_len, FINETUNE_MARGIN, "LoRA fine-tune on the shifted source")
-    runs = _run(perf, model, precision=precision, budget=budget, hook=model_hook, state=state,
+    runs = _run(perf, model, precision=precision, budget=budget, hook=gpuperf_model_hook, state=state,
                 batches=lambda step: shifted.batch(step, batch_size=budget.batch_size, seq_len=model.seq_len,
                                                    stream=1, device=perf.device))  # fmt: skip
     steps = _record_all(perf, runs, spec=model, precision=precision, budget=budget, tier=training_tier,
@@ -101,7 +94,7 @@ def test_lora_finetune(perf: Any, model: Any, training_tier: Any, model_hook: An
     judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
 
 
-def test_precision_ladder(perf: Any, precision: str, training_tier: Any, model_hook: Any) -> None:
+def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any) -> None:
     from pytest_gpuperf.corpus import SecondOrderMarkovChain
     from pytest_gpuperf.models.registry import get_spec
     from pytest_gpuperf.training.record import final_loss, judge_convergence
@@ -111,7 +104,7 @@ def test_precision_ladder(perf: Any, precision: str, training_tier: Any, model_h
     budget = training_tier.ladder
     chain = SecondOrderMarkovChain.random(vocab_size=32, branching=2, concentration=0.5, seed=0)
     target = _target(chain, spec.seq_len, LADDER_MARGIN, "precision ladder, fixed step budget")
-    runs = _run(perf, spec, precision=precision, budget=budget, hook=model_hook,
+    runs = _run(perf, spec, precision=precision, budget=budget, hook=gpuperf_model_hook,
                 batches=lambda step: chain.batch(step, batch_size=budget.batch_size, seq_len=spec.seq_len,
                                                  device=perf.device))  # fmt: skip
     steps = _record_all(perf, runs, spec=spec, precision=precision, budget=budget, tier=training_tier,
@@ -128,7 +121,7 @@ def test_precision_ladder(perf: Any, precision: str, training_tier: Any, model_h
 
 
 @pytest.mark.gpu_tier
-def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, model_hook: Any) -> None:
+def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any) -> None:
     from pytest_gpuperf.corpus import MarkovChain
     from pytest_gpuperf.training.record import record_memory, record_throughput
     from pytest_gpuperf.training.workload import run_seed
@@ -136,7 +129,7 @@ def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, m
     tier = training_tier
     seq_len = tier.throughput_seq_len or model.seq_len
     chain = MarkovChain.random(vocab_size=min(model.vocab_size, 4096), seed=0)
-    runs = [run_seed(model, seed=0, precision=precision, device=perf.device, hook=model_hook, lr=1e-4,
+    runs = [run_seed(model, seed=0, precision=precision, device=perf.device, hook=gpuperf_model_hook, lr=1e-4,
                      steps=tier.throughput_warmup + tier.throughput_steps, memory_per_step=True,
                      batches=lambda step: chain.batch(step, batch_size=tier.throughput_batch, seq_len=seq_len,
                                                       device=perf.device))]  # fmt: skip

@@ -1,5 +1,5 @@
 """pytest plugin of the training workloads: ``--gpuperf-models``, ``--gpuperf-precisions``, ``--gpuperf-tier`` and
-the ``model``, ``precision`` and ``training_tier`` fixtures. No torch at import (the tier's device is resolved
+the ``model``, ``precision``, ``training_tier`` and ``gpuperf_model_hook`` fixtures. No torch at import (the tier's device is resolved
 only when a collected test asks for these fixtures).
 
 ``model`` and ``precision`` are parametrized in ``pytest_generate_tests`` from the options (or the tier's
@@ -175,6 +175,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def training_tier_fixture(request: pytest.FixtureRequest) -> Tier:
     """The tier this run uses: models, precisions, seeds and step budgets (``pytest_gpuperf.training.tiers``)."""
     return training_tier(request.config)
+
+
+@pytest.fixture
+def gpuperf_model_hook() -> Any:
+    """Called on every model a training workload builds, before its precision is prepared; None here. Override
+    it in a conftest.py to instrument models (the must-catch tests inject numerical noise or extra work)."""
+    return None
 
 
 @pytest.fixture
