@@ -97,7 +97,7 @@ def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_
 def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any) -> None:
     from pytest_gpuperf.corpus import SecondOrderMarkovChain
     from pytest_gpuperf.models.registry import get_spec
-    from pytest_gpuperf.training.record import final_loss, judge_convergence
+    from pytest_gpuperf.training.record import final_loss, judge_convergence, metric_name
     from pytest_gpuperf.training.tiers import REQUIRED_TO_CONVERGE
 
     spec = get_spec("tiny-llama")
@@ -113,8 +113,7 @@ def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf
     summary = (f"{precision} ({runs[0].execution}): reached the target {target.loss:.4f} in {sum(reached)} of "
                f"{len(runs)} seeds within {budget.steps} steps; final smoothed loss "
                f"{', '.join(f'{final_loss(r, budget.window):.4f}' for r in runs)} (floor {target.floor:.4f})")
-    perf.metric(f"tokens_per_s{'' if training_tier.name in ('cpu', 'gpu') else '@' + training_tier.name}") \
-        .context["ladder"] = summary
+    perf.metric(metric_name("tokens_per_s", training_tier.name)).context["ladder"] = summary
     if not all(reached) and precision not in REQUIRED_TO_CONVERGE:
         pytest.xfail(f"not production-ready here: {summary}")
     judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
