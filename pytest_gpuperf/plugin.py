@@ -25,6 +25,7 @@ pytest_plugins: tuple[str, ...] = (
     "pytest_gpuperf.inference.plugin",
     "pytest_gpuperf.junit_fingerprint",
     "pytest_gpuperf.micro.plugin",
+    "pytest_gpuperf.training.plugin",
 )
 
 session_key = pytest.StashKey["GpuperfSession"]()

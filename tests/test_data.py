@@ -82,3 +82,25 @@ def test_shifted_source_changes_some_rows_and_keeps_the_vocabulary(chain: Markov
 def test_bad_parameters_are_named(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         MarkovChain.random(**kwargs)
+
+
+def test_second_order_chain_floor_matches_the_true_predictor() -> None:
+    from pytest_gpuperf.corpus import SecondOrderMarkovChain
+
+    chain = SecondOrderMarkovChain.random(vocab_size=16, branching=3, concentration=0.7, seed=3)
+    assert chain.stationary.sum() == pytest.approx(1.0)
+    assert 0 < chain.entropy_rate < chain.first_token_entropy <= math.log(16)
+    # the best predictor's loss on training batches: P(x1 | x0) for the first position, P(c | a, b) after
+    marginal = chain.stationary.sum(1)
+    first = chain.stationary / marginal[:, None]
+    dense = np.zeros((16, 16, 16))
+    np.add.at(dense, (np.arange(16)[:, None, None], np.arange(16)[None, :, None], chain.successors), chain.probs)
+    losses = []
+    for step in range(30):
+        x, y = (t.numpy() for t in chain.batch(step, batch_size=32, seq_len=32))
+        nll = [-np.log(first[x[:, 0], y[:, 0]])]
+        nll += [-np.log(dense[x[:, t - 1], x[:, t], y[:, t]]) for t in range(1, 32)]
+        losses.append(np.mean(nll))
+    assert float(np.mean(losses)) == pytest.approx(chain.optimal_loss(32), abs=0.02)
+    again = SecondOrderMarkovChain.random(vocab_size=16, branching=3, concentration=0.7, seed=3)
+    assert (again.batch(4, batch_size=2, seq_len=8)[0] == chain.batch(4, batch_size=2, seq_len=8)[0]).all()

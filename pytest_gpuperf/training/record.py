@@ -1,0 +1,189 @@
+"""From seed runs to ``perf`` metrics and convergence verdicts.
+
+Metrics (each judged against its baseline by the foundation's verdict):
+
+* ``tokens_per_s`` (tok/s per device, higher is better) and ``step_time`` (s): every step after each seed's
+  timing warm-up; steps are bracketed by ``torch.cuda.synchronize`` on a GPU;
+* ``mfu`` (%): achieved FLOP/s (``spec.training_flops_per_token``: 6N plus the attention term, PaLM appendix B)
+  over the datasheet dense peak of the device (``peaks.lookup``) for the precision's peak dtype. Not recorded
+  on a CPU (no peak table entry), for emulated precisions or mixed fp8/fp4+bf16 recipes (no stated peak):
+  ``tokens_per_s``'s context says which and why;
+* ``peak_memory`` (MiB, lower is better): one sample per seed or step (``workload.MemoryProbe``); judged on a
+  GPU only, on a CPU the RSS high-water mark is kept in ``tokens_per_s``'s context (see ``record_memory``);
+* the ``loss`` curve of every seed (the golden for later runs), ``steps_to_target`` and ``time_to_target``
+  (s, every step counted, as MLPerf's time-to-train does), one sample per seed.
+
+``judge_convergence`` then checks the curves and steps against the stored reference seeds
+(``pytest_gpuperf.convergence``) and fails the test with the statistics' message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf import convergence
+from pytest_gpuperf.models.registry import ModelSpec
+from pytest_gpuperf.training.tiers import Budget
+from pytest_gpuperf.training.workload import SeedRun
+
+MIB = 2**20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """A convergence target derived from the corpus: its exact loss floor plus a margin."""
+
+    floor: float
+    """Lowest achievable mean loss of the workload's batches (nats), from the corpus."""
+    margin: float
+    """Nats above the floor that count as converged."""
+    source: str
+    """Which corpus and how the margin was chosen."""
+
+    @property
+    def loss(self) -> float:
+        return self.floor + self.margin
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"target": self.loss, "floor": self.floor, "margin": self.margin, "source": self.source}
+
+
+def metric_name(base: str, tier: str) -> str:
+    """Names of the cpu and gpu tiers are plain (their baselines live under different hardware keys); the full
+    tier's budgets differ from the cpu tier's on the same machine, so its names carry the tier."""
+    return base if tier in ("cpu", "gpu") else f"{base}@{tier}"
+
+
+def record_throughput(
+    perf: Any, runs: Sequence[SeedRun], *, spec: ModelSpec, precision: str, timing_warmup: int, tier: str,
+    seq_len: int | None = None,
+) -> None:
+    """tokens_per_s, step_time and (where honest) mfu from the steps after each seed's warm-up."""
+    seconds = [t for run in runs for t in run.step_seconds[timing_warmup:]]
+    tokens = runs[0].tokens_per_step
+    if len(seconds) < 3:
+        raise ValueError(f"{len(seconds)} timed steps after warm-up {timing_warmup}: need at least 3")
+    rates = [tokens / t for t in seconds]
+    execution = runs[0].execution
+    context: dict[str, Any] = {"precision": precision, "execution": execution, "tokens_per_step": tokens,
+                               "timing_warmup_steps": timing_warmup, "notes": list(runs[0].notes)}  # fmt: skip
+    mfu_samples, mfu_context, why_not = _mfu(perf, runs[0], spec=spec, rates=rates, seq_len=seq_len)
+    context["mfu"] = why_not or "recorded as metric 'mfu'"
+    perf.record(metric_name("tokens_per_s", tier), rates, unit="tok/s", higher_is_better=True, context=context)
+    perf.record(metric_name("step_time", tier), seconds, unit="s", higher_is_better=False,
+                context={"precision": precision, "execution": execution})  # fmt: skip
+    if mfu_samples is not None:
+        perf.record(metric_name("mfu", tier), mfu_samples, unit="%", higher_is_better=True, context=mfu_context)
+
+
+def _mfu(
+    perf: Any, run: SeedRun, *, spec: ModelSpec, rates: list[float], seq_len: int | None
+) -> tuple[list[float] | None, dict[str, Any], str | None]:
+    if perf.device != "cuda":
+        return None, {}, f"not reported: no datasheet peak for a {perf.device} run (MFU needs one; none is invented)"
+    if run.mfu_peak_dtype is None:
+        return None, {}, (f"not reported: the precision runs {run.execution} or mixes formats without a stated "
+                          "peak, so MFU against any single peak would mislead")  # fmt: skip
+    import torch
+
+    from pytest_gpuperf import peaks
+
+    name = torch.cuda.get_device_name()
+    entry = peaks.lookup(name)
+    peak = entry.tflops(run.mfu_peak_dtype) if entry is not None else None
+    if entry is None or peak is None:
+        return None, {}, f"not reported: no dense {run.mfu_peak_dtype} peak for {name!r} in peaks.py"
+    flops = spec.training_flops_per_token(seq_len)
+    samples = [100.0 * flops * rate / (peak.value * 1e12) for rate in rates]
+    context = {"device": entry.name, "peak_tflops": peak.value, "peak_dtype": run.mfu_peak_dtype,
+               "peak_source": peak.source, "flops_per_token": flops,
+               "formula": "6N + 12*L*d*T per token (PaLM appendix B), N = matmul weights (active experts only)"}  # fmt: skip
+    return samples, context, None
+
+
+def record_memory(perf: Any, runs: Sequence[SeedRun], *, tier: str, skip_steps: int = 0) -> None:
+    """peak_memory: one sample per seed, or per step (after ``skip_steps``) for a one-seed run.
+
+    Judged on a GPU only (the allocator's peak belongs to the workload). On a CPU the process's RSS high-water
+    mark holds everything the process did before (other suites' buffers, memory the allocator kept): judging it
+    would flag test order, not the workload, so it goes into ``tokens_per_s``'s context instead.
+    """
+    values: list[int | None] = [run.peak_memory_bytes for run in runs]
+    per = "seed"
+    if len(runs) < 3 and runs and runs[0].step_peak_bytes:
+        values, per = list(runs[0].step_peak_bytes[skip_steps:]), "step"
+    if any(v is None for v in values) or len(values) < 3:
+        return  # the probe's note is in tokens_per_s's context
+    mib = [v / MIB for v in values if v is not None]
+    if perf.device != "cuda":
+        for metric in perf.metrics:
+            if metric.name == metric_name("tokens_per_s", tier):
+                metric.context["peak_memory"] = {
+                    "kind": f"process RSS high-water (getrusage ru_maxrss), reset before each {per}",
+                    "max_mib": round(max(mib), 1),
+                    "judged": "no: on a CPU it includes everything the process held before this test"}
+        return
+    perf.record(metric_name("peak_memory", tier), mib, unit="MiB", higher_is_better=False,
+                context={"kind": f"device allocator peak (torch.cuda.max_memory_allocated), reset before each {per}"})
+
+
+def record_convergence(
+    perf: Any, runs: Sequence[SeedRun], *, target: Target, budget: Budget, tier: str, curve: str = "loss"
+) -> list[int | None]:
+    """Loss curves of every seed, steps_to_target and time_to_target; returns each seed's steps (None: missed)."""
+    name = metric_name(curve, tier)
+    steps = []
+    for run in runs:
+        perf.record_curve(name, range(len(run.losses)), run.losses)
+        steps.append(convergence.steps_to_target(run.losses, target.loss, window=budget.window))
+    if all(s is not None for s in steps) and len(runs) >= 3:
+        reached = [s for s in steps if s is not None]
+        context = {**target.as_dict(), "window": budget.window, "budget_steps": budget.steps}
+        perf.record(metric_name("steps_to_target", tier), reached, unit="steps", higher_is_better=False,
+                    context=context)
+        times = [sum(run.step_seconds[:s]) for run, s in zip(runs, reached)]
+        perf.record(metric_name("time_to_target", tier), times, unit="s", higher_is_better=False, context=context)
+    return steps
+
+
+def judge_convergence(
+    perf: Any, runs: Sequence[SeedRun], steps: Sequence[int | None], *, target: Target, budget: Budget,
+    precision: str, tier: str, curve: str = "loss",
+) -> list[str]:
+    """Check the curves and steps to target against the stored reference seeds; fail the test on a
+    regression (unless baselines are being recorded). Returns what was found, for the report."""
+    reference = [list(c.values) for c in perf.baseline_curves(metric_name(curve, tier))]
+    findings: list[str] = []
+    failures: list[str] = []
+    if len(reference) < 2:
+        findings.append(f"no golden loss curves for this test on this hardware ({len(reference)} stored; "
+                        "record them with --gpuperf-save): convergence judged against the target only")  # fmt: skip
+    else:
+        curve_check = convergence.check_curve([r.losses for r in runs], reference, warmup=budget.curve_warmup,
+                                              window=budget.window)  # fmt: skip
+        findings.append(curve_check.message)
+        if not curve_check.passed:
+            failures.append(f"{precision}: {curve_check.message}")
+        ref_steps = [convergence.steps_to_target(values, target.loss, window=budget.window) for values in reference]
+        steps_check = convergence.compare_steps(steps, ref_steps)
+        findings.append(steps_check.message)
+        if not steps_check.passed:
+            failures.append(f"{precision}: steps to target {target.loss:.4f}: {steps_check.message}")
+    missed = [run.seed for run, s in zip(runs, steps) if s is None]
+    if missed and len(reference) < 2:
+        failures.append(f"{precision}: seed(s) {missed} did not reach the target loss {target.loss:.4f} "
+                        f"(floor {target.floor:.4f} + margin {target.margin:.4f}) within {budget.steps} steps")
+    for metric in perf.metrics:  # keep the verdicts with the results (results JSON, report)
+        if metric.name == metric_name("tokens_per_s", tier):
+            metric.context["convergence"] = {"target": target.as_dict(), "findings": findings, "failures": failures}
+    if failures and not perf.settings.save:
+        pytest.fail("convergence regression:\n  " + "\n  ".join(failures), pytrace=False)
+    return findings
+
+
+def final_loss(run: SeedRun, window: int) -> float:
+    return float(convergence.smooth(run.losses, window)[-1])

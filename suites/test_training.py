@@ -1,0 +1,137 @@
+"""Training workloads as tests: convergence against golden curves and throughput against baselines.
+
+- ``test_pretrain[model]``: dense and MoE pretraining on a random Markov chain, several seeds; the loss curve must
+  stay in the golden band, steps-to-target must match the reference seeds (olympic mean, one-sided t-test), and
+  tokens/s, step time, peak memory, time-to-target are judged against their baselines.
+- ``test_lora_finetune[model]``: the base pretrained briefly on the source chain, then LoRA adapters (frozen base)
+  trained on the shifted chain; same checks.
+- ``test_precision_ladder[precision]``: one dense model on a second-order chain (its optimum needs attention and
+  MLP, the layers fp8/fp4 convert) with a tight margin and a fixed step budget: fp32, bf16 and fp8 must reach the
+  target; fp4 (MXFP4, emulated) is reported: xfail, with the loss it reached, when it does not.
+- ``test_throughput[model-precision]`` (also ``gpu_tier``): a few timed steps per model and precision for
+  tokens/s, step time and MFU; on the GPU tier the models are real dimensions cut to one or two layers.
+
+Targets are the corpus's exact loss floor plus a margin (a fraction of the distance from a uniform guess to the
+floor), never a guessed loss. Tiers and budgets: ``pytest_gpuperf/training/tiers.py``; docs/training.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.perf, pytest.mark.training]
+
+PRETRAIN_MARGIN = 0.10
+"""Target = floor + 10% of (uniform loss - floor): most of the learnable structure, reached mid-budget."""
+FINETUNE_MARGIN = 0.15
+LADDER_MARGIN = 0.04
+"""Tight on purpose: a precision whose rounding noise holds the loss a few hundredths of a nat above fp32's
+does not reach it within the budget."""
+
+
+def _target(chain: Any, seq_len: int, fraction: float, what: str) -> Any:
+    from pytest_gpuperf.training.record import Target
+
+    floor = chain.optimal_loss(seq_len)
+    return Target(floor=floor, margin=fraction * (chain.uniform_loss - floor),
+                  source=f"{chain.name}: exact floor + {fraction:.0%} of (log V - floor); {what}")  # fmt: skip
+
+
+def _run(perf: Any, spec: Any, *, precision: str, budget: Any, batches: Any, hook: Any, state: Any = None) -> list:
+    from pytest_gpuperf.training.workload import run_seed
+
+    return [run_seed(spec, seed=seed, precision=precision, device=perf.device, batches=batches,
+                     steps=budget.steps, lr=budget.lr, hook=hook, state=state)
+            for seed in range(budget.seeds)]  # fmt: skip
+
+
+def _record_all(perf: Any, runs: list, *, spec: Any, precision: str, budget: Any, tier: Any, target: Any) -> list:
+    from pytest_gpuperf.training import record
+
+    record.record_throughput(perf, runs, spec=spec, precision=precision, timing_warmup=budget.timing_warmup,
+                             tier=tier.name)  # fmt: skip
+    record.record_memory(perf, runs, tier=tier.name)
+    return record.record_convergence(perf, runs, target=target, budget=budget, tier=tier.name)
+
+
+@pytest.mark.training_models("pretrain")
+def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any) -> None:
+    from pytest_gpuperf.corpus import MarkovChain
+    from pytest_gpuperf.training.record import judge_convergence
+
+    budget, precision = training_tier.pretrain, training_tier.convergence_precision
+    chain = MarkovChain.random(vocab_size=model.vocab_size, seed=0)
+    target = _target(chain, model.seq_len, PRETRAIN_MARGIN, "pretraining")
+    runs = _run(perf, model, precision=precision, budget=budget, hook=gpuperf_model_hook,
+                batches=lambda step: chain.batch(step, batch_size=budget.batch_size, seq_len=model.seq_len,
+                                                 device=perf.device))  # fmt: skip
+    steps = _record_all(perf, runs, spec=model, precision=precision, budget=budget, tier=training_tier,
+                        target=target)  # fmt: skip
+    judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
+
+
+@pytest.mark.training_models("lora")
+def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any) -> None:
+    from pytest_gpuperf.corpus import MarkovChain
+    from pytest_gpuperf.training.record import judge_convergence
+    from pytest_gpuperf.training.workload import pretrain_state
+
+    budget, precision = training_tier.finetune, training_tier.convergence_precision
+    source = MarkovChain.random(vocab_size=model.vocab_size, seed=0)
+    shifted = source.shifted(fraction=0.5)
+    state = pretrain_state(model.base_spec(), seed=0, device=perf.device, steps=training_tier.pretrain.steps,
+                           lr=training_tier.pretrain.lr,
+                           batches=lambda step: source.batch(step, batch_size=budget.batch_size,
+                                                             seq_len=model.seq_len, device=perf.device))  # fmt: skip
+    target = _target(shifted, model.seq_len, FINETUNE_MARGIN, "LoRA fine-tune on the shifted source")
+    runs = _run(perf, model, precision=precision, budget=budget, hook=gpuperf_model_hook, state=state,
+                batches=lambda step: shifted.batch(step, batch_size=budget.batch_size, seq_len=model.seq_len,
+                                                   stream=1, device=perf.device))  # fmt: skip
+    steps = _record_all(perf, runs, spec=model, precision=precision, budget=budget, tier=training_tier,
+                        target=target)  # fmt: skip
+    judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
+
+
+def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any) -> None:
+    from pytest_gpuperf.corpus import SecondOrderMarkovChain
+    from pytest_gpuperf.models.registry import get_spec
+    from pytest_gpuperf.training.record import final_loss, judge_convergence, metric_name
+    from pytest_gpuperf.training.tiers import REQUIRED_TO_CONVERGE
+
+    spec = get_spec("tiny-llama")
+    budget = training_tier.ladder
+    chain = SecondOrderMarkovChain.random(vocab_size=32, branching=2, concentration=0.5, seed=0)
+    target = _target(chain, spec.seq_len, LADDER_MARGIN, "precision ladder, fixed step budget")
+    runs = _run(perf, spec, precision=precision, budget=budget, hook=gpuperf_model_hook,
+                batches=lambda step: chain.batch(step, batch_size=budget.batch_size, seq_len=spec.seq_len,
+                                                 device=perf.device))  # fmt: skip
+    steps = _record_all(perf, runs, spec=spec, precision=precision, budget=budget, tier=training_tier,
+                        target=target)  # fmt: skip
+    reached = [s is not None for s in steps]
+    summary = (f"{precision} ({runs[0].execution}): reached the target {target.loss:.4f} in {sum(reached)} of "
+               f"{len(runs)} seeds within {budget.steps} steps; final smoothed loss "
+               f"{', '.join(f'{final_loss(r, budget.window):.4f}' for r in runs)} (floor {target.floor:.4f})")
+    perf.metric(metric_name("tokens_per_s", training_tier.name)).context["ladder"] = summary
+    if not all(reached) and precision not in REQUIRED_TO_CONVERGE:
+        pytest.xfail(f"not production-ready here: {summary}")
+    judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
+
+
+@pytest.mark.gpu_tier
+def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any) -> None:
+    from pytest_gpuperf.corpus import MarkovChain
+    from pytest_gpuperf.training.record import record_memory, record_throughput
+    from pytest_gpuperf.training.workload import run_seed
+
+    tier = training_tier
+    seq_len = tier.throughput_seq_len or model.seq_len
+    chain = MarkovChain.random(vocab_size=min(model.vocab_size, 4096), seed=0)
+    runs = [run_seed(model, seed=0, precision=precision, device=perf.device, hook=gpuperf_model_hook, lr=1e-4,
+                     steps=tier.throughput_warmup + tier.throughput_steps, memory_per_step=True,
+                     batches=lambda step: chain.batch(step, batch_size=tier.throughput_batch, seq_len=seq_len,
+                                                      device=perf.device))]  # fmt: skip
+    record_throughput(perf, runs, spec=model, precision=precision, timing_warmup=tier.throughput_warmup,
+                      tier=tier.name, seq_len=seq_len)  # fmt: skip
+    record_memory(perf, runs, tier=tier.name, skip_steps=tier.throughput_warmup)

@@ -1,0 +1,100 @@
+"""What the training suite must catch, proven on the suite itself (suites/test_training.py run by pytester).
+
+Goldens and baselines are recorded for ``test_pretrain[tiny-llama]``; then a conftest.py overrides the suite's
+``gpuperf_model_hook`` fixture:
+
+* a numerics regression: every linear layer's output is multiplied by ``1 + 0.1 * noise`` (noise ~ N(0, 1)
+  per element), a small relative error, so the loss curve leaves the golden band and the test fails on convergence;
+* a speed regression: every linear layer computes its output twice (the same values, averaged: numerics are
+  bit-identical, the work doubles), so step time and tokens/s are REGRESSED while convergence still passes.
+
+The regression runs use generous thresholds so that a loaded 2-core machine's jitter cannot decide them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_training.py"
+
+PERTURB = """
+import pytest
+import torch
+from torch import nn
+
+EPS = {eps}
+
+@pytest.fixture
+def gpuperf_model_hook():
+    def perturb(model):
+        def noisy(module, inputs, output):
+            return output * (1 + EPS * torch.randn_like(output))
+        for module in model.modules():
+            if type(module) is nn.Linear:
+                module.register_forward_hook(noisy)
+    return perturb
+"""
+
+DOUBLE = """
+import pytest
+import torch.nn.functional as F
+from torch import nn
+
+@pytest.fixture
+def gpuperf_model_hook():
+    def double(model):
+        def twice(module, inputs, output):
+            return (output + F.linear(inputs[0], module.weight, module.bias)) / 2
+        for module in model.modules():
+            if type(module) is nn.Linear:
+                module.register_forward_hook(twice)
+    return double
+"""
+
+SELECT = ("-p", "no:randomly", "--gpuperf-device", "cpu", "-k", "test_pretrain and tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the suite with goldens and baselines of test_pretrain[tiny-llama] recorded."""
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("suite")
+    (root / "test_training.py").write_text(SUITE.read_text())
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", *SELECT, "--gpuperf-save", "-q"], cwd=root,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert list((root / "baselines").glob("*/test_training.json"))
+    return root
+
+
+def _rerun(root: Path, conftest: str, *extra: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    (root / "conftest.py").write_text(conftest)
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", *SELECT, "-q", *extra], cwd=root,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+    finally:
+        (root / "conftest.py").unlink()
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_small_relative_error_in_linear_outputs_fails_convergence(recorded: Path) -> None:
+    code, out = _rerun(recorded, PERTURB.format(eps=0.1), "--gpuperf-threshold", "50",
+                       "--gpuperf-noise-limit", "90")  # fmt: skip
+    assert code == 1, out[-3000:]
+    assert "convergence regression" in out and "left the golden band" in out, out[-3000:]
+    assert "converges slower" in out, out[-3000:]  # steps to target: olympic mean vs reference, t-test
+
+
+def test_linear_layers_doing_twice_the_work_are_regressed(recorded: Path) -> None:
+    code, out = _rerun(recorded, DOUBLE, "--gpuperf-threshold", "10", "--gpuperf-noise-limit", "90")
+    assert code == 1, out[-3000:]
+    assert "convergence regression" not in out, out[-3000:]  # same numerics: only the speed changed
+    assert "step_time: REGRESSED" in out and "tokens_per_s: REGRESSED" in out, out[-3000:]
