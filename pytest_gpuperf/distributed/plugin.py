@@ -15,6 +15,7 @@ import pytest
 
 from pytest_gpuperf.distributed.devices import assign_worker_devices
 from pytest_gpuperf.distributed.mesh import MeshError, MeshRequest, MeshSpec, parse_mesh, parse_meshes, unfit_reason
+from pytest_gpuperf.parametrize import parametrized_by_test
 from pytest_gpuperf.settings import OptionSpec, SettingError, add_options, parse_count, resolve
 
 
@@ -63,19 +64,9 @@ def pytest_configure(config: pytest.Config) -> None:
         assign_worker_devices()
 
 
-def _parametrized_by_test(metafunc: pytest.Metafunc, name: str) -> bool:
-    for marker in metafunc.definition.iter_markers("parametrize"):
-        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
-        if isinstance(names, str):
-            names = [part.strip() for part in names.split(",")]
-        if name in names:
-            return True
-    return False
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # A test that parametrizes device_mesh itself (indirect=True) keeps its own meshes.
-    if "device_mesh" in metafunc.fixturenames and not _parametrized_by_test(metafunc, "device_mesh"):
+    if "device_mesh" in metafunc.fixturenames and not parametrized_by_test(metafunc, "device_mesh"):
         meshes = metafunc.config.stash[meshes_key]
         metafunc.parametrize("device_mesh", [m.label for m in meshes], indirect=True,
                              ids=[f"mesh={m.label}" for m in meshes])

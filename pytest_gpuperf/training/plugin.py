@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpuperf.parametrize import parametrized_by_test
 from pytest_gpuperf.settings import OptionSpec, SettingError, add_options, parse_choice, resolve
 from pytest_gpuperf.training.tiers import TIERS, Tier, get_tier
 
@@ -138,18 +139,9 @@ def model_kinds(spec: ModelSpec) -> set[str]:
     return {"pretrain", "moe" if spec.family == "moe" else "dense"}
 
 
-def _parametrized_by_marker(metafunc: pytest.Metafunc, name: str) -> bool:
-    for marker in metafunc.definition.iter_markers("parametrize"):
-        argnames = marker.args[0] if marker.args else marker.kwargs.get("argnames", "")
-        names = argnames.split(",") if isinstance(argnames, str) else list(argnames)
-        if name in (n.strip() for n in names):
-            return True
-    return False
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
-    if "model" in metafunc.fixturenames and not _parametrized_by_marker(metafunc, "model"):
+    if "model" in metafunc.fixturenames and not parametrized_by_test(metafunc, "model"):
         from pytest_gpuperf.models.registry import get_spec
 
         marker = metafunc.definition.get_closest_marker("training_models")
@@ -166,7 +158,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             reason = f"no {'/'.join(sorted(kinds))} model among the selected models ({', '.join(names)})"
             metafunc.parametrize("model", [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=["none"],
                                 indirect=True)
-    if "precision" in metafunc.fixturenames and not _parametrized_by_marker(metafunc, "precision"):
+    if "precision" in metafunc.fixturenames and not parametrized_by_test(metafunc, "precision"):
         names = selected_precisions(config)
         metafunc.parametrize("precision", names, ids=list(names), indirect=True)
 
