@@ -6,10 +6,12 @@ per slowdown level; every current run is judged against that round's baseline wi
 single process never shows. The workload is a fixed count of one-thread 128x128 matmuls; a slowdown of s adds
 round(PRODUCTS * s) products, so the injected extra work is exact.
 
-    python benchmarks/detection_power.py --rounds 20 [--out results.json]
+    python benchmarks/detection_power.py --rounds 20 [--out samples.json]
+    python benchmarks/detection_power.py --rejudge samples.json --threshold 3 --run-noise 1
 
 Prints, per level, the fraction of rounds flagged REGRESSED (and the other verdicts), and the time one
-"test" (one current run) took.
+"test" (one current run) took. --out keeps every raw sample, so --rejudge can judge the same measurements
+under other rules without measuring again.
 """
 
 from __future__ import annotations
@@ -56,53 +58,72 @@ def one_run(products: int, repeats: int, warmup: int) -> list[float]:
     return json.loads(out.stdout)
 
 
+def measure(rounds: int, baseline_runs: int, repeats: int, warmup: int) -> dict[str, object]:
+    """Every round's baseline runs and one current run per level, raw."""
+    recorded: list[dict[str, object]] = []
+    test_seconds: list[float] = []
+    started = time.perf_counter()
+    for round_index in range(rounds):
+        baseline = [one_run(PRODUCTS, repeats, warmup) for _ in range(baseline_runs)]
+        current = {}
+        for level in LEVELS:
+            begin = time.perf_counter()
+            current[str(level)] = one_run(round(PRODUCTS * (1 + level)), repeats, warmup)
+            test_seconds.append(time.perf_counter() - begin)
+        recorded.append({"baseline": baseline, "current": current})
+        print(f"round {round_index + 1}/{rounds} measured ({time.perf_counter() - started:.0f} s)", flush=True)
+    return {"rounds": recorded, "test_seconds": test_seconds, "repeats": repeats, "baseline_runs": baseline_runs}
+
+
+def judge(data: dict[str, object], rules: Rules) -> None:
+    rounds = data["rounds"]
+    assert isinstance(rounds, list)
+    print(f"\nrules: threshold {rules.delta:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
+          f"{data['baseline_runs']} baseline runs x {data['repeats']} repeats, {len(rounds)} rounds")
+    print("| injected slowdown | flagged REGRESSED | other verdicts | median ratio |")
+    print("| --- | --- | --- | --- |")
+    for level in LEVELS:
+        count: Counter[str] = Counter()
+        ratios = []
+        for recorded in rounds:
+            result = compare(recorded["current"][str(level)], recorded["baseline"], higher_is_better=False,
+                             rules=rules)
+            count[result.verdict.value] += 1
+            ratios.append(result.ratio or 0.0)
+        others = ", ".join(f"{name} {n}" for name, n in sorted(count.items()) if name != "REGRESSED") or "-"
+        print(f"| {level:.0%} | {count['REGRESSED']}/{len(rounds)} ({count['REGRESSED'] / len(rounds):.0%}) "
+              f"| {others} | {sorted(ratios)[len(ratios) // 2]:.4f} |")
+    seconds = sorted(data["test_seconds"])  # type: ignore[arg-type]
+    if seconds:
+        print(f"one test (one current run, separate process, judged): median {seconds[len(seconds) // 2]:.2f} s, "
+              f"max {seconds[-1]:.2f} s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--baseline-runs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="keep the raw samples here")
+    parser.add_argument("--rejudge", type=Path, help="judge samples kept by --out instead of measuring")
+    parser.add_argument("--threshold", type=float, help="percent (default: the plugin's CPU default)")
+    parser.add_argument("--run-noise", type=float, help="percent (default: the plugin's CPU default)")
     args = parser.parse_args()
 
     defaults = DEVICE_DEFAULTS["cpu"]
-    rules = Rules(delta=defaults["threshold"], noise_limit=defaults["noise_limit"], run_noise=defaults["run_noise"])
-    verdicts: dict[float, Counter[str]] = {level: Counter() for level in LEVELS}
-    test_seconds: list[float] = []
-    ratios: dict[float, list[float]] = {level: [] for level in LEVELS}
-    started = time.perf_counter()
-    for round_index in range(args.rounds):
-        baseline = [one_run(PRODUCTS, args.repeats, args.warmup) for _ in range(args.baseline_runs)]
-        for level in LEVELS:
-            begin = time.perf_counter()
-            current = one_run(round(PRODUCTS * (1 + level)), args.repeats, args.warmup)
-            result = compare(current, baseline, higher_is_better=False, rules=rules)
-            test_seconds.append(time.perf_counter() - begin)
-            verdicts[level][result.verdict.value] += 1
-            ratios[level].append(result.ratio or 0.0)
-        done = round_index + 1
-        flagged = "  ".join(f"{level:.0%}:{verdicts[level]['REGRESSED']}/{done}" for level in LEVELS)
-        print(f"round {done}/{args.rounds} ({time.perf_counter() - started:.0f} s)  REGRESSED {flagged}", flush=True)
-
-    print(f"\nrules: threshold {rules.delta:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
-          f"{args.baseline_runs} baseline runs x {args.repeats} repeats, {args.rounds} rounds")
-    print("| injected slowdown | flagged REGRESSED | other verdicts | median ratio |")
-    print("| --- | --- | --- | --- |")
-    for level in LEVELS:
-        count = verdicts[level]
-        others = ", ".join(f"{name} {n}" for name, n in sorted(count.items()) if name != "REGRESSED") or "-"
-        ratio = sorted(ratios[level])[len(ratios[level]) // 2]
-        print(f"| {level:.0%} | {count['REGRESSED']}/{args.rounds} ({count['REGRESSED'] / args.rounds:.0%}) "
-              f"| {others} | {ratio:.4f} |")
-    print(f"one test (one current run, separate process, judged): median "
-          f"{sorted(test_seconds)[len(test_seconds) // 2]:.2f} s, max {max(test_seconds):.2f} s")
-    if args.out:
-        args.out.write_text(json.dumps({
-            "rules": {"delta": rules.delta, "alpha": rules.alpha, "run_noise": rules.run_noise},
-            "verdicts": {str(level): dict(count) for level, count in verdicts.items()},
-            "ratios": {str(level): values for level, values in ratios.items()},
-            "test_seconds": test_seconds,
-        }, indent=1))
+    rules = Rules(
+        delta=args.threshold / 100 if args.threshold else defaults["threshold"],
+        noise_limit=defaults["noise_limit"],
+        run_noise=args.run_noise / 100 if args.run_noise else defaults["run_noise"],
+    )
+    if args.rejudge:
+        data = json.loads(args.rejudge.read_text())
+    else:
+        data = measure(args.rounds, args.baseline_runs, args.repeats, args.warmup)
+        if args.out:
+            args.out.write_text(json.dumps(data))
+    judge(data, rules)
     return 0
 
 
