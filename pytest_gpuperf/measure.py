@@ -213,6 +213,11 @@ class Perf:
         self.record(name, samples, unit=unit, higher_is_better=work is not None, rounds=rounds, context=context)
         return samples
 
+    def reset(self) -> None:
+        """Forget what was recorded, before the test is measured again (a confirmation attempt)."""
+        self.metrics.clear()
+        self.curves.clear()
+
     def watch(self) -> TelemetryWindow:
         """Sample device telemetry around a block you time yourself; pass ``window.context`` to ``record``::
 

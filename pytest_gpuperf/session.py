@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -181,9 +181,14 @@ class GpuperfSession:
 
     def judge(self, perf: Perf) -> list[MetricResult]:
         """Judge every metric of a finished test; remembers results, and new runs to save."""
+        results = self.evaluate(perf)
+        self.accept(perf, results)
+        return results
+
+    def evaluate(self, perf: Perf) -> list[MetricResult]:
+        """The verdict on every metric of a finished test, remembering nothing (an attempt may be repeated)."""
         rules = self.rules()
         stack = self.fingerprint.stack
-        today = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         judged = []
         for metric in perf.metrics:
             baseline = self.store.metric(perf.nodeid, metric.name)
@@ -203,6 +208,13 @@ class GpuperfSession:
                 stack_changes=stack_changes(baseline_stack, stack) if baseline_stack else [],
             )
             judged.append(result)
+        return judged
+
+    def accept(self, perf: Perf, results: list[MetricResult]) -> None:
+        """Keep a test's final results for the report, and its measurements as runs to save."""
+        stack = self.fingerprint.stack
+        today = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        for metric in perf.metrics:
             self._to_save.append(NewMetric(
                 test=perf.nodeid, name=metric.name, unit=metric.unit, higher_is_better=metric.higher_is_better,
                 run=MetricRun(samples=metric.samples, stack=stack, date=today,
@@ -215,8 +227,10 @@ class GpuperfSession:
                 test=perf.nodeid, name=curve.name,
                 curve=Curve(steps=curve.steps, values=curve.values, stack=stack, date=today),
             ))
-        self.results.extend(judged)
-        return judged
+        self.results.extend(results)
+
+    def suspects_regression(self, results: list[MetricResult]) -> bool:
+        return not self.settings.save and any(result.verdict is Verdict.REGRESSED for result in results)
 
     def _check_conditions(self, nodeid: str, name: str, context: dict[str, Any],
                           has_baseline: bool) -> tuple[dict[str, Any], str | None]:
@@ -330,3 +344,27 @@ def dump_json(data: Any) -> str:
 
 def is_xdist_worker() -> bool:
     return "PYTEST_XDIST_WORKER" in os.environ
+
+
+def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: int) -> list[MetricResult]:
+    """The verdicts of a repeated attempt, where REGRESSED stands only if the attempt before it regressed too.
+
+    A transient slowdown of the machine (a neighbour's burst, lasting seconds) turns one attempt's metrics
+    REGRESSED; a real regression turns every attempt's. A metric that regressed in one attempt only is AMBIGUOUS.
+    """
+    regressed_before = {result.metric for result in previous if result.verdict is Verdict.REGRESSED}
+    for result in latest:
+        result.context = {**result.context, "attempts": attempt}
+        was, now = result.metric in regressed_before, result.verdict is Verdict.REGRESSED
+        if now and was:
+            note = f" (confirmed in {attempt} attempts)"
+            result.comparison = replace(result.comparison, reason=result.comparison.reason + note)
+        elif now:
+            result.comparison = replace(result.comparison, verdict=Verdict.AMBIGUOUS, reason=(
+                f"REGRESSED in attempt {attempt} but not in attempt {attempt - 1}: not confirmed; "
+                + result.comparison.reason))
+        elif was:
+            result.comparison = replace(result.comparison, reason=(
+                f"attempt {attempt - 1} was REGRESSED, attempt {attempt} did not confirm it; "
+                + result.comparison.reason))
+    return latest

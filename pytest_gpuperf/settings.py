@@ -218,6 +218,13 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="N",
     ),
     OptionSpec(
+        name="confirm",
+        help="attempts that measure a test again before a REGRESSED verdict fails it; each must regress (default 1)",
+        parse=parse_count(0),
+        default=1,
+        metavar="N",
+    ),
+    OptionSpec(
         name="remeasure",
         help="extra rounds a noisy measurement may take before it is reported NOISY (default 2)",
         parse=parse_count(0),
@@ -255,6 +262,8 @@ class Settings:
     warmup: int
     strict: bool
     baseline_runs: int
+    confirm: int
+    """Repeated attempts before REGRESSED fails a test (each must regress too)."""
     remeasure: int
 
     def for_device(self, device: str, name: str) -> float:

@@ -32,7 +32,7 @@ def clock_trace(sm_mhz: list[float], *, mask: int = 0) -> TelemetryTrace:
 def make_session(tmp_path: Path) -> GpuperfSession:
     settings = Settings(baselines_dir=tmp_path, save=False, results_path=None, device_request="cpu",
                         threshold=None, noise_limit=None, run_noise=None, repeats=10, warmup=0, strict=False,
-                        baseline_runs=5, remeasure=2)
+                        baseline_runs=5, confirm=1, remeasure=2)
     session = GpuperfSession(settings)
     stack = session.fingerprint.stack
     full_clock = clock_trace([1980.0, 1980.0, 1965.0, 1980.0]).summary()

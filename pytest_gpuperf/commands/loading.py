@@ -373,6 +373,9 @@ def _metrics_from_case(classname: str, name: str, pairs: list[tuple[str, str]], 
 def _samples(raw: Any, where: str) -> tuple[float, ...]:
     if not _number_list(raw) or not raw:
         raise InputError(f"{where}: samples must be a non-empty list of finite numbers")
+    if any(value <= 0 for value in raw):
+        # the plugin never records these: verdicts compare ratios of positive times and rates
+        raise InputError(f"{where}: samples must be positive numbers, found {min(raw)!r}")
     return tuple(float(value) for value in raw)
 
 
