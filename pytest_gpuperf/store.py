@@ -287,12 +287,19 @@ def _numbers(values: Any, *, allow_empty: bool = False) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 def write_atomic(path: Path, document: dict[str, Any]) -> None:
     """Write JSON so a reader sees the old file or the new one, never half of either."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n"
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(handle, 0o666 & ~_umask())  # mkstemp's 0600 would make shared baselines unreadable to others
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()

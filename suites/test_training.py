@@ -120,7 +120,8 @@ def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf
 
 
 @pytest.mark.gpu_tier
-def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any) -> None:
+def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any,
+                    cpu_threads: None) -> None:
     from pytest_gpuperf.corpus import MarkovChain
     from pytest_gpuperf.training.record import record_memory, record_throughput
     from pytest_gpuperf.training.workload import run_seed

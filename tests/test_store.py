@@ -138,3 +138,17 @@ def test_files_written_before_run_context_existed_stay_valid(tmp_path: Path) -> 
     assert store.metric("m.py::t", "m").runs[0].context == {}
     store.save([new_metric("m.py::t", "m", [1.0, 2.0, 3.0], stack={})], [], keep_runs=3)
     assert len(store.metric("m.py::t", "m").runs) == 2
+
+
+def test_written_files_follow_the_umask_not_mkstemp(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from pytest_gpuperf.store import write_atomic
+
+    previous = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "b.json", {"x": 1})
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "b.json").stat().st_mode) == 0o644
