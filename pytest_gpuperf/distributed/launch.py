@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import faulthandler
 import math
-import pickle
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed import pool as pool_module
 from pytest_gpuperf.distributed.environment import RankEnvironment, torchrun_environment
 from pytest_gpuperf.distributed.errors import FailureKind, LaunchError, RankFailed, RankFailure
@@ -105,10 +105,7 @@ def launch(
                 "(CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES and the xdist split count); lower world_size or -n"
             )
     try:
-        payload = pickle.dumps(
-            ("run", list(sys.path), pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)),
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
+        payload = wire.encode(("run", list(sys.path), wire.encode(task)))
     except Exception as exc:
         raise LaunchError(
             f"launch() could not pickle {_function_name(fn)} or its arguments ({type(exc).__name__}: {exc}); "

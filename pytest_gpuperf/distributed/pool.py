@@ -16,7 +16,6 @@ import atexit
 import datetime
 import multiprocessing
 import os
-import pickle
 import shutil
 import signal
 import tempfile
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
+from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed.environment import rank_variables
 from pytest_gpuperf.distributed.errors import FailureKind, LaunchError, RankFailed, RankFailure, describe_exitcode
 from pytest_gpuperf.distributed.worker import DUMP_SIGNAL, rank_main
@@ -203,7 +203,7 @@ class RankPool:
             has_message = False
         if has_message:
             try:
-                message = pickle.loads(conn.recv_bytes())
+                message = wire.decode(conn.recv_bytes())
             except EOFError:
                 message = None
             except Exception as exc:
@@ -291,7 +291,7 @@ class RankPool:
         """Let each rank leave its process group and exit; kill the ones that do not in time."""
         if self._closed:
             return
-        stop = pickle.dumps(("stop",))
+        stop = wire.encode(("stop",))
         for conn in self._conns:
             try:
                 conn.send_bytes(stop)

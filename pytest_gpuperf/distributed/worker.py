@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import pickle
 import signal
 import sys
 import traceback
 from typing import Any
+from pytest_gpuperf.distributed import wire
 
 DUMP_SIGNAL = signal.SIGUSR1
 
@@ -41,10 +41,10 @@ def _die_with_parent() -> None:
 
 def _send(conn: Any, message: tuple[Any, ...]) -> None:
     try:
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = wire.encode(message)
     except Exception as exc:  # the result (or an exception in it) cannot be pickled
         summary = f"the return value could not be pickled to send to the parent: {type(exc).__name__}: {exc}"
-        payload = pickle.dumps(("error", summary, traceback.format_exc()))
+        payload = wire.encode(("error", summary, traceback.format_exc()))
     conn.send_bytes(payload)
 
 
@@ -115,7 +115,7 @@ def rank_main(
     _send(conn, ("ready", os.getpid()))
     while True:
         try:
-            message = pickle.loads(conn.recv_bytes())
+            message = wire.decode(conn.recv_bytes())
         except EOFError:  # the parent went away
             break
         if message[0] == "stop":
@@ -124,7 +124,7 @@ def rank_main(
         # The parent's import path now, not at spawn time: a later test module may live in a new directory.
         sys.path[:] = [*parent_path, *(p for p in sys.path if p not in parent_path)]
         try:
-            task = pickle.loads(task_bytes)
+            task = wire.decode(task_bytes)
         except Exception as exc:  # fn or an argument is not importable here
             _send(conn, ("error", f"the task could not be unpickled in the rank: {_summary(exc)}",
                          traceback.format_exc()))
