@@ -16,9 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +61,7 @@ REQUIRED = {
 OPTIONAL = {
     "pynvml": ("nvidia-ml-py", "device telemetry (clocks, power, throttling) and the driver version; without it "
                                "the run says 'telemetry unavailable' and the fingerprint falls back to nvidia-smi"),
+    "torchao": ("torchao", "fp8 training (its float8 recipe); without it the fp8 training tests skip and say so"),
     "xdist": ("pytest-xdist", "not used by the check itself"),
     "junitparser": ("junitparser", "only the gpuperf command line needs it, not the check"),
 }
@@ -68,51 +73,66 @@ REFERENCE = {
 }
 
 
-def missing_modules(python: str, names: Sequence[str]) -> list[str]:
-    """Which of ``names`` the given Python cannot import (found without importing them)."""
+def with_path(env: dict[str, str], *folders: Path) -> dict[str, str]:
+    """A copy of ``env`` whose PYTHONPATH starts with ``folders``."""
+    joined = os.pathsep.join(filter(None, [*(str(folder) for folder in folders), env.get("PYTHONPATH")]))
+    return {**env, "PYTHONPATH": joined}
+
+
+def missing_modules(python: str, names: Sequence[str], site: Path | None = None) -> list[str]:
+    """Which of ``names`` the given Python cannot import, ``site`` on its path (found without importing them)."""
     probe = ("import importlib.util, sys\n"
              "print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))")
-    out = subprocess.run([python, "-c", probe, *names], capture_output=True, text=True, check=True).stdout
+    env = with_path(dict(os.environ), site) if site else None
+    out = subprocess.run([python, "-c", probe, *names], capture_output=True, text=True, check=True, env=env).stdout
     return out.split()
 
 
-def install_from_wheels(python: str, distributions: Sequence[str], wheel_dir: Path) -> bool:
-    """Install distributions from carried wheels only (no index: a GPU machine may have no network)."""
-    if not distributions or not wheel_dir.is_dir() or not any(wheel_dir.glob("*.whl")):
+def carried(distribution: str, wheel_dir: Path) -> bool:
+    """Whether ``wheel_dir`` holds a wheel of ``distribution`` (wheel names normalise '-' and '.' to '_')."""
+    wanted = re.sub(r"[-_.]+", "_", distribution).lower()
+    return any(wheel.name.split("-", 1)[0].lower() == wanted for wheel in wheel_dir.glob("*.whl"))
+
+
+def install_from_wheels(python: str, distributions: Sequence[str], wheel_dir: Path, site: Path) -> bool:
+    """Install distributions from carried wheels only (no index: a GPU machine may have no network) into
+    ``site``, a folder of this run's own: the Python the stack ships is never modified."""
+    if not distributions:
         return False
     command = [python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheel_dir),
-               *distributions]
-    print(f"gpu-check: installing {', '.join(distributions)} from {wheel_dir}")
+               "--no-deps", "--no-compile", "--target", str(site), *distributions]
+    print(f"gpu-check: installing {', '.join(distributions)} from {wheel_dir} into {site}")
     return subprocess.run(command).returncode == 0
 
 
-def preflight(python: str, wheel_dir: Path) -> list[str]:
-    """Check the Python the suites will run under; returns problems that stop the check (empty: go)."""
-    missing = missing_modules(python, [*REQUIRED, *OPTIONAL])
-    installable = [REQUIRED[m][0] for m in missing if m in REQUIRED and m != "torch"]
-    installable += [OPTIONAL[m][0] for m in missing if m == "pynvml"]
-    if installable and install_from_wheels(python, installable, wheel_dir):
-        missing = missing_modules(python, [*REQUIRED, *OPTIONAL])
+def preflight(python: str, wheel_dir: Path, site: Path) -> list[str]:
+    """Check the Python the suites will run under; returns problems that stop the check (empty: go).
+
+    A missing package whose wheel is carried in ``wheel_dir`` is installed into ``site`` first."""
+    missing = missing_modules(python, [*REQUIRED, *OPTIONAL], site)
+    wanted = [(REQUIRED | OPTIONAL)[module][0] for module in missing if module != "torch"]
+    installable = [distribution for distribution in wanted if wheel_dir.is_dir() and carried(distribution, wheel_dir)]
+    if installable and install_from_wheels(python, installable, wheel_dir, site):
+        missing = missing_modules(python, [*REQUIRED, *OPTIONAL], site)
     problems = []
     for module in missing:
         if module in REQUIRED:
             distribution, why = REQUIRED[module]
             problems.append(f"{python} cannot import {module} ({why}): install {distribution}, or put its wheel "
-                            f"in {wheel_dir}/ and run again")
+                            f"in {wheel_dir}/ (scripts/gpu_check_wheels.sh fetches them) and run again")
         else:
             distribution, why = OPTIONAL[module]
             print(f"gpu-check: note: {distribution} is not installed: {why}")
     return problems
 
 
-def plugin_arguments(python: str) -> tuple[list[str], dict[str, str]]:
-    """Load pytest-gpuperf from this checkout, whether or not it is pip-installed in that Python."""
+def plugin_arguments(python: str, site: Path) -> tuple[list[str], dict[str, str]]:
+    """Load pytest-gpuperf from this checkout, whether or not it is pip-installed in that Python; the packages
+    installed from carried wheels (``site``) come after the checkout on the path."""
     probe = ("import importlib.metadata as m\n"
              "print(any(e.name == 'gpuperf' for e in m.entry_points(group='pytest11')))")
     installed = subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout.strip() == "True"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return ([] if installed else ["-p", "pytest_gpuperf.plugin"]), env
+    return ([] if installed else ["-p", "pytest_gpuperf.plugin"]), with_path(dict(os.environ), ROOT, site)
 
 
 def gpu_visible(python: str) -> str | None:
@@ -143,22 +163,45 @@ def step_command(python: str, step: Step, *, out_dir: Path, device: str, save: b
     return [*command, *extra]
 
 
+def run_step(command: Sequence[str], *, env: dict[str, str], timeout_s: int, grace_s: int = 20) -> int | None:
+    """Run one pytest step; past its bound it gets SIGINT first, so pytest still ends its session and writes the
+    results of the tests that finished, and is killed only if it does not stop within ``grace_s``.
+    Returns the exit code, or None when the step ran out of time."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env)
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        return None
+
+
 def run_steps(args: argparse.Namespace) -> int:
     python = args.python
-    problems = preflight(python, ROOT / ".whl")
-    if problems:
-        for problem in problems:
-            print(f"gpu-check: {problem}", file=sys.stderr)
-        return 2
-    if args.device == "cuda":
-        why = gpu_visible(python)
-        if why is not None:
-            print(f"gpu-check: {why}; this check needs a GPU (for the CPU tier run: pytest -m perf)",
-                  file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-site-") as site:
+        problems = preflight(python, ROOT / ".whl", Path(site))
+        if problems:
+            for problem in problems:
+                print(f"gpu-check: {problem}", file=sys.stderr)
             return 2
-    plugin, env = plugin_arguments(python)
+        if args.device == "cuda":
+            why = gpu_visible(python)
+            if why is not None:
+                print(f"gpu-check: {why}; this check needs a GPU (for the CPU tier run: pytest -m perf)",
+                      file=sys.stderr)
+                return 2
+        plugin, env = plugin_arguments(python, Path(site))
+        return run_all(args, python=python, plugin=plugin, env=env)
+
+
+def run_all(args: argparse.Namespace, *, python: str, plugin: Sequence[str], env: dict[str, str]) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    baselines = Path(args.baselines).resolve() if args.baselines else None
     started = time.monotonic()
     status = 0
     written = []
@@ -168,32 +211,58 @@ def run_steps(args: argparse.Namespace) -> int:
         if not (ROOT / step.path).exists():
             print(f"gpu-check: {step.name}: skipped, {step.path} is not in this checkout")
             continue
+        (out_dir / f"{step.name}.json").unlink(missing_ok=True)  # a stale document must not pass for this run's
         command = step_command(python, step, out_dir=out_dir, device=args.device, save=not args.no_save,
-                               extra=args.pytest_args, plugin=plugin,
-                               baselines=Path(args.baselines).resolve() if args.baselines else None)
+                               extra=args.pytest_args, plugin=plugin, baselines=baselines)
         print(f"gpu-check: {step.name}: {shlex.join(command)}", flush=True)
         step_start = time.monotonic()
-        try:
-            code = subprocess.run(command, cwd=ROOT, env=env, timeout=step.timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            print(f"gpu-check: {step.name}: stopped after {step.timeout_s} s (its bound in STEPS); "
-                  "the other steps still run", file=sys.stderr)
-            status = 1
-            continue
+        code = run_step(command, env=env, timeout_s=step.timeout_s)
         took = time.monotonic() - step_start
-        if code == NO_TESTS_COLLECTED:
+        if code is None:
+            print(f"gpu-check: {step.name}: interrupted after {step.timeout_s} s (its bound in STEPS); what it "
+                  "finished is kept, the other steps still run", file=sys.stderr)
+            status = 1
+        elif code == NO_TESTS_COLLECTED:
             print(f"gpu-check: {step.name}: no test of {step.path} matches -m {step.marker!r}; mark its GPU-tier "
                   "workload with @pytest.mark.gpu_tier")
             continue
-        print(f"gpu-check: {step.name}: exit {code} in {took:.0f} s")
-        status = status or (0 if code == 0 else 1)
+        else:
+            print(f"gpu-check: {step.name}: exit {code} in {took:.0f} s")
+            status = status or (0 if code == 0 else 1)
         if (out_dir / f"{step.name}.json").exists():
             written.append(out_dir / f"{step.name}.json")
     print()
     for line in summary(written):
         print(line)
     print(f"gpu-check: {time.monotonic() - started:.0f} s in all; results in {out_dir}")
+    if args.archive:
+        archived = write_archive(Path(args.archive), written, baselines or ROOT / "baselines")
+        print(f"gpu-check: archived {len(archived)} files in {args.archive}")
     return status
+
+
+def write_archive(archive: Path, documents: Sequence[Path], baselines: Path) -> list[str]:
+    """One file to bring back from a borrowed machine: the results documents and the baseline folder of the
+    hardware they ran on (its runs carry their provenance). Returns the names stored."""
+    slugs = set()
+    for document in documents:
+        try:
+            slug = (json.loads(document.read_text()).get("fingerprint") or {}).get("hardware_slug")
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(slug, str) and slug and "/" not in slug and not slug.startswith("."):
+            slugs.add(slug)
+    names = []
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for document in documents:
+            tar.add(document, arcname=f"results/{document.name}")
+            names.append(f"results/{document.name}")
+        for slug in sorted(slugs):
+            for path in sorted((baselines / slug).glob("*.json")):
+                tar.add(path, arcname=f"baselines/{slug}/{path.name}")
+                names.append(f"baselines/{slug}/{path.name}")
+    return names
 
 
 # -- the summary (pure: results documents in, lines out) --
@@ -290,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run only this step (repeatable)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu runs the same steps on the CPU tier, to try the check without a GPU")
+    parser.add_argument("--archive", metavar="FILE",
+                        help="also write FILE (.tar.gz) with the results documents and the baselines of the "
+                             "hardware they ran on: one file to bring back from a borrowed machine")
     parser.add_argument("--summary", nargs="+", metavar="RESULTS_JSON",
                         help="only print the summary of results documents written earlier")
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments for every step")

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -108,8 +111,9 @@ def test_step_command(gpu_check: ModuleType, tmp_path: Path) -> None:
 def test_preflight_stops_on_a_missing_store_dependency_and_notes_telemetry(
         gpu_check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(gpu_check, "missing_modules", lambda python, names: ["filelock", "pynvml", "junitparser"])
-    problems = gpu_check.preflight("py", tmp_path / ".whl")
+    monkeypatch.setattr(gpu_check, "missing_modules",
+                        lambda python, names, site: ["filelock", "pynvml", "junitparser"])
+    problems = gpu_check.preflight("py", tmp_path / ".whl", tmp_path / "site")
     assert len(problems) == 1
     assert "cannot import filelock" in problems[0] and f"{tmp_path / '.whl'}/" in problems[0]
     out = capsys.readouterr().out
@@ -117,27 +121,71 @@ def test_preflight_stops_on_a_missing_store_dependency_and_notes_telemetry(
     assert "junitparser is not installed: only the gpuperf command line needs it" in out
 
 
-def test_preflight_installs_from_carried_wheels_without_an_index(gpu_check: ModuleType, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_preflight_installs_carried_wheels_into_its_own_folder_without_an_index(
+        gpu_check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     wheels = tmp_path / ".whl"
     wheels.mkdir()
     (wheels / "filelock-3.0-py3-none-any.whl").write_bytes(b"")
-    missing = [["filelock"], []]
+    (wheels / "nvidia_ml_py-13.0-py3-none-any.whl").write_bytes(b"")
+    # torchao is missing too but no wheel of it is carried: asking pip for it would fail the whole install
+    missing = [["filelock", "pynvml", "torchao"], ["torchao"]]
     commands = []
-    monkeypatch.setattr(gpu_check, "missing_modules", lambda python, names: missing.pop(0))
+    monkeypatch.setattr(gpu_check, "missing_modules", lambda python, names, site: missing.pop(0))
     monkeypatch.setattr(gpu_check.subprocess, "run",
                         lambda command, **kw: commands.append(command) or subprocess.CompletedProcess(command, 0))
-    assert gpu_check.preflight("py", wheels) == []
+    assert gpu_check.preflight("py", wheels, tmp_path / "site") == []
     [command] = commands
-    assert command[:4] == ["py", "-m", "pip", "install"] and "--no-index" in command and command[-1] == "filelock"
+    assert command[:4] == ["py", "-m", "pip", "install"] and "--no-index" in command
+    assert command[command.index("--target") + 1] == str(tmp_path / "site")
+    assert command[-2:] == ["filelock", "nvidia-ml-py"]
+
+
+def test_carried_matches_normalised_wheel_names(gpu_check: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "nvidia_ml_py-13.580.82-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "torchao-0.18.0-cp310-abi3-manylinux_2_24_x86_64.whl").write_bytes(b"")
+    assert gpu_check.carried("nvidia-ml-py", tmp_path) and gpu_check.carried("torchao", tmp_path)
+    assert not gpu_check.carried("pytest-xdist", tmp_path) and not gpu_check.carried("nvidia", tmp_path)
+
+
+def test_a_step_past_its_bound_is_interrupted_so_pytest_still_writes_what_finished(
+        gpu_check: ModuleType, tmp_path: Path) -> None:
+    marker = tmp_path / "finished"
+    script = ("import signal, sys, time\n"
+              "def finish(*_):\n"
+              f"    open({str(marker)!r}, 'w').write('session finished')\n"
+              "    sys.exit(2)\n"
+              "signal.signal(signal.SIGINT, finish)\n"
+              "time.sleep(60)\n")
+    started = time.monotonic()
+    code = gpu_check.run_step([sys.executable, "-c", script], env=dict(os.environ), timeout_s=2, grace_s=20)
+    assert code is None and marker.read_text() == "session finished"
+    assert time.monotonic() - started < 20
+
+
+def test_archive_holds_the_results_and_the_baselines_of_their_hardware(gpu_check: ModuleType,
+                                                                      tmp_path: Path) -> None:
+    results = tmp_path / "micro.json"
+    results.write_text(json.dumps(H200_RESULTS))
+    baselines = tmp_path / "baselines"
+    slug = H200_RESULTS["fingerprint"]["hardware_slug"]
+    (baselines / slug).mkdir(parents=True)
+    (baselines / slug / "test_micro.json").write_text("{}")
+    (baselines / "cpu-other").mkdir()
+    (baselines / "cpu-other" / "test_micro.json").write_text("{}")
+    names = gpu_check.write_archive(tmp_path / "out" / "check.tar.gz", [results], baselines)
+    assert names == ["results/micro.json", f"baselines/{slug}/test_micro.json"]
+    with tarfile.open(tmp_path / "out" / "check.tar.gz") as tar:
+        assert sorted(tar.getnames()) == sorted(names)
+        assert json.load(tar.extractfile("results/micro.json")) == H200_RESULTS
 
 
 def test_cpu_tier_run_end_to_end(tmp_path: Path) -> None:
-    """The whole script on the CPU tier, one GEMM selected: preflight, plugin loading, step, summary."""
+    """The whole script on the CPU tier, one GEMM selected: preflight, plugin loading, step, saved baseline,
+    summary and the archive a borrowed machine sends back."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--no-save", "--only", "micro", "--out", str(tmp_path),
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--only", "micro", "--out", str(tmp_path),
          "--baselines", str(tmp_path / "baselines"),  # judged against nothing: no timing verdict to flake
-         "--", "-k", "fp32-square"],
+         "--archive", str(tmp_path / "check.tar.gz"), "--", "-k", "fp32-square"],
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -145,3 +193,8 @@ def test_cpu_tier_run_end_to_end(tmp_path: Path) -> None:
     assert "fp32 (square): " in done.stdout and "TFLOP/s" in done.stdout
     document = json.loads((tmp_path / "micro.json").read_text())
     assert [r["test"] for r in document["results"]] == ["suites/test_micro.py::test_gemm[fp32-square]"]
+    slug = document["fingerprint"]["hardware_slug"]
+    with tarfile.open(tmp_path / "check.tar.gz") as tar:
+        assert sorted(tar.getnames()) == [f"baselines/{slug}/suites__test_micro.json", "results/micro.json"]
+        saved = json.load(tar.extractfile(f"baselines/{slug}/suites__test_micro.json"))
+    assert "test_gemm[fp32-square]" in json.dumps(saved)
