@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
@@ -113,10 +114,25 @@ def _ram_gib() -> int | str:
         with open("/proc/meminfo", encoding="utf-8") as handle:
             for line in handle:
                 if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / 1024**2)
+                    return ram_size_class(int(line.split()[1]) / 1024**2)
     except (OSError, ValueError, IndexError):
         pass
     return UNKNOWN
+
+
+def ram_size_class(mem_total_gib: float) -> int:
+    """The memory size a machine was configured with, from the kernel's MemTotal, for the hardware key.
+
+    MemTotal is the configured size less what firmware and kernel reserve (1-4%), and it differs by a fraction
+    of a GiB between two machines of one type (kernel version, ballooning). Rounding to the nearest GiB keyed one
+    24 GiB VM type as 24 or 23 (MemTotal 23.54 GiB), so the same runner found no baseline. Rounding up to a step
+    of about 1/8 of the size (at least 2 GiB) lands machines of one configured size on one key: 23.0-24.0 -> 24,
+    15.6 -> 16, 1007 -> 1024.
+    """
+    if mem_total_gib <= 0:
+        return 0
+    step = max(2, 2 ** (math.floor(math.log2(mem_total_gib)) - 3))
+    return int(math.ceil(mem_total_gib / step - 1e-9) * step)
 
 
 def read_nodes() -> int:

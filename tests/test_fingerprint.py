@@ -89,3 +89,12 @@ def test_missing_pieces_are_unknown_not_guessed(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("builtins.open", no_file)
     cpu = fingerprint.read_cpu()
     assert cpu["model"] == "unknown" and cpu["ram_gib"] == "unknown"
+
+
+@pytest.mark.parametrize(("mem_total_gib", "configured"), [
+    (23.54, 24), (23.49, 24), (23.0, 24), (24.0, 24), (15.6, 16), (7.7, 8), (31.3, 32), (47.1, 48),
+    (62.8, 64), (125.7, 128), (251.5, 256), (503.0, 512), (1007.4, 1024), (2015.0, 2048),
+])
+def test_ram_is_keyed_by_the_configured_size_not_the_kernel_remainder(mem_total_gib: float,
+                                                                      configured: int) -> None:
+    assert fingerprint.ram_size_class(mem_total_gib) == configured
