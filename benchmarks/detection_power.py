@@ -1,16 +1,18 @@
 """Detection power of the verdict on a real CPU workload, with injected slowdowns.
 
-Each round records a fresh baseline of BASELINE_RUNS separate processes, then one separate "current" process
-per slowdown level; every current run is judged against that round's baseline with the plugin's own rules
-(stats.compare with the CPU defaults). Separate processes matter: they carry the between-run noise that a
+Each round records a fresh baseline of BASELINE_RUNS separate processes, then, per slowdown level, two separate
+"current" processes back to back: the first attempt and the one the plugin's --gpuperf-confirm (default 1)
+measures before a REGRESSED verdict may fail a test. Every attempt is judged against that round's baseline with
+the plugin's own rules (stats.compare with the CPU defaults), and a level counts as flagged when the first
+attempt is REGRESSED and, with confirmation, the second one too (session.confirm's rule). Separate processes matter: they carry the between-run noise that a
 single process never shows. The workload is a fixed count of one-thread 128x128 matmuls; a slowdown of s adds
 round(PRODUCTS * s) products, so the injected extra work is exact.
 
     python benchmarks/detection_power.py --rounds 20 [--out samples.json]
     python benchmarks/detection_power.py --rejudge samples.json --threshold 3 --run-noise 1
 
-Prints, per level, the fraction of rounds flagged REGRESSED (and the other verdicts), and the time one
-"test" (one current run) took. --out keeps every raw sample, so --rejudge can judge the same measurements
+Prints, per level, the fraction of rounds flagged REGRESSED on one attempt and confirmed (and the other
+verdicts), and the time one "test" (one current run) took. --out keeps every raw sample, so --rejudge can judge the same measurements
 under other rules without measuring again.
 """
 
@@ -28,10 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_gpuperf.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.stats import Rules, compare  # noqa: E402
+from pytest_gpuperf.stats import Rules, Verdict, compare  # noqa: E402
 
 PRODUCTS = 100
 LEVELS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.10)
+ATTEMPTS = 2  # the first attempt and the confirmation the plugin measures by default
 
 # One process = one run: warm up, then time REPEATS calls; prints the samples as JSON.
 RUN = """
@@ -67,12 +70,21 @@ def measure(rounds: int, baseline_runs: int, repeats: int, warmup: int) -> dict[
         baseline = [one_run(PRODUCTS, repeats, warmup) for _ in range(baseline_runs)]
         current = {}
         for level in LEVELS:
-            begin = time.perf_counter()
-            current[str(level)] = one_run(round(PRODUCTS * (1 + level)), repeats, warmup)
-            test_seconds.append(time.perf_counter() - begin)
+            attempts = []
+            for _ in range(ATTEMPTS):
+                begin = time.perf_counter()
+                attempts.append(one_run(round(PRODUCTS * (1 + level)), repeats, warmup))
+                test_seconds.append(time.perf_counter() - begin)
+            current[str(level)] = attempts
         recorded.append({"baseline": baseline, "current": current})
         print(f"round {round_index + 1}/{rounds} measured ({time.perf_counter() - started:.0f} s)", flush=True)
     return {"rounds": recorded, "test_seconds": test_seconds, "repeats": repeats, "baseline_runs": baseline_runs}
+
+
+def attempts_of(recorded: dict[str, object], level: float) -> list[list[float]]:
+    """The current runs of one level; samples kept before confirmation was measured hold one flat run."""
+    current = recorded["current"][str(level)]  # type: ignore[index]
+    return current if isinstance(current[0], list) else [current]
 
 
 def judge(data: dict[str, object], rules: Rules) -> None:
@@ -80,19 +92,32 @@ def judge(data: dict[str, object], rules: Rules) -> None:
     assert isinstance(rounds, list)
     print(f"\nrules: threshold {rules.delta:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
           f"{data['baseline_runs']} baseline runs x {data['repeats']} repeats, {len(rounds)} rounds")
-    print("| injected slowdown | flagged REGRESSED | other verdicts | median ratio |")
-    print("| --- | --- | --- | --- |")
+    print("| injected slowdown | REGRESSED, one attempt | REGRESSED, confirmed | other verdicts (confirmed) "
+          "| median ratio |")
+    print("| --- | --- | --- | --- | --- |")
+    n = len(rounds)
     for level in LEVELS:
-        count: Counter[str] = Counter()
+        first_flagged = 0
+        confirmed: Counter[str] = Counter()
         ratios = []
         for recorded in rounds:
-            result = compare(recorded["current"][str(level)], recorded["baseline"], higher_is_better=False,
-                             rules=rules)
-            count[result.verdict.value] += 1
-            ratios.append(result.ratio or 0.0)
-        others = ", ".join(f"{name} {n}" for name, n in sorted(count.items()) if name != "REGRESSED") or "-"
-        print(f"| {level:.0%} | {count['REGRESSED']}/{len(rounds)} ({count['REGRESSED'] / len(rounds):.0%}) "
-              f"| {others} | {sorted(ratios)[len(ratios) // 2]:.4f} |")
+            verdicts = []
+            for attempt in attempts_of(recorded, level):
+                result = compare(attempt, recorded["baseline"], higher_is_better=False, rules=rules)
+                verdicts.append(result.verdict)
+                ratios.append(result.ratio or 0.0)
+                if result.verdict is not Verdict.REGRESSED:
+                    break  # the plugin measures a confirmation only after a REGRESSED attempt
+            first_flagged += verdicts[0] is Verdict.REGRESSED
+            if len(verdicts) == 1:
+                confirmed[verdicts[0].value] += 1
+            else:  # session.confirm: REGRESSED stands only when the confirmation regressed too
+                confirmed["REGRESSED" if verdicts[1] is Verdict.REGRESSED else "AMBIGUOUS"] += 1
+        others = ", ".join(f"{name} {k}" for name, k in sorted(confirmed.items()) if name != "REGRESSED") or "-"
+        confirm_column = (f"{confirmed['REGRESSED']}/{n} ({confirmed['REGRESSED'] / n:.0%})"
+                          if len(attempts_of(rounds[0], level)) > 1 else "not measured")
+        print(f"| {level:.0%} | {first_flagged}/{n} ({first_flagged / n:.0%}) | {confirm_column} | {others} "
+              f"| {sorted(ratios)[len(ratios) // 2]:.4f} |")
     seconds = sorted(data["test_seconds"])  # type: ignore[arg-type]
     if seconds:
         print(f"one test (one current run, separate process, judged): median {seconds[len(seconds) // 2]:.2f} s, "
@@ -109,6 +134,7 @@ def main() -> int:
     parser.add_argument("--rejudge", type=Path, help="judge samples kept by --out instead of measuring")
     parser.add_argument("--threshold", type=float, help="percent (default: the plugin's CPU default)")
     parser.add_argument("--run-noise", type=float, help="percent (default: the plugin's CPU default)")
+    parser.add_argument("--prior-runs", type=float, help="weight of the run-noise prior (default: the plugin's)")
     args = parser.parse_args()
 
     defaults = DEVICE_DEFAULTS["cpu"]
@@ -116,6 +142,7 @@ def main() -> int:
         delta=args.threshold / 100 if args.threshold else defaults["threshold"],
         noise_limit=defaults["noise_limit"],
         run_noise=args.run_noise / 100 if args.run_noise else defaults["run_noise"],
+        **({"prior_runs": args.prior_runs} if args.prior_runs is not None else {}),
     )
     if args.rejudge:
         data = json.loads(args.rejudge.read_text())
