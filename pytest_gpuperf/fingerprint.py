@@ -204,40 +204,53 @@ def _read_nvml() -> tuple[dict[str, Any], dict[str, str]] | None:
     except Exception:  # no driver, no device: NVML raises its own error classes
         return None
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        if count == 0:
-            return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = _text(pynvml.nvmlDeviceGetName(handle))
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        partition = "none"
-        try:
-            current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
-            partition = "mig" if current else "none"
-        except Exception:  # MIG not supported on this part
-            pass
-        stack = {"driver": _text(pynvml.nvmlSystemGetDriverVersion())}
-        try:
-            cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-            stack["cuda_driver"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-        except Exception:
-            pass
-        stack.update(_torch_libraries())
-        key = {
-            "vendor": "nvidia",
-            "name": name,
-            "count": count,
-            "memory_gib": round(memory / 1024**3),
-            "arch": f"sm_{major}{minor}",
-            "partition": partition,
-        }
-        return key, stack
+        found = _nvml_accelerator(pynvml)
+    except Exception:
+        # A sandbox (gVisor's nvproxy, a container runtime) may pass nvmlInit and refuse a later query with an
+        # NVMLError: NVML cannot tell, so the next reader is asked instead of the session failing here.
+        return None
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+    if found is None:
+        return None
+    key, stack = found
+    stack.update(_torch_libraries())
+    return key, stack
+
+
+def _nvml_accelerator(pynvml: Any) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """The key and driver fields from an initialised NVML; a required query that fails raises."""
+    count = pynvml.nvmlDeviceGetCount()
+    if count == 0:
+        return None
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    name = _text(pynvml.nvmlDeviceGetName(handle))
+    memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+    stack = {"driver": _text(pynvml.nvmlSystemGetDriverVersion())}
+    partition = "none"
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+        partition = "mig" if current else "none"
+    except Exception:  # MIG not supported on this part
+        pass
+    try:
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        stack["cuda_driver"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+    except Exception:
+        pass
+    key = {
+        "vendor": "nvidia",
+        "name": name,
+        "count": count,
+        "memory_gib": round(memory / 1024**3),
+        "arch": f"sm_{major}{minor}",
+        "partition": partition,
+    }
+    return key, stack
 
 
 def _read_amdsmi() -> tuple[dict[str, Any], dict[str, str]] | None:

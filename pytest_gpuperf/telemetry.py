@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "BENIGN_THROTTLE_REASONS",
+    "LOAD_THROTTLE_REASONS",
     "DeviceReader",
     "TelemetrySample",
     "TelemetrySampler",
@@ -59,6 +60,12 @@ _THROTTLE_BITS: tuple[tuple[int, str], ...] = (
 BENIGN_THROTTLE_REASONS: frozenset[str] = frozenset({"gpu_idle", "app_clocks"})
 """Reasons that do not make a measurement untrustworthy: the GPU idling between kernels, and
 clocks pinned by the administrator (application clocks), which the baseline sees too."""
+
+LOAD_THROTTLE_REASONS: frozenset[str] = frozenset({"sw_power_cap"})
+"""Reasons a heavy kernel causes by itself: an H100/H200 GEMM or attention step runs at the board's power limit
+and NVML reports the software power cap for as long as it does. They make a measurement incomparable only when
+its baseline did not see them too (a lowered power limit, say); the clock floor against the baseline applies
+either way. Counting them as throttling would mark every heavy GPU workload NOISY, run after run."""
 
 _FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "throttle_mask",
            "energy_mj")
@@ -231,7 +238,8 @@ def judge_clocks(
     """Whether a measurement's device conditions make it comparable with its baseline.
 
     Untrustworthy (False) when the median busy SM or memory clock fell below `min_fraction` of the
-    baseline's, or when any throttle reason other than idle / application clocks was seen. The
+    baseline's, or when any throttle reason other than idle / application clocks was seen (the power
+    cap of LOAD_THROTTLE_REASONS only when the baseline, if any, did not see it too). The
     message says which, with the figures; a caller marks the result NOISY, never REGRESSED.
     Without samples or without a baseline summary only what can be checked is checked.
     """
@@ -242,8 +250,11 @@ def judge_clocks(
         return True, "no telemetry samples in the window; clocks not checked"
     problems: list[str] = []
     notes: list[str] = []
-    if summary.throttled:
-        problems.append(f"throttled during the measurement ({', '.join(summary.throttle_reasons)})")
+    seen_by_baseline = set(baseline.throttle_reasons) if baseline is not None else set(LOAD_THROTTLE_REASONS)
+    under_load = [r for r in summary.throttle_reasons if r in LOAD_THROTTLE_REASONS and r in seen_by_baseline]
+    throttled = [r for r in summary.throttle_reasons if r not in under_load]
+    if throttled:
+        problems.append(f"throttled during the measurement ({', '.join(throttled)})")
     pct = f"{min_fraction:.0%}"
     for label, now, then in (
         ("SM clock", summary.sm_clock_mhz_median,
@@ -261,7 +272,10 @@ def judge_clocks(
         return False, "; ".join(problems)
     if baseline is None:
         notes.append("no baseline clocks to compare")
-    notes.append("no throttling" if summary.throttle_known else "throttle reasons not reported")
+    if under_load:
+        notes.append(f"{', '.join(under_load)} under load" + (", as in the baseline" if baseline else ""))
+    else:
+        notes.append("no throttling" if summary.throttle_known else "throttle reasons not reported")
     return True, "; ".join(notes)
 
 

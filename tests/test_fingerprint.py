@@ -58,6 +58,29 @@ def test_nvml_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     assert stack["driver"] == "580.159.03" and stack["cuda_driver"] == "13.0"
 
 
+def test_an_nvml_query_refused_after_init_falls_through_to_the_next_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gVisor's nvproxy, for one, lets nvmlInit succeed and may refuse a later query: the session must not fail."""
+
+    class NVMLError(Exception):
+        pass
+
+    def refused(handle: object) -> tuple[int, int]:
+        raise NVMLError("Not Supported")
+
+    shutdowns = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: shutdowns.append(1), nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda index: "h0", nvmlDeviceGetName=lambda handle: "NVIDIA H200",
+        nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(total=150_754_820_096),
+        nvmlDeviceGetCudaComputeCapability=refused, nvmlSystemGetDriverVersion=lambda: "580.1",
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert fingerprint._read_nvml() is None and shutdowns == [1]
+    from_smi = ({"vendor": "nvidia", "name": "NVIDIA H200"}, {"driver": "580.1"})
+    monkeypatch.setattr(fingerprint, "_read_nvidia_smi", lambda: from_smi)
+    assert fingerprint.read_accelerators() == from_smi
+
+
 def test_nvidia_smi_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     out = "NVIDIA H100 80GB HBM3, 81559, 9.0, 570.86.15, Disabled\n" * 2
     monkeypatch.setattr(fingerprint.shutil, "which", lambda name: "/usr/bin/nvidia-smi")

@@ -326,6 +326,27 @@ def test_throttle_and_low_clock_are_both_reported() -> None:
                    "SM clock 1410 MHz < 90% of baseline 1980 MHz")
 
 
+def test_power_cap_is_comparable_when_the_baseline_was_capped_too_or_there_is_none() -> None:
+    """An H200 GEMM runs at its 700 W cap: counting that as throttling would make every heavy GEMM NOISY forever."""
+    capped = _clock_trace([1755, 1740, 1755], masks=[0x4, 0x4, 0x4])
+    capped_baseline = _clock_trace([1755, 1755, 1740], masks=[0x4, 0x4, 0x4]).summary()
+    ok, why = judge_clocks(capped, capped_baseline)
+    assert ok and why == "SM clock 1755 MHz vs baseline 1755 MHz; memory clock 3201 MHz vs baseline 3201 MHz; " \
+                         "sw_power_cap under load, as in the baseline"
+    ok, why = judge_clocks(capped, None)
+    assert ok and why == "no baseline clocks to compare; sw_power_cap under load"
+
+
+def test_power_cap_still_fails_the_clock_floor_or_a_baseline_that_never_saw_it() -> None:
+    capped_baseline = _clock_trace([1755] * 3, masks=[0x4] * 3).summary()
+    ok, why = judge_clocks(_clock_trace([1500] * 3, masks=[0x4] * 3), capped_baseline)
+    assert not ok and why == "SM clock 1500 MHz < 90% of baseline 1755 MHz"  # a lowered power limit, say
+    ok, why = judge_clocks(_clock_trace([1980] * 3, masks=[0x4] * 3), BASELINE)
+    assert not ok and why == "throttled during the measurement (sw_power_cap)"
+    ok, why = judge_clocks(_clock_trace([1755] * 3, masks=[0x4 | 0x20] * 3), capped_baseline)
+    assert not ok and why == "throttled during the measurement (sw_thermal)"  # thermal is never "under load"
+
+
 def test_idle_and_app_clock_reasons_alone_are_trustworthy() -> None:
     trace = _clock_trace([300, 1980, 1980, 300, 1975], masks=[0x1, 0x2, 0x2, 0x1, 0x0])
     ok, _ = judge_clocks(trace, BASELINE)
