@@ -306,3 +306,19 @@ def test_prefill_forwards_respect_the_token_cap(tiny: object) -> None:
                            concurrency=5)
     assert all(c.error is None and len(c.tokens) == 3 for c in done)
     assert engine.trace.prefill_rows == [2, 2, 1]  # 2 x 8 tokens fit under 20, 3 x 8 do not
+
+
+def test_prefill_projects_only_the_last_position_to_the_vocabulary(tiny: object) -> None:
+    # Logits of every prompt position would double a long prefill's work on a 128k-vocabulary model (and
+    # inflate TTFT), while the first token needs the last position's only.
+    from pytest_gpuperf.inference.engine import LocalEngine
+
+    rows: list[int] = []
+    handle = tiny.output.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[1]))
+    try:
+        done = LocalEngine(tiny, max_len=32).generate(
+            [Request(id=i, prompt=(i + 1,) * 8, max_new_tokens=3) for i in range(3)], concurrency=3)
+    finally:
+        handle.remove()
+    assert all(c.error is None for c in done)
+    assert rows and set(rows) == {1}  # one prefill forward and two decode forwards, one position each
