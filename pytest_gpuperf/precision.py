@@ -127,8 +127,8 @@ def unsupported_reason(precision: str | PrecisionSpec, device: str | torch.devic
                         f"{need[0]}.{need[1]}+, this GPU is {cap[0]}.{cap[1]}")  # fmt: skip
     else:
         return f"{where}: only cpu and cuda devices are supported"
-    if spec.fp8_recipe is not None and not _torchao_float8_available():
-        return f"{where}: torchao is not installed (pip install torchao) and fp8 training is its float8 recipe"
+    if spec.fp8_recipe is not None and (problem := _torchao_float8_problem()) is not None:
+        return f"{where}: fp8 training is torchao's float8 recipe, and {problem}"
     return None
 
 
@@ -321,9 +321,19 @@ def _cpu_flags() -> frozenset[str]:
 
 
 @lru_cache(maxsize=1)
-def _torchao_float8_available() -> bool:
+def _torchao_float8_problem() -> str | None:
+    """Why ``torchao.float8`` cannot be used here, or None. A torchao built for another torch can fail on import
+    with errors other than ImportError (missing operators, C++ symbols): that has to skip fp8, not error the
+    collection or the test."""
     try:
         import torchao.float8  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    except ModuleNotFoundError as error:
+        if error.name is not None and error.name.split(".")[0] != "torchao":
+            return f"torchao cannot import {error.name!r} ({error}); install what it needs"
+        return "torchao is not installed (pip install torchao)"
+    except Exception as error:  # noqa: BLE001 - any failure of a third-party import means "cannot use it"
+        import torch
+
+        return (f"torchao failed to import ({type(error).__name__}: {error}); install a torchao release built for "
+                f"torch {torch.__version__}")
+    return None

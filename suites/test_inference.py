@@ -9,9 +9,10 @@ interactivity, output parity against goldens (docs/inference.md).
 - ``test_output_parity``: greedy tokens and teacher-forced logits of fixed prompts against a stored golden.
 
 CPU tier: the tiny Llama (fp32, one thread), pairs 128/128, 512/64, 64/512, concurrency 1, 2, 4, 8.
-GPU tier (``gpu_tier``, run by scripts/gpu_check.sh): a 2-layer proxy of Llama 3 8B in bf16, pairs 1k/1k,
-8k/1k, 1k/8k, concurrency 1, 8, 64 (1 and 64 for 1k/8k), one request per client; sized for ~90 s on one
-H200 but not yet run on one.
+GPU tier (``gpu_tier``, run by scripts/gpu_check.sh within 90 s): a 2-layer proxy of Llama 3 8B in bf16, pairs
+1k/1k at concurrency 1, 8, 64 and 8k/1k at 1, 64, one request per client; sized from estimates (below), not yet
+run on a GPU. The 1k/8k pair (1, 64) is a GPU sweep too but not ``gpu_tier``: ``-m perf --gpuperf-device cuda``
+runs it (~1.5 min more).
 """
 
 from __future__ import annotations
@@ -61,16 +62,41 @@ SWEEPS = [
     pytest.param("cpu", 64, 512, id="cpu-64-512"),
     pytest.param("cuda", 1024, 1024, id="gpu-1k-1k", marks=pytest.mark.gpu_tier),
     pytest.param("cuda", 8192, 1024, id="gpu-8k-1k", marks=pytest.mark.gpu_tier),
-    pytest.param("cuda", 1024, 8192, id="gpu-1k-8k", marks=pytest.mark.gpu_tier),
+    # 3 runs x 2 x 8k = 49k decode steps, ~100 s alone: more than the GPU check's whole 90 s (see below).
+    pytest.param("cuda", 1024, 8192, id="gpu-1k-8k"),
 ]
-# The GPU tier's budget (~90 s on one H200 for scripts/gpu_check.sh) is decode steps: one wave of requests per
-# run makes a sweep runs x concurrencies x OSL steps, so the 8k-output pair sweeps two concurrencies, not three:
-# 3 x (3 + 3) x 1k + 3 x 2 x 8k ~ 67k eager steps of the 2-layer proxy (estimated ~1 ms each, not yet measured).
-GPU_CONCURRENCIES = {8192: (1, 64)}
+GPU_CONCURRENCIES = {(8192, 1024): (1, 64), (1024, 8192): (1, 64)}
+"""(ISL, OSL) -> concurrencies where the GPU sweep leaves out the tier's middle point (its cost is in decode steps)."""
+
+# Sizing of the GPU tier for scripts/gpu_check.sh's 90 s on one H200 (estimates; nothing here has run on one):
+# - one wave of requests per run, so a sweep is runs x concurrencies x (OSL - 1) decode forwards, each one
+#   shared by every active request. 1k/1k (1, 8, 64) + 8k/1k (1, 64) at 3 runs: 3 x 5 x 1023 = 15.3k steps.
+# - a decode step of the 2-layer proxy is host-bound in eager mode: ~150 aten ops (2 layers of norms, RoPE,
+#   cache writes, attention, SwiGLU, then the head) at ~10 us of dispatch and launch each, ~1.5-2 ms; the device
+#   side is ~0.5 ms of weights (1.9 GB of bf16, the 128k-row head being half) plus at most 1.1 ms of cache reads
+#   (64 rows x 9k positions x 2 layers x 8 KB). At 2 ms: ~31 s.
+# - prefill: 3 x (1 + 64) x 8k + a 64 x 8k warm-up ~ 2.1M tokens x ~1 GFLOP (2 x 0.44 G layer weights + causal
+#   attention; the head projects the last position only) ~ 2 PFLOP, ~5 s at 40% of the bf16 peak; 1k/1k ~1 s.
+# - four model builds (~1.5 G fp32 weights initialised on the device, cast to bf16) and parity ~5 s; process
+#   start, import and CUDA init ~15-20 s. In all ~60 s; a 1.5x slower decode step still ends by ~75 s.
+GPU_DECODE_STEP_S = 2e-3
+"""Estimated wall time of one eager decode forward of the GPU tier's model on an H200 (see above)."""
 
 PARITY_PROMPTS = 4
 PARITY_PROMPT_LEN = 32
 PARITY_NEW_TOKENS = 24
+
+
+def sweep_concurrencies(tier: Tier, isl: int, osl: int) -> tuple[int, ...]:
+    if tier.device == "cuda":
+        return GPU_CONCURRENCIES.get((isl, osl), tier.concurrencies)
+    return tier.concurrencies
+
+
+def decode_steps(tier_name: str, isl: int, osl: int, *, runs: int) -> int:
+    """Decode forwards of one sweep with one wave of requests per run (the GPU tier's), warm-up included."""
+    tier = TIERS[tier_name]
+    return runs * len(sweep_concurrencies(tier, isl, osl)) * (osl - 1) + min(osl, 8) - 1
 
 
 def tier_for(perf: Any, name: str) -> Tier:
@@ -116,7 +142,7 @@ def test_serving_sweep(perf: Any, gpuperf_inference: Any, cpu_threads: None, tie
     engine = build_engine(tier, gpuperf_inference, max_len=isl + osl, device=perf.device)
     from pytest_gpuperf.models.registry import get_spec
 
-    concurrencies = GPU_CONCURRENCIES.get(osl, tier.concurrencies) if tier.device == "cuda" else tier.concurrencies
+    concurrencies = sweep_concurrencies(tier, isl, osl)
     sweep = run_sweep(
         engine, isl=isl, osl=osl, concurrencies=concurrencies, runs=gpuperf_inference.runs,
         vocab_size=get_spec(tier.model).vocab_size, slo=tier.slo, watch=perf.watch,

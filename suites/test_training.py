@@ -113,7 +113,7 @@ def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf
     summary = (f"{precision} ({runs[0].execution}): reached the target {target.loss:.4f} in {sum(reached)} of "
                f"{len(runs)} seeds within {budget.steps} steps; final smoothed loss "
                f"{', '.join(f'{final_loss(r, budget.window):.4f}' for r in runs)} (floor {target.floor:.4f})")
-    perf.metric(metric_name("tokens_per_s", training_tier.name)).context["ladder"] = summary
+    perf.metric(metric_name("tokens_per_s", training_tier.name, perf.device)).context["ladder"] = summary
     if not all(reached) and precision not in REQUIRED_TO_CONVERGE:
         pytest.xfail(f"not production-ready here: {summary}")
     judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
@@ -127,7 +127,8 @@ def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, g
     from pytest_gpuperf.training.workload import run_seed
 
     tier = training_tier
-    seq_len = tier.throughput_seq_len or model.seq_len
+    # A model given with --gpuperf-models may cover fewer positions than the tier's sequence (tiny-llama: 128).
+    seq_len = min(tier.throughput_seq_len or model.seq_len, model.max_seq_len)
     chain = MarkovChain.random(vocab_size=min(model.vocab_size, 4096), seed=0)
     runs = [run_seed(model, seed=0, precision=precision, device=perf.device, hook=gpuperf_model_hook, lr=1e-4,
                      steps=tier.throughput_warmup + tier.throughput_steps, memory_per_step=True,

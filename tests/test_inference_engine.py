@@ -192,12 +192,13 @@ def test_a_flipped_greedy_token_fails_unless_it_is_a_near_tie(tiny: object) -> N
 
     prompts = make_prompts(count=1, length=16, vocab_size=256, seed=8)
     tokens = [sequential_greedy(tiny, prompts[0], 6)]
-    golden = parity.make_golden(tiny, prompts=prompts, tokens=tokens, key="test")
+    # The golden's stack took another token at position 2 than this one (whose engine agrees with its forward).
     flipped = [tokens[0][:2] + [(tokens[0][2] + 1) % 256] + tokens[0][3:]]
-    report = parity.compare_to_golden(tiny, golden, flipped, precision="fp32")
+    golden = parity.make_golden(tiny, prompts=prompts, tokens=flipped, key="test")
+    report = parity.compare_to_golden(tiny, golden, tokens, precision="fp32")
     assert not report.ok and "greedy token 2" in report.problems[0] and report.greedy_match == 2
     golden["topk"][0][2]["margin"] = 1e-4  # the golden itself was a near-tie there: a flip is legitimate
-    assert parity.compare_to_golden(tiny, golden, flipped, precision="fp32").ok
+    assert parity.compare_to_golden(tiny, golden, tokens, precision="fp32").ok
 
 
 # -- HTTP adapter -------------------------------------------------------------------------------------------
@@ -306,3 +307,36 @@ def test_prefill_forwards_respect_the_token_cap(tiny: object) -> None:
                            concurrency=5)
     assert all(c.error is None and len(c.tokens) == 3 for c in done)
     assert engine.trace.prefill_rows == [2, 2, 1]  # 2 x 8 tokens fit under 20, 3 x 8 do not
+
+
+def test_prefill_projects_only_the_last_position_to_the_vocabulary(tiny: object) -> None:
+    # Logits of every prompt position would double a long prefill's work on a 128k-vocabulary model (and
+    # inflate TTFT), while the first token needs the last position's only.
+    from pytest_gpuperf.inference.engine import LocalEngine
+
+    rows: list[int] = []
+    handle = tiny.output.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[1]))
+    try:
+        done = LocalEngine(tiny, max_len=32).generate(
+            [Request(id=i, prompt=(i + 1,) * 8, max_new_tokens=3) for i in range(3)], concurrency=3)
+    finally:
+        handle.remove()
+    assert all(c.error is None for c in done)
+    assert rows and set(rows) == {1}  # one prefill forward and two decode forwards, one position each
+
+
+def test_parity_fails_a_golden_recorded_from_a_decode_that_disagrees_with_the_forward(tiny: object) -> None:
+    # A first run records its golden from the engine's own tokens, so comparing the run with that golden alone
+    # proves nothing: a broken KV-cached decode on a new device must still fail against a plain forward.
+    from pytest_gpuperf.inference import parity
+    from pytest_gpuperf.inference.engine import make_prompts, sequential_greedy
+
+    prompts = make_prompts(count=2, length=16, vocab_size=256, seed=9)
+    right = [sequential_greedy(tiny, p, 8) for p in prompts]
+    wrong = [right[0], right[1][:3] + [(right[1][3] + 1) % 256] + right[1][4:]]
+    assert parity.compare_to_golden(tiny, parity.make_golden(tiny, prompts=prompts, tokens=right, key="t"), right,
+                                    precision="fp32").ok
+    recorded_wrong = parity.make_golden(tiny, prompts=prompts, tokens=wrong, key="t")
+    report = parity.compare_to_golden(tiny, recorded_wrong, wrong, precision="fp32")
+    assert not report.ok and len(report.problems) == 1
+    assert "prompt 1: the engine's greedy token 3" in report.problems[0] and "disagrees" in report.problems[0]

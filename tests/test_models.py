@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_gpuperf.models import SPECS, ModelSpec, get_spec
 from pytest_gpuperf.models.llama import KVCache, LlamaConfig, Transformer
@@ -166,6 +167,53 @@ def test_kv_cache_rows_at_different_positions() -> None:
         want0 = model(seqs[:1, :7])[:, -1]
         want1 = model(seqs[1:, :4])[:, -1]
     torch.testing.assert_close(decoded[:, 0], torch.cat([want0, want1]), rtol=1e-4, atol=1e-5)
+
+
+class _LargestOutput(TorchDispatchMode):
+    """Elements of the largest tensor any aten op of a region produced, views of the weights left out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().data_ptr() not in self.weights:
+                self.numel = max(self.numel, tensor.numel())
+        return out
+
+
+def test_grouped_query_cache_attention_matches_full_forward_without_copying_the_cache() -> None:
+    # 8 query heads share 2 kv heads (4 per group, as in Llama 3). A chunk at start_pos > 0 with several
+    # queries and a decode step with rows at different positions both take the masked path, whose folded
+    # query groups must pair each query head with the kv head repeat_interleave would give it.
+    model = SMALL_GQA_TIED.build(seed=4).eval()
+    tokens = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = KVCache.for_model(model, batch_size=2, max_len=16)
+        parts = [model(tokens[:, :5], cache=cache, start_pos=0), model(tokens[:, 5:9], cache=cache, start_pos=5)]
+        for pos in range(9, 11):
+            parts.append(model(tokens[:, pos : pos + 1], cache=cache, start_pos=torch.tensor([pos, pos])))
+        with _LargestOutput(model) as largest:
+            parts.append(model(tokens[:, 11:12], cache=cache, start_pos=torch.tensor([11, 11])))
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-4, atol=1e-5)
+    # A decode step must read the cache as it is: repeating its kv heads for the query heads would make a
+    # tensor 4x one layer's cache (it is what costs a long decode on a GPU), every step.
+    assert largest.numel <= cache.k[0].numel()
+
+
+def test_last_only_gives_the_last_position_of_a_full_forward() -> None:
+    model = get_spec("tiny-llama").build(seed=6).eval()
+    tokens = torch.randint(0, 256, (3, 9), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = KVCache.for_model(model, batch_size=3, max_len=16)
+        last = model(tokens, cache=cache, start_pos=0, last_only=True)
+    assert last.shape == (3, 1, 256)
+    torch.testing.assert_close(last, full[:, -1:], rtol=1e-4, atol=1e-5)
 
 
 def test_kv_cache_refuses_overflow() -> None:

@@ -169,7 +169,7 @@ class LocalEngine:
         for group in groups:
             tokens = torch.tensor([a.request.prompt for a in group], dtype=torch.long, device=self.device)
             view = cache.rows(group[0].slot, group[-1].slot + 1)
-            logits = self.model(tokens, cache=view, start_pos=0)
+            logits = self.model(tokens, cache=view, start_pos=0, last_only=True)
             first = logits[:, -1].argmax(dim=-1).tolist()
             now = time.perf_counter()
             for active, token in zip(group, first):

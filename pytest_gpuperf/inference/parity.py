@@ -9,7 +9,11 @@ position, recorded on one hardware type at one precision (``golden_key``). Two c
   except at near-ties (golden top-1/top-2 margin within twice the tolerance), where a legitimate rounding
   difference may flip it;
 * greedy tokens: identical to the golden up to the first position whose golden margin is a near-tie; from a
-  flip there on, the continuation may legitimately differ and is not compared.
+  flip there on, the continuation may legitimately differ and is not compared;
+* the engine against a plain forward: while the engine's tokens still follow the golden's, each must be the
+  current model's teacher-forced argmax (near-ties excused). This is what a golden recorded by this very run
+  is checked by: its tokens came from the engine, so the two checks above compare the run with itself, and a
+  KV-cache or batching bug on a new device would otherwise be recorded as the golden.
 
 Goldens are JSON files (one per key) rather than ``perf.record_curve`` curves: they hold token ids and top-k
 logit vectors per position, not a step/value series; they must not be replaced by every ``--gpuperf-save``;
@@ -125,6 +129,7 @@ def compare_to_golden(model: nn.Module, golden: dict[str, Any], greedy: Sequence
         tokens = torch.tensor([prompt + golden_tokens[:-1]], dtype=torch.long, device=device)
         with torch.inference_mode(), (autocast() if autocast is not None else contextlib.nullcontext()):
             logits = model(tokens)[0, len(prompt) - 1:].float().cpu()
+        problems.extend(_engine_against_forward(index, logits, golden_tokens, produced, tie))
         for position, entry in enumerate(golden_topk):
             current = logits[position]
             diff = (current[entry["ids"]] - torch.tensor(entry["values"])).abs().max().item()
@@ -157,6 +162,26 @@ def compare_to_golden(model: nn.Module, golden: dict[str, Any], greedy: Sequence
                         f"({counted} positions, {ties} near-ties excused)")
     return ParityReport(max_abs=worst, top1_agreement=top1, near_ties=ties, greedy_match=matched,
                         greedy_total=total, problems=tuple(problems))
+
+
+def _engine_against_forward(index: int, logits: Any, golden_tokens: Sequence[int], produced: Sequence[int],
+                            tie: float) -> list[str]:
+    """Problems where the engine's greedy token is not the argmax of ``logits`` (teacher-forced on the golden
+    tokens), at the positions whose context the engine shared: up to and including its first departure."""
+    shared = next((i for i, (want, got) in enumerate(zip(golden_tokens, produced)) if want != got),
+                  len(golden_tokens) - 1)
+    values, ids = logits.topk(2, dim=-1)
+    problems = []
+    for position in range(min(shared + 1, len(produced), len(golden_tokens))):
+        margin = float(values[position, 0] - values[position, 1])
+        expected = int(ids[position, 0])
+        if produced[position] != expected and margin > tie:
+            problems.append(
+                f"prompt {index}: the engine's greedy token {position} is {produced[position]}, the plain forward's "
+                f"argmax is {expected} (margin {margin:.3g} > near-tie {tie:.3g}): the KV-cached, batched decode "
+                "disagrees with a forward over the whole sequence")
+            break
+    return problems
 
 
 def load_golden(path: Path) -> dict[str, Any] | None:

@@ -52,10 +52,16 @@ class Target:
         return {"target": self.loss, "floor": self.floor, "margin": self.margin, "source": self.source}
 
 
-def metric_name(base: str, tier: str) -> str:
-    """Names of the cpu and gpu tiers are plain (their baselines live under different hardware keys); the full
-    tier's budgets differ from the cpu tier's on the same machine, so its names carry the tier."""
-    return base if tier in ("cpu", "gpu") else f"{base}@{tier}"
+NATURAL_TIER = {"cpu": "cpu", "cuda": "gpu"}
+"""The tier ``--gpuperf-tier auto`` picks on each device."""
+
+
+def metric_name(base: str, tier: str, device: str) -> str:
+    """Plain for the tier ``auto`` picks on the device (cpu and gpu baselines live under different hardware keys);
+    any other tier's names carry it (``tokens_per_s@full``, ``tokens_per_s@gpu`` on a CPU): a forced tier runs
+    other models and budgets under the same test ids, and would otherwise be judged against, or saved into,
+    the natural tier's baselines."""
+    return base if NATURAL_TIER.get(device) == tier else f"{base}@{tier}"
 
 
 def record_throughput(
@@ -73,11 +79,13 @@ def record_throughput(
                                "timing_warmup_steps": timing_warmup, "notes": list(runs[0].notes)}  # fmt: skip
     mfu_samples, mfu_context, why_not = _mfu(perf, runs[0], spec=spec, rates=rates, seq_len=seq_len)
     context["mfu"] = why_not or "recorded as metric 'mfu'"
-    perf.record(metric_name("tokens_per_s", tier), rates, unit="tok/s", higher_is_better=True, context=context)
-    perf.record(metric_name("step_time", tier), seconds, unit="s", higher_is_better=False,
+    perf.record(metric_name("tokens_per_s", tier, perf.device), rates, unit="tok/s", higher_is_better=True,
+                context=context)
+    perf.record(metric_name("step_time", tier, perf.device), seconds, unit="s", higher_is_better=False,
                 context={"precision": precision, "execution": execution})  # fmt: skip
     if mfu_samples is not None:
-        perf.record(metric_name("mfu", tier), mfu_samples, unit="%", higher_is_better=True, context=mfu_context)
+        perf.record(metric_name("mfu", tier, perf.device), mfu_samples, unit="%", higher_is_better=True,
+                    context=mfu_context)
 
 
 def _mfu(
@@ -121,13 +129,13 @@ def record_memory(perf: Any, runs: Sequence[SeedRun], *, tier: str, skip_steps: 
     mib = [v / MIB for v in values if v is not None]
     if perf.device != "cuda":
         for metric in perf.metrics:
-            if metric.name == metric_name("tokens_per_s", tier):
+            if metric.name == metric_name("tokens_per_s", tier, perf.device):
                 metric.context["peak_memory"] = {
                     "kind": f"process RSS high-water (getrusage ru_maxrss), reset before each {per}",
                     "max_mib": round(max(mib), 1),
                     "judged": "no: on a CPU it includes everything the process held before this test"}
         return
-    perf.record(metric_name("peak_memory", tier), mib, unit="MiB", higher_is_better=False,
+    perf.record(metric_name("peak_memory", tier, perf.device), mib, unit="MiB", higher_is_better=False,
                 context={"kind": f"device allocator peak (torch.cuda.max_memory_allocated), reset before each {per}"})
 
 
@@ -135,7 +143,7 @@ def record_convergence(
     perf: Any, runs: Sequence[SeedRun], *, target: Target, budget: Budget, tier: str, curve: str = "loss"
 ) -> list[int | None]:
     """Loss curves of every seed, steps_to_target and time_to_target; returns each seed's steps (None: missed)."""
-    name = metric_name(curve, tier)
+    name = metric_name(curve, tier, perf.device)
     steps = []
     for run in runs:
         perf.record_curve(name, range(len(run.losses)), run.losses)
@@ -143,10 +151,11 @@ def record_convergence(
     if all(s is not None for s in steps) and len(runs) >= 3:
         reached = [s for s in steps if s is not None]
         context = {**target.as_dict(), "window": budget.window, "budget_steps": budget.steps}
-        perf.record(metric_name("steps_to_target", tier), reached, unit="steps", higher_is_better=False,
+        perf.record(metric_name("steps_to_target", tier, perf.device), reached, unit="steps", higher_is_better=False,
                     context=context)
         times = [sum(run.step_seconds[:s]) for run, s in zip(runs, reached)]
-        perf.record(metric_name("time_to_target", tier), times, unit="s", higher_is_better=False, context=context)
+        perf.record(metric_name("time_to_target", tier, perf.device), times, unit="s", higher_is_better=False,
+                    context=context)
     return steps
 
 
@@ -156,7 +165,7 @@ def judge_convergence(
 ) -> list[str]:
     """Check the curves and steps to target against the stored reference seeds; fail the test on a
     regression (unless baselines are being recorded). Returns what was found, for the report."""
-    reference = [list(c.values) for c in perf.baseline_curves(metric_name(curve, tier))]
+    reference = [list(c.values) for c in perf.baseline_curves(metric_name(curve, tier, perf.device))]
     findings: list[str] = []
     failures: list[str] = []
     if len(reference) < 2:
@@ -178,7 +187,7 @@ def judge_convergence(
         failures.append(f"{precision}: seed(s) {missed} did not reach the target loss {target.loss:.4f} "
                         f"(floor {target.floor:.4f} + margin {target.margin:.4f}) within {budget.steps} steps")
     for metric in perf.metrics:  # keep the verdicts with the results (results JSON, report)
-        if metric.name == metric_name("tokens_per_s", tier):
+        if metric.name == metric_name("tokens_per_s", tier, perf.device):
             metric.context["convergence"] = {"target": target.as_dict(), "findings": findings, "failures": failures}
     if failures and not perf.settings.save:
         pytest.fail("convergence regression:\n  " + "\n  ".join(failures), pytrace=False)

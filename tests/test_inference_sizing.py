@@ -1,0 +1,49 @@
+"""The inference suite's GPU tier fits scripts/gpu_check.sh's bound for it (90 s, process start included).
+
+Its cost is decode steps (eager, host-bound, one wave of requests per run); the estimate per step and the rest of
+the budget are argued in suites/test_inference.py. This keeps a new sweep point from quietly outgrowing them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_inference.py"
+CHECK_BOUND_S = 90.0
+"""scripts/gpu_check.py, step "inference"."""
+OTHER_COSTS_S = 30.0
+"""Process start, CUDA init, model builds, prefills and parity (estimated in the suite: ~30 s)."""
+
+
+def _suite() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_inference_suite", SUITE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def test_gpu_tier_decode_steps_fit_the_check_with_room_for_a_slower_step() -> None:
+    suite = _suite()
+    runs = 3  # --gpuperf-inference-runs default, which gpu_check.sh does not change
+    gpu = [p.values for p in suite.SWEEPS if any(m.name == "gpu_tier" for m in p.marks)]
+    assert {(isl, osl) for _, isl, osl in gpu} == {(1024, 1024), (8192, 1024)}
+    steps = sum(suite.decode_steps(tier, isl, osl, runs=runs) for tier, isl, osl in gpu)
+    assert steps == 3 * 3 * 1023 + 7 + 3 * 2 * 1023 + 7
+    # 1.5x the estimated step time must still fit: the estimate has not been measured on an H200.
+    assert OTHER_COSTS_S + 1.5 * steps * suite.GPU_DECODE_STEP_S < CHECK_BOUND_S
+
+
+def test_the_long_output_pair_stays_out_of_the_gpu_tier() -> None:
+    suite = _suite()
+    (long,) = [p for p in suite.SWEEPS if p.id == "gpu-1k-8k"]
+    assert not any(m.name == "gpu_tier" for m in long.marks)
+    # alone it would take more than the whole check's bound
+    assert suite.decode_steps("cuda", 1024, 8192, runs=3) * suite.GPU_DECODE_STEP_S > CHECK_BOUND_S

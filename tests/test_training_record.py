@@ -1,0 +1,89 @@
+"""From seed runs to metric names and MFU, on the devices the training suite runs on (no GPU needed: a CUDA
+run's device name is faked, the arithmetic is the real one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_gpuperf.models.registry import get_spec
+from pytest_gpuperf.training.record import metric_name, record_memory, record_throughput
+from pytest_gpuperf.training.workload import SeedRun
+
+
+@dataclass
+class _Metric:
+    name: str
+    values: list[float]
+    context: dict[str, Any]
+
+
+@dataclass
+class _Perf:
+    """What record.py uses of the ``perf`` fixture."""
+
+    device: str
+    metrics: list[_Metric] = field(default_factory=list)
+
+    def record(self, name: str, values: list[float], *, unit: str, higher_is_better: bool,
+               context: dict[str, Any] | None = None) -> None:
+        self.metrics.append(_Metric(name, list(values), dict(context or {})))
+
+    def named(self) -> dict[str, _Metric]:
+        return {m.name: m for m in self.metrics}
+
+
+def _run(*, peak_dtype: str | None, seconds: float = 0.08, tokens: int = 4096) -> SeedRun:
+    return SeedRun(seed=0, losses=[1.0] * 13, step_seconds=[seconds] * 13, tokens_per_step=tokens,
+                   peak_memory_bytes=30 * 2**30, step_peak_bytes=[30 * 2**30] * 13, execution="native",
+                   mfu_peak_dtype=peak_dtype)
+
+
+@pytest.mark.parametrize(("tier", "device", "name"), [
+    ("cpu", "cpu", "mfu"), ("gpu", "cuda", "mfu"), ("full", "cpu", "mfu@full"), ("full", "cuda", "mfu@full"),
+    ("gpu", "cpu", "mfu@gpu"), ("cpu", "cuda", "mfu@cpu"),
+])
+def test_only_the_tier_a_device_picks_itself_has_plain_metric_names(tier: str, device: str, name: str) -> None:
+    # A tier forced onto the other device runs other models under the same test ids: plain names would judge
+    # it against (and --gpuperf-save it into) that device's own baselines.
+    assert metric_name("mfu", tier, device) == name
+
+
+def test_mfu_on_an_h200_is_against_its_dense_bf16_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    spec = get_spec("llama3-8b@2")
+    perf = _Perf(device="cuda")
+    record_throughput(perf, [_run(peak_dtype="bf16")], spec=spec, precision="bf16", timing_warmup=3, tier="gpu",
+                      seq_len=4096)
+    metrics = perf.named()
+    assert {"tokens_per_s", "step_time", "mfu"} <= set(metrics)
+    flops = spec.training_flops_per_token(4096)
+    expected = 100 * flops * (4096 / 0.08) / 989.5e12
+    assert metrics["mfu"].values == pytest.approx([expected] * 10)
+    assert 25 < expected < 40  # the proxy at 80 ms a step would be a realistic ~32% MFU
+    assert metrics["mfu"].context["device"] == "NVIDIA H200 SXM" and metrics["mfu"].context["peak_dtype"] == "bf16"
+
+
+def test_no_mfu_for_mixed_fp8_or_an_unlisted_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = get_spec("llama3-8b@2")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    fp8 = _Perf(device="cuda")
+    record_throughput(fp8, [_run(peak_dtype=None)], spec=spec, precision="fp8", timing_warmup=3, tier="gpu",
+                      seq_len=4096)
+    assert "mfu" not in fp8.named() and "would mislead" in fp8.named()["tokens_per_s"].context["mfu"]
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200 NVL")
+    nvl = _Perf(device="cuda")
+    record_throughput(nvl, [_run(peak_dtype="bf16")], spec=spec, precision="bf16", timing_warmup=3, tier="gpu",
+                      seq_len=4096)
+    assert "mfu" not in nvl.named() and "no dense bf16 peak for 'NVIDIA H200 NVL'" in \
+        nvl.named()["tokens_per_s"].context["mfu"]
+
+
+def test_gpu_peak_memory_is_judged_per_step_after_warm_up() -> None:
+    perf = _Perf(device="cuda")
+    record_memory(perf, [_run(peak_dtype="bf16")], tier="gpu", skip_steps=3)
+    memory = perf.named()["peak_memory"]
+    assert memory.values == [30 * 1024.0] * 10 and "max_memory_allocated" in memory.context["kind"]
