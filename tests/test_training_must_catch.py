@@ -13,6 +13,8 @@ The regression runs use generous thresholds so that a loaded 2-core machine's ji
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
@@ -97,7 +99,10 @@ def test_linear_layers_doing_twice_the_work_are_regressed(recorded: Path) -> Non
     code, out = _rerun(recorded, DOUBLE, "--gpuperf-threshold", "10", "--gpuperf-noise-limit", "90")
     assert code == 1, out[-3000:]
     assert "convergence regression" not in out, out[-3000:]  # same numerics: only the speed changed
-    assert "step_time: REGRESSED" in out and "tokens_per_s: REGRESSED" in out, out[-3000:]
+    # tokens/s is the judged throughput; step_time is the same clock per step, and a burst of load on a shared
+    # 2-core machine can widen its per-step spread past the noise limit (NOISY) but never make it pass
+    assert "tokens_per_s: REGRESSED" in out, out[-3000:]
+    assert re.search(r"test_pretrain\[tiny-llama\]\s+step_time\s.*\s(REGRESSED|NOISY)\s", out), out[-3000:]
 
 
 LADDER_NOISE = """

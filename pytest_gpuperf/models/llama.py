@@ -291,11 +291,6 @@ class Attention(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
-    def reset_parameters(self, std: float, out_std: float) -> None:
-        for lin in (self.wq, self.wk, self.wv):
-            nn.init.trunc_normal_(lin.weight, std=std, a=-3 * std, b=3 * std)
-        nn.init.trunc_normal_(self.wo.weight, std=out_std, a=-3 * out_std, b=3 * out_std)
-
 
 class FeedForward(nn.Module):
     """SwiGLU MLP: ``w2(silu(w1 x) * w3 x)``."""
@@ -308,10 +303,6 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-    def reset_parameters(self, std: float, out_std: float) -> None:
-        for lin, s in ((self.w1, std), (self.w3, std), (self.w2, out_std)):
-            nn.init.trunc_normal_(lin.weight, std=s, a=-3 * s, b=3 * s)
 
 
 class TransformerBlock(nn.Module):
@@ -368,25 +359,33 @@ class Transformer(nn.Module):
         if not _on_meta():
             self.init_weights()
 
-    def init_weights(self) -> None:
-        """(Re)initialise every parameter and buffer from the global RNG.
+    def init_weights(self, seed: int | None = None) -> None:
+        """(Re)initialise every parameter and buffer; call after ``to_empty`` when built on meta.
 
-        Truncated normal with std 0.02; residual output projections (``wo``, ``w2`` and the experts' ``w2``)
-        scaled by 1/sqrt(2 n_layers) as in GPT-2/Megatron. Call after ``to_empty`` when built on meta.
+        Weights come from :mod:`pytest_gpuperf.models.init`, a function of ``seed`` (default: the seed
+        ``torch.manual_seed`` last set) and each parameter's name, so one seed gives the same model in every
+        torch release and on every device. Truncated normal (±3 sd) with std 0.02; residual output projections
+        (``wo``, ``w2``, the experts' ``w2``) scaled by 1/sqrt(2 n_layers) as in GPT-2/Megatron; the untied
+        output head at d_model^-0.5; norms at one; LoRA adapters as :class:`~pytest_gpuperf.models.lora.LoRALinear`
+        initialises them.
         """
-        std = 0.02
-        out_std = std / math.sqrt(2 * self.config.n_layers)
-        nn.init.normal_(self.tok_embeddings.weight, std=1.0 if not self.config.tie_embeddings else std)
+        from pytest_gpuperf.models import init
+
+        seed = torch.initial_seed() if seed is None else seed
         self.rope.reset_parameters()
-        for block in self.layers:
-            block.attention_norm.reset_parameters()
-            block.ffn_norm.reset_parameters()
-            block.attention.reset_parameters(std, out_std)
-            block.feed_forward.reset_parameters(std, out_std)
-        self.norm.reset_parameters()
-        if not self.config.tie_embeddings:
-            bound = self.config.d_model**-0.5
-            nn.init.trunc_normal_(self.output.weight, std=bound, a=-3 * bound, b=3 * bound)
+        for name, param in self.named_parameters():
+            rule, scale = init_rule(name, self.config)
+            key = name.replace(".base.weight", ".weight")  # a LoRA-wrapped linear starts as it did unwrapped
+            if rule == "ones":
+                with torch.no_grad():
+                    param.fill_(1.0)
+            elif rule == "zeros":
+                with torch.no_grad():
+                    param.zero_()
+            elif rule == "uniform":
+                init.uniform_(param, seed=seed, key=key, bound=scale)
+            else:
+                init.normal_(param, seed=seed, key=key, std=scale, truncate=3.0 if rule == "truncated" else None)
 
     def forward(
         self,
@@ -441,3 +440,38 @@ class Transformer(nn.Module):
         if not terms:
             return self.norm.weight.new_zeros(())
         return torch.stack(terms).sum()
+
+
+_INPUT_PROJECTIONS = ("wq", "wk", "wv", "w1", "w3", "gate")
+_RESIDUAL_PROJECTIONS = ("wo", "w2")
+
+
+def init_rule(name: str, cfg: LlamaConfig) -> tuple[str, float]:
+    """How the parameter called ``name`` starts: ("truncated" | "normal" | "uniform" | "ones" | "zeros", scale)."""
+    parts = name.split(".")
+    if parts[-1] != "weight":
+        raise ValueError(f"init_rule: no initialisation rule for parameter {name!r}")
+    owner = parts[-2] if len(parts) >= 2 else ""
+    if owner == "base" and len(parts) >= 3:  # a LoRA-wrapped linear keeps its own rule
+        owner = parts[-3]
+    std = 0.02
+    if name == "tok_embeddings.weight":
+        return "normal", std if cfg.tie_embeddings else 1.0
+    if name == "output.weight":
+        return "truncated", cfg.d_model**-0.5
+    if owner.endswith("norm"):
+        return "ones", 1.0
+    if owner in _INPUT_PROJECTIONS:
+        return "truncated", std
+    if owner in _RESIDUAL_PROJECTIONS:
+        return "truncated", std / math.sqrt(2 * cfg.n_layers)
+    if owner == "lora_a":  # what nn.Linear's kaiming_uniform_(a=sqrt(5)) gives: U(+-1/sqrt(fan_in))
+        return "uniform", 1.0 / math.sqrt(_fan_in(name, cfg))
+    if owner == "lora_b":  # zero: the adapted model starts as the base model
+        return "zeros", 0.0
+    raise ValueError(f"init_rule: no initialisation rule for parameter {name!r}; add one to models/llama.py")
+
+
+def _fan_in(name: str, cfg: LlamaConfig) -> int:
+    wrapped = name.split(".")[-3]
+    return cfg.ffn_dim if wrapped == "w2" else (cfg.n_heads * cfg.head_dim if wrapped == "wo" else cfg.d_model)

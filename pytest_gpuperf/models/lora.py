@@ -18,8 +18,11 @@ __all__ = ["LoRALinear", "apply_lora", "lora_parameters"]
 class LoRALinear(nn.Module):
     """A frozen ``nn.Linear`` plus a trainable rank-``rank`` update scaled by ``alpha / rank``."""
 
-    def __init__(self, base: nn.Linear, *, rank: int, alpha: float) -> None:
+    def __init__(self, base: nn.Linear, *, rank: int, alpha: float, name: str = "") -> None:
+        """``name``: the wrapped module's qualified name in its model; it keys the adapter's initial weights
+        (see :mod:`pytest_gpuperf.models.init`), so two adapters of one model never start alike."""
         super().__init__()
+        self.name = name
         if rank < 1:
             raise ValueError(f"LoRA rank must be >= 1, got {rank}")
         self.base = base
@@ -40,9 +43,17 @@ class LoRALinear(nn.Module):
     def out_features(self) -> int:
         return self.base.out_features
 
-    def reset_parameters(self) -> None:
-        nn.init.kaiming_uniform_(self.lora_a.weight, a=math.sqrt(5))
-        nn.init.zeros_(self.lora_b.weight)
+    def reset_parameters(self, seed: int | None = None) -> None:
+        """A uniform in +-1/sqrt(fan_in) (nn.Linear's own default), B zero: the adapted model starts as the base
+        model. Drawn from ``seed`` (default: the seed torch.manual_seed last set), the same in every torch release."""
+        from pytest_gpuperf.models import init
+
+        seed = torch.initial_seed() if seed is None else seed
+        prefix = f"{self.name}." if self.name else ""
+        init.uniform_(self.lora_a.weight, seed=seed, key=f"{prefix}lora_a.weight",
+                      bound=1.0 / math.sqrt(self.base.in_features))
+        with torch.no_grad():
+            self.lora_b.weight.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.base(x) + self.lora_b(self.lora_a(x)) * self.scaling
@@ -69,7 +80,7 @@ def apply_lora(
     for name, module in matches:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, LoRALinear(module, rank=rank, alpha=alpha))
+        setattr(parent, attr, LoRALinear(module, rank=rank, alpha=alpha, name=name))
     return [name for name, _ in matches]
 
 

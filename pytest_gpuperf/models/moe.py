@@ -83,11 +83,6 @@ class MoEFeedForward(nn.Module):
             out.index_add_(0, token_idx, contribution.to(out.dtype))
         return out.reshape(shape)
 
-    def reset_parameters(self, std: float, out_std: float) -> None:
-        nn.init.trunc_normal_(self.gate.weight, std=std, a=-3 * std, b=3 * std)
-        for expert in self.experts:
-            expert.reset_parameters(std, out_std)
-
 
 def build_moe_transformer(cfg: LlamaConfig, moe: MoEConfig) -> Transformer:
     """A :class:`Transformer` whose blocks use :class:`MoEFeedForward` (``cfg.ffn_dim`` is each expert's width)."""

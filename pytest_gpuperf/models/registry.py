@@ -187,7 +187,8 @@ class ModelSpec:
     def build(
         self, *, seed: int, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
     ) -> nn.Module:
-        """Random-initialised module, the same for the same seed on the same device type.
+        """Random-initialised module: one seed gives the same weights on every device and in every torch release
+        (:mod:`pytest_gpuperf.models.init`), so goldens recorded on one stack judge the next one.
 
         Built directly on ``device`` (no CPU copy of a large proxy). ``device="meta"`` returns an
         uninitialised module for deferred init: ``to_empty(device=...)`` then ``init_weights()``.
