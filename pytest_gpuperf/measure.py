@@ -31,6 +31,23 @@ class MetricRecord:
     unjudgeable: str | None = None
     """Why these samples cannot support a verdict although they are valid figures (too few requests behind a
     p99, say): the verdict is then NOISY, never PASS or REGRESSED. Stored in the results' context."""
+    judged_elsewhere: ExternalVerdict | None = None
+    """The verdict another rule gave this metric (``Perf.judge_elsewhere``); the baseline comparison is then not
+    applied to it, so one figure never carries two verdicts that could disagree."""
+
+
+EXTERNAL_VERDICTS = ("PASS", "REGRESSED", "NO_BASELINE")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExternalVerdict:
+    """A metric's verdict from a rule of its own (the convergence t-test on steps to target, say)."""
+
+    rule: str
+    """What decided it, for the report ("convergence: olympic mean of steps to target, one-sided t-test")."""
+    verdict: str
+    """PASS, REGRESSED or NO_BASELINE."""
+    reason: str
 
 
 @dataclass(slots=True, kw_only=True)
@@ -234,6 +251,15 @@ class Perf:
                 return metric
         raise KeyError(f"no metric {name!r} recorded in {self.nodeid}; recorded: "
                        f"{', '.join(m.name for m in self.metrics) or 'none'}")
+
+    def judge_elsewhere(self, name: str, *, rule: str, verdict: str, reason: str) -> None:
+        """Give metric ``name`` (already recorded) the verdict another rule reached instead of the baseline
+        comparison: a figure with a rule of its own (MLPerf's steps-to-target test) must not also be judged as a
+        timing, or the two verdicts can disagree."""
+        if verdict not in EXTERNAL_VERDICTS:
+            raise ValueError(f"judge_elsewhere({name!r}): verdict must be one of {', '.join(EXTERNAL_VERDICTS)}, "
+                             f"got {verdict!r}")
+        self.metric(name).judged_elsewhere = ExternalVerdict(rule=rule, verdict=verdict, reason=reason)
 
     def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
         """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks."""

@@ -200,6 +200,11 @@ class GpuperfSession:
                 conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
             comparison = compare(metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules,
                                  conditions=conditions)
+            external = metric.judged_elsewhere
+            if external is not None:  # its own rule decided; the comparison's figures stay for the report
+                comparison = replace(comparison, verdict=Verdict(external.verdict),
+                                     reason=f"{external.rule}: {external.reason}")
+                context = {**context, "judged_by": external.rule}
             baseline_stack = baseline.runs[-1].stack if baseline and runs else None
             result = MetricResult(
                 test=perf.nodeid, metric=metric.name, unit=metric.unit, higher_is_better=metric.higher_is_better,

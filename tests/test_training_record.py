@@ -87,3 +87,41 @@ def test_gpu_peak_memory_is_judged_per_step_after_warm_up() -> None:
     record_memory(perf, [_run(peak_dtype="bf16")], tier="gpu", skip_steps=3)
     memory = perf.named()["peak_memory"]
     assert memory.values == [30 * 1024.0] * 10 and "max_memory_allocated" in memory.context["kind"]
+
+
+def _curve(step_reached: int, steps: int = 60) -> list[float]:
+    """A loss that falls linearly to 1.0 at ``step_reached`` and stays there."""
+    return [max(1.0, 3.0 - 2.0 * i / step_reached) for i in range(steps)]
+
+
+def _seed_runs(reached: list[int]) -> list[SeedRun]:
+    return [SeedRun(seed=i, losses=_curve(r), step_seconds=[0.01] * 60, tokens_per_step=64,
+                    peak_memory_bytes=1, step_peak_bytes=[1] * 60, execution="native", mfu_peak_dtype=None)
+            for i, r in enumerate(reached)]
+
+
+@pytest.mark.parametrize(("reference", "current", "verdict"), [
+    ([20, 21, 22], [20, 21, 22], "PASS"),
+    ([20, 21, 22], [30, 31, 32], "REGRESSED"),
+    ([], [20, 21, 22], "NO_BASELINE"),
+])
+def test_steps_to_target_carries_the_convergence_checks_verdict_only(
+        reference: list[int], current: list[int], verdict: str) -> None:
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.measure import Perf
+    from pytest_gpuperf.store import Curve
+    from pytest_gpuperf.training.record import STEPS_RULE, Target, judge_convergence, record_convergence
+    from pytest_gpuperf.training.tiers import Budget
+
+    curves = [Curve(steps=list(range(60)), values=_curve(r), stack={}, date="2026-11-30") for r in reference]
+    perf = Perf(nodeid="m.py::t", device="cpu", noise_limit=0.5, baseline_curves=lambda name: curves,
+                settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=True))  # save: report, not fail
+    budget = Budget(seeds=3, steps=60, batch_size=1, lr=1e-3, timing_warmup=0, curve_warmup=5, window=1)
+    target = Target(floor=1.0, margin=0.05, source="test")
+    runs = _seed_runs(current)
+    steps = record_convergence(perf, runs, target=target, budget=budget, tier="cpu")
+    judge_convergence(perf, runs, steps, target=target, budget=budget, precision="fp32", tier="cpu")
+    external = perf.metric("steps_to_target").judged_elsewhere
+    assert external is not None and external.rule == STEPS_RULE and external.verdict == verdict
+    assert perf.metric("time_to_target").judged_elsewhere is None  # a timing: judged as one
