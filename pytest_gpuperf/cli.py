@@ -184,7 +184,7 @@ def _add_rules(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noise-limit", type=percentage, default=None, metavar="PCT",
                         help="NOISY above this IQR/median (default: BASE's setting, else 10%%)")
     parser.add_argument("--run-noise", type=percentage, default=None, metavar="PCT",
-                        help="prior between-run sd (default: BASE's setting, else 0.5%%)")
+                        help="prior between-run sd (default: BASE's setting, else 1.5%%, the plugin's CPU default)")
 
 
 def _add_format(parser: argparse.ArgumentParser) -> None:

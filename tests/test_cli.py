@@ -86,7 +86,8 @@ def run_plugin(folder: Path, *args: str, env: dict[str, str] | None = None) -> N
     os.chdir(folder)
     try:
         code = pytest.main(["-qq", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", str(folder),
-                            "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60", *args, "test_cli_workload.py"])
+                            "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60", "--gpuperf-run-noise", "0.3",
+                            *args, "test_cli_workload.py"])
     finally:
         os.chdir(cwd)
         os.environ.clear()
@@ -140,9 +141,10 @@ def test_compare_flags_exactly_the_slowed_tests(runs: Path, capsys: pytest.Captu
     assert row["ratio"] == pytest.approx(1 / 1.5, rel=1e-6)
     assert row["ci_low"] < row["ratio"] < row["ci_high"]
     # the same runs read from their JUnit files, stack from the testsuite property
-    # JUnit files do not carry the run's settings: give the noise limit the runs were made with (60%), as the
-    # JSON comparison reads it from BASE, so the timed workload's spread cannot turn its verdict into NOISY.
-    code, out, _ = gpuperf(capsys, "compare", str(runs / "base-xml"), str(runs / "new-xml"), "--noise-limit", "60")
+    # JUnit files do not carry the run's settings: give the noise limit and run-noise prior the runs were made
+    # with (60%, 0.3%: the workloads sleep or return fixed figures), as the JSON comparison reads them from BASE.
+    code, out, _ = gpuperf(capsys, "compare", str(runs / "base-xml"), str(runs / "new-xml"), "--noise-limit", "60",
+                           "--run-noise", "0.3")
     assert code == 1
     assert "driver 580.1 -> 590.2" in out
     assert "7 PASS, 2 REGRESSED" in out

@@ -15,11 +15,10 @@ from typing import Any
 from pytest_gpuperf.commands.loading import quote, InputError, Side, load_side
 from pytest_gpuperf.commands.tables import render, write_output
 from pytest_gpuperf.fingerprint import stack_changes
+from pytest_gpuperf.settings import DEVICE_DEFAULTS
 from pytest_gpuperf.stats import Rules, Verdict, compare, summarize
 
-DEFAULT_THRESHOLD = 0.02
-DEFAULT_NOISE_LIMIT = 0.10
-DEFAULT_RUN_NOISE = 0.005
+CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
 MISSING = "MISSING"
 """A metric BASE has and NEW lacks (the test was removed, skipped or failed before measuring)."""
 
@@ -49,9 +48,9 @@ def rules_for(base: Side, given: Thresholds) -> Rules:
         return float(stored) if ok else default
 
     return Rules(
-        delta=pick(given.threshold, "threshold", DEFAULT_THRESHOLD),
-        noise_limit=pick(given.noise_limit, "noise_limit", DEFAULT_NOISE_LIMIT),
-        run_noise=pick(given.run_noise, "run_noise", DEFAULT_RUN_NOISE),
+        delta=pick(given.threshold, "threshold", CPU_DEFAULTS["threshold"]),
+        noise_limit=pick(given.noise_limit, "noise_limit", CPU_DEFAULTS["noise_limit"]),
+        run_noise=pick(given.run_noise, "run_noise", CPU_DEFAULTS["run_noise"]),
     )
 
 

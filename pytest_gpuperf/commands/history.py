@@ -19,9 +19,10 @@ from pytest_gpuperf.changepoints import change_points
 from pytest_gpuperf.commands.loading import InputError, Run, load_path, read_bytes
 from pytest_gpuperf.commands.tables import render, write_output
 from pytest_gpuperf.fingerprint import stack_changes
+from pytest_gpuperf.settings import DEVICE_DEFAULTS
 from pytest_gpuperf.stats import summarize
 
-DEFAULT_THRESHOLD = 0.02
+DEFAULT_THRESHOLD = DEVICE_DEFAULTS["cpu"]["threshold"]
 COLUMNS = (
     ("hardware", "hardware"), ("test", "test"), ("metric", "metric"), ("run", "first run after"),
     ("before", "before"), ("after", "after"), ("change", "change"), ("pvalue", "p"), ("runs_after", "runs after"),
