@@ -57,7 +57,7 @@ def _record_all(perf: Any, runs: list, *, spec: Any, precision: str, budget: Any
 
 
 @pytest.mark.training_models("pretrain")
-def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any) -> None:
+def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None) -> None:
     from pytest_gpuperf.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
 
@@ -73,7 +73,8 @@ def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook:
 
 
 @pytest.mark.training_models("lora")
-def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any) -> None:
+def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any,
+                       cpu_threads: None) -> None:
     from pytest_gpuperf.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
     from pytest_gpuperf.training.workload import pretrain_state
@@ -94,7 +95,8 @@ def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_
     judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
 
 
-def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any) -> None:
+def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any,
+                          cpu_threads: None) -> None:
     from pytest_gpuperf.corpus import SecondOrderMarkovChain
     from pytest_gpuperf.models.registry import get_spec
     from pytest_gpuperf.training.record import final_loss, judge_convergence, metric_name
