@@ -20,6 +20,14 @@ from pathlib import Path
 import pytest
 
 SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_training.py"
+SUITE_CONFTEST = SUITE.with_name("conftest.py")
+"""The suites' fixtures (cpu_threads): a copy of the suite needs them, and a test's overrides are added to them."""
+
+
+def _copy_suite(root: Path, overrides: str = "") -> None:
+    (root / "test_training.py").write_text(SUITE.read_text())
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    (root / "conftest.py").write_text(SUITE_CONFTEST.read_text() + "\n" + overrides)
 
 PERTURB = """
 import pytest
@@ -65,8 +73,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import sys
 
     root = tmp_path_factory.mktemp("suite")
-    (root / "test_training.py").write_text(SUITE.read_text())
-    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    _copy_suite(root)
     done = subprocess.run([sys.executable, "-m", "pytest", *SELECT, "--gpuperf-save", "-q"], cwd=root,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -78,12 +85,12 @@ def _rerun(root: Path, conftest: str, *extra: str) -> tuple[int, str]:
     import subprocess
     import sys
 
-    (root / "conftest.py").write_text(conftest)
+    _copy_suite(root, overrides=conftest)
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", *SELECT, "-q", *extra], cwd=root,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
     finally:
-        (root / "conftest.py").unlink()
+        _copy_suite(root)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -128,9 +135,7 @@ def test_precision_ladder_shows_a_precision_failing_to_converge(tmp_path: Path) 
     import subprocess
     import sys
 
-    (tmp_path / "test_training.py").write_text(SUITE.read_text())
-    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-    (tmp_path / "conftest.py").write_text(LADDER_NOISE)
+    _copy_suite(tmp_path, overrides=LADDER_NOISE)
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "--gpuperf-device", "cpu", "-rxf",
                            "--gpuperf-precisions", "fp32,fp4", "-k", "test_precision_ladder", "-q"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
