@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.stats import summarize
+from pytest_gpuperf.stats import Verdict, summarize
 from pytest_gpuperf.store import Curve
 from pytest_gpuperf.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, judge_clocks
 
@@ -36,7 +36,8 @@ class MetricRecord:
     applied to it, so one figure never carries two verdicts that could disagree."""
 
 
-EXTERNAL_VERDICTS = ("PASS", "REGRESSED", "NO_BASELINE")
+EXTERNAL_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.NO_BASELINE)
+"""What another rule may decide; the others (NOISY, AMBIGUOUS, IMPROVED) are the timing comparison's own."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,8 +46,8 @@ class ExternalVerdict:
 
     rule: str
     """What decided it, for the report ("convergence: olympic mean of steps to target, one-sided t-test")."""
-    verdict: str
-    """PASS, REGRESSED or NO_BASELINE."""
+    verdict: Verdict
+    """One of EXTERNAL_VERDICTS."""
     reason: str
 
 
@@ -256,10 +257,11 @@ class Perf:
         """Give metric ``name`` (already recorded) the verdict another rule reached instead of the baseline
         comparison: a figure with a rule of its own (MLPerf's steps-to-target test) must not also be judged as a
         timing, or the two verdicts can disagree."""
-        if verdict not in EXTERNAL_VERDICTS:
-            raise ValueError(f"judge_elsewhere({name!r}): verdict must be one of {', '.join(EXTERNAL_VERDICTS)}, "
+        if verdict not in {v.value for v in EXTERNAL_VERDICTS}:
+            raise ValueError(f"judge_elsewhere({name!r}): verdict must be one of "
+                             f"{', '.join(v.value for v in EXTERNAL_VERDICTS)}, "
                              f"got {verdict!r}")
-        self.metric(name).judged_elsewhere = ExternalVerdict(rule=rule, verdict=verdict, reason=reason)
+        self.metric(name).judged_elsewhere = ExternalVerdict(rule=rule, verdict=Verdict(verdict), reason=reason)
 
     def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
         """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks."""

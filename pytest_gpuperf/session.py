@@ -202,7 +202,7 @@ class GpuperfSession:
                                  conditions=conditions)
             external = metric.judged_elsewhere
             if external is not None:  # its own rule decided; the comparison's figures stay for the report
-                comparison = replace(comparison, verdict=Verdict(external.verdict),
+                comparison = replace(comparison, verdict=external.verdict,
                                      reason=f"{external.rule}: {external.reason}")
                 context = {**context, "judged_by": external.rule}
             baseline_stack = baseline.runs[-1].stack if baseline and runs else None

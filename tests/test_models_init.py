@@ -96,6 +96,10 @@ def test_lora_base_weights_equal_the_base_models() -> None:
             assert torch.equal(param, base_weights[plain]), name
         elif "lora_b" in name:
             assert not param.any(), name
+        else:  # nn.Linear's own default, U(+-1/sqrt(fan_in)), drawn from the stable hash
+            fan_in = param.shape[1]
+            assert param.abs().max().item() <= 1 / math.sqrt(fan_in)
+            assert param.std().item() == pytest.approx(1 / math.sqrt(3 * fan_in), rel=0.25), name
 
 
 def test_init_rule_scales_and_unknown_parameters() -> None:
@@ -103,7 +107,6 @@ def test_init_rule_scales_and_unknown_parameters() -> None:
     assert init_rule("layers.0.attention.wq.weight", cfg) == ("truncated", 0.02)
     assert init_rule("layers.1.feed_forward.experts.3.w2.weight", cfg) == ("truncated", 0.02 / math.sqrt(4))
     assert init_rule("layers.0.attention.wo.base.weight", cfg) == ("truncated", 0.02 / math.sqrt(4))
-    assert init_rule("layers.0.feed_forward.w2.lora_a.weight", cfg) == ("uniform", 1 / math.sqrt(24))
     assert init_rule("layers.0.attention_norm.weight", cfg) == ("ones", 1.0)
     assert init_rule("output.weight", cfg) == ("truncated", 8**-0.5)
     with pytest.raises(ValueError, match="layers.0.attention.new_proj.weight"):

@@ -123,5 +123,5 @@ def test_steps_to_target_carries_the_convergence_checks_verdict_only(
     steps = record_convergence(perf, runs, target=target, budget=budget, tier="cpu")
     judge_convergence(perf, runs, steps, target=target, budget=budget, precision="fp32", tier="cpu")
     external = perf.metric("steps_to_target").judged_elsewhere
-    assert external is not None and external.rule == STEPS_RULE and external.verdict == verdict
+    assert external is not None and external.rule == STEPS_RULE and external.verdict.value == verdict
     assert perf.metric("time_to_target").judged_elsewhere is None  # a timing: judged as one

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -43,20 +44,22 @@ def uniform_open(start: int, count: int, *, seed: int, key: str, device: torch.d
     return (bits.to(torch.float64) + 0.5) / 2.0**32
 
 
-def _fill(tensor: torch.Tensor, *, seed: int, key: str, transform: object) -> torch.Tensor:
+def _fill(tensor: torch.Tensor, *, seed: int, key: str,
+          transform: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Element i of ``tensor`` (in memory order) gets ``transform`` of its uniform number."""
+    if not tensor.is_contiguous():
+        raise ValueError(f"{key}: stable init needs a contiguous tensor (element order is the memory order)")
     flat = tensor.detach().view(-1)
     with torch.no_grad():
         for start in range(0, flat.numel(), _CHUNK):
             count = min(_CHUNK, flat.numel() - start)
             u = uniform_open(start, count, seed=seed, key=key, device=flat.device)
-            flat[start:start + count].copy_(transform(u))  # type: ignore[operator]
+            flat[start:start + count].copy_(transform(u))
     return tensor
 
 
 def normal_(tensor: torch.Tensor, *, seed: int, key: str, std: float, truncate: float | None = None) -> torch.Tensor:
     """Fill ``tensor`` with N(0, std²), truncated to ±``truncate`` standard deviations when given."""
-    if not tensor.is_contiguous():
-        raise ValueError(f"{key}: stable init needs a contiguous tensor")
     low, high = (-1.0, 1.0) if truncate is None else (-math.erf(truncate / math.sqrt(2)),
                                                        math.erf(truncate / math.sqrt(2)))
 
@@ -68,6 +71,4 @@ def normal_(tensor: torch.Tensor, *, seed: int, key: str, std: float, truncate: 
 
 def uniform_(tensor: torch.Tensor, *, seed: int, key: str, bound: float) -> torch.Tensor:
     """Fill ``tensor`` with U(-bound, bound)."""
-    if not tensor.is_contiguous():
-        raise ValueError(f"{key}: stable init needs a contiguous tensor")
     return _fill(tensor, seed=seed, key=key, transform=lambda u: (2 * u - 1) * bound)

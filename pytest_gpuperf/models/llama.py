@@ -370,20 +370,22 @@ class Transformer(nn.Module):
         initialises them.
         """
         from pytest_gpuperf.models import init
+        from pytest_gpuperf.models.lora import LoRALinear
 
         seed = torch.initial_seed() if seed is None else seed
         self.rope.reset_parameters()
+        adapters = [(name, module) for name, module in self.named_modules() if isinstance(module, LoRALinear)]
+        for _, adapter in adapters:
+            adapter.reset_parameters(seed)
+        owned_by_adapters = {f"{name}.{part}.weight" for name, _ in adapters for part in ("lora_a", "lora_b")}
         for name, param in self.named_parameters():
+            if name in owned_by_adapters:
+                continue
             rule, scale = init_rule(name, self.config)
             key = name.replace(".base.weight", ".weight")  # a LoRA-wrapped linear starts as it did unwrapped
             if rule == "ones":
                 with torch.no_grad():
                     param.fill_(1.0)
-            elif rule == "zeros":
-                with torch.no_grad():
-                    param.zero_()
-            elif rule == "uniform":
-                init.uniform_(param, seed=seed, key=key, bound=scale)
             else:
                 init.normal_(param, seed=seed, key=key, std=scale, truncate=3.0 if rule == "truncated" else None)
 
@@ -447,7 +449,8 @@ _RESIDUAL_PROJECTIONS = ("wo", "w2")
 
 
 def init_rule(name: str, cfg: LlamaConfig) -> tuple[str, float]:
-    """How the parameter called ``name`` starts: ("truncated" | "normal" | "uniform" | "ones" | "zeros", scale)."""
+    """How the parameter called ``name`` starts: ("truncated" | "normal" | "ones", scale). LoRA adapters are not
+    covered here: :class:`~pytest_gpuperf.models.lora.LoRALinear` initialises its own."""
     parts = name.split(".")
     if parts[-1] != "weight":
         raise ValueError(f"init_rule: no initialisation rule for parameter {name!r}")
@@ -465,13 +468,5 @@ def init_rule(name: str, cfg: LlamaConfig) -> tuple[str, float]:
         return "truncated", std
     if owner in _RESIDUAL_PROJECTIONS:
         return "truncated", std / math.sqrt(2 * cfg.n_layers)
-    if owner == "lora_a":  # what nn.Linear's kaiming_uniform_(a=sqrt(5)) gives: U(+-1/sqrt(fan_in))
-        return "uniform", 1.0 / math.sqrt(_fan_in(name, cfg))
-    if owner == "lora_b":  # zero: the adapted model starts as the base model
-        return "zeros", 0.0
     raise ValueError(f"init_rule: no initialisation rule for parameter {name!r}; add one to models/llama.py")
 
-
-def _fan_in(name: str, cfg: LlamaConfig) -> int:
-    wrapped = name.split(".")[-3]
-    return cfg.ffn_dim if wrapped == "w2" else (cfg.n_heads * cfg.head_dim if wrapped == "wo" else cfg.d_model)
