@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fuzz_inputs import load, malformed  # noqa: E402
 
-from pytest_gpuperf.commands.loading import InputError  # noqa: E402
+from pytest_gpuperf.cli.loading import InputError  # noqa: E402
 
 REPLACEMENTS = [None, 0, -1, 1.5, True, "x", "", [], {}, [1, "a"], {"a": None}, [[]], 10**30]
 

@@ -12,25 +12,23 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuperf import hooks
-from pytest_gpuperf.settings import OPTIONS, add_options, get_settings
-from pytest_gpuperf.store import StoreError, check_folder
+from pytest_gpuperf.core.settings import OPTIONS, add_options, get_settings
+from pytest_gpuperf.core.state import gpuperf_session, reporting, reporting_key, session_key
+from pytest_gpuperf.core.store import StoreError, check_folder
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.measure import Perf
-    from pytest_gpuperf.session import GpuperfSession
+    from pytest_gpuperf.core.perf import Perf
 
 # Feature plugins (fixtures and options of each workload area); each imports torch only when used.
 pytest_plugins: tuple[str, ...] = (
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.inference.plugin",
-    "pytest_gpuperf.junit_fingerprint",
+    "pytest_gpuperf.core.junit",
     "pytest_gpuperf.micro.plugin",
     "pytest_gpuperf.training.plugin",
 )
 
-session_key = pytest.StashKey["GpuperfSession"]()
 perf_key = pytest.StashKey["Perf"]()
-reporting_key = pytest.StashKey[bool]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -60,34 +58,12 @@ def _is_reporting_rank() -> bool:
         return True
 
 
-def reporting(config: pytest.Config) -> bool:
-    """Whether this pytest process judges, saves baselines, writes results and prints the summary."""
-    return config.stash.get(reporting_key, True)
-
-
-def gpuperf_session(config: pytest.Config) -> GpuperfSession:
-    """The session's run state, created on first use."""
-    session = config.stash.get(session_key, None)
-    if session is None:
-        from pytest_gpuperf.session import GpuperfSession
-
-        extra: dict[str, str] = {}
-        for found in config.hook.pytest_gpuperf_stack(config=config):
-            extra.update({str(k): str(v) for k, v in (found or {}).items()})
-        session = GpuperfSession(
-            get_settings(config), extra_stack=extra,
-            telemetry=lambda device: config.hook.pytest_gpuperf_telemetry_reader(config=config, device=device),
-        )
-        config.stash[session_key] = session
-    return session
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_gpuperf_telemetry_reader(config: pytest.Config, device: str) -> Any:
     """Default: NVML, else amdsmi, for this process's GPU on cuda runs; nothing on CPU."""
     if device != "cuda":
         return None
-    from pytest_gpuperf.telemetry import open_reader
+    from pytest_gpuperf.machine.telemetry import open_reader
 
     try:  # a torchrun rank measures the GPU of its local rank
         index = int(os.environ.get("LOCAL_RANK", "0"))
@@ -118,7 +94,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if recorder is None or not (recorder.metrics or recorder.curves) or not reporting(item.config):
         return outcome
     session = gpuperf_session(item.config)
-    from pytest_gpuperf.session import confirm
+    from pytest_gpuperf.core.session import confirm
 
     try:
         results = session.evaluate(recorder)
@@ -132,7 +108,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         session.accept(recorder, results)
     except StoreError as error:
         pytest.fail(f"gpuperf: {error}", pytrace=False)
-    from pytest_gpuperf.report import failure_message, junit_properties
+    from pytest_gpuperf.core.report import failure_message, junit_properties
 
     for result in results:
         item.user_properties.extend(junit_properties(result))
@@ -177,7 +153,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(session_key, None)
     if state is None or not (state.results or state.saved_files or state.telemetry_note) or not reporting(config):
         return
-    from pytest_gpuperf.report import summary_table
+    from pytest_gpuperf.core.report import summary_table
 
     terminalreporter.section("gpuperf")
     if state.telemetry_note:

@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.inference.adapters import InferenceEngine, OpenAIEngine, Request
+from pytest_gpuperf.inference.openai import OpenAIEngine
+from pytest_gpuperf.inference.requests import InferenceEngine, Request
 from pytest_gpuperf.inference.metrics import SLO
 from pytest_gpuperf.inference.sweep import record_sweep, run_sweep
 

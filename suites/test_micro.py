@@ -7,7 +7,7 @@
   raises instead of silently falling back to another, and the profiler confirms which kernel ran.
 
 On a GPU each call is timed with CUDA events and L2 is flushed between repetitions (``device_timer``); "% of
-peak" is taken against the vendor datasheet figure of ``pytest_gpuperf.peaks`` and each metric's context says
+peak" is taken against the vendor datasheet figure of ``pytest_gpuperf.machine.peaks`` and each metric's context says
 so ("kind": "datasheet") with the figure's source. The CPU tier uses small shapes and has no peak.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf import peaks
-from pytest_gpuperf.stats import summarize
+from pytest_gpuperf.machine import peaks
+from pytest_gpuperf.core.stats import summarize
 
 pytestmark = [pytest.mark.perf, pytest.mark.micro, pytest.mark.gpu_tier]
 

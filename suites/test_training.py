@@ -58,7 +58,7 @@ def _record_all(perf: Any, runs: list, *, spec: Any, precision: str, budget: Any
 
 @pytest.mark.training_models("pretrain")
 def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None) -> None:
-    from pytest_gpuperf.corpus import MarkovChain
+    from pytest_gpuperf.training.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
 
     budget, precision = training_tier.pretrain, training_tier.convergence_precision
@@ -75,7 +75,7 @@ def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook:
 @pytest.mark.training_models("lora")
 def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any,
                        cpu_threads: None) -> None:
-    from pytest_gpuperf.corpus import MarkovChain
+    from pytest_gpuperf.training.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
     from pytest_gpuperf.training.workload import pretrain_state
 
@@ -97,7 +97,7 @@ def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_
 
 def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any,
                           cpu_threads: None) -> None:
-    from pytest_gpuperf.corpus import SecondOrderMarkovChain
+    from pytest_gpuperf.training.corpus import SecondOrderMarkovChain
     from pytest_gpuperf.models.registry import get_spec
     from pytest_gpuperf.training.record import final_loss, judge_convergence, metric_name
     from pytest_gpuperf.training.tiers import REQUIRED_TO_CONVERGE
@@ -124,7 +124,7 @@ def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf
 @pytest.mark.gpu_tier
 def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any,
                     cpu_threads: None) -> None:
-    from pytest_gpuperf.corpus import MarkovChain
+    from pytest_gpuperf.training.corpus import MarkovChain
     from pytest_gpuperf.training.record import record_memory, record_throughput
     from pytest_gpuperf.training.workload import run_seed
 

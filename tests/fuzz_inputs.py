@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.commands.loading import InputError, Run, parse_junit_xml, parse_results_json
+from pytest_gpuperf.cli.loading import InputError, Run, parse_junit_xml, parse_results_json
 
 FINGERPRINT = {
     "hardware_key": {"device": "cuda", "accelerator": {"name": "H200", "count": 8}, "cpu": {"cores": 96}, "nodes": 1},

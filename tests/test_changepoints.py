@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_gpuperf.changepoints import change_points, split_point, t_test
+from pytest_gpuperf.cli.changepoints import change_points, split_point, t_test
 
 
 def noisy(rng: np.random.Generator, *levels: tuple[float, int]) -> list[float]:

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz_inputs import JUNIT, RESULTS, load, malformed
-from pytest_gpuperf.commands.compare import compare_sides
-from pytest_gpuperf.commands.loading import InputError, Run, Side, junit_address, parse_junit_xml
-from pytest_gpuperf.stats import Rules
+from pytest_gpuperf.cli.compare import compare_sides
+from pytest_gpuperf.cli.loading import InputError, Run, Side, junit_address, parse_junit_xml
+from pytest_gpuperf.core.stats import Rules
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -76,7 +76,7 @@ def test_entity_declarations_are_refused() -> None:
 
 
 def test_fingerprint_property_names_agree() -> None:
-    from pytest_gpuperf.commands import loading
-    from pytest_gpuperf import junit_fingerprint
+    from pytest_gpuperf.cli import loading
+    from pytest_gpuperf.core import junit as junit_fingerprint
 
     assert loading.FINGERPRINT_PROPERTY == junit_fingerprint.FINGERPRINT_PROPERTY

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf.corpus import MarkovChain, empirical_entropy_rate
+from pytest_gpuperf.training.corpus import MarkovChain, empirical_entropy_rate
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_bad_parameters_are_named(kwargs: dict, match: str) -> None:
 
 
 def test_second_order_chain_floor_matches_the_true_predictor() -> None:
-    from pytest_gpuperf.corpus import SecondOrderMarkovChain
+    from pytest_gpuperf.training.corpus import SecondOrderMarkovChain
 
     chain = SecondOrderMarkovChain.random(vocab_size=16, branching=3, concentration=0.7, seed=3)
     assert chain.stationary.sum() == pytest.approx(1.0)

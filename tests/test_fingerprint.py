@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from pytest_gpuperf import fingerprint
-from pytest_gpuperf.fingerprint import collect, hardware_slug, stack_changes
+from pytest_gpuperf.machine import fingerprint
+from pytest_gpuperf.machine.fingerprint import collect, hardware_slug, stack_changes
 
 
 def test_cpu_fingerprint_keys_hardware_not_host() -> None:
@@ -94,7 +94,7 @@ def test_nvidia_smi_reading(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_reading_accelerators_never_initialises_cuda_here() -> None:
     code = (
         "import torch\n"
-        "from pytest_gpuperf.fingerprint import collect\n"
+        "from pytest_gpuperf.machine.fingerprint import collect\n"
         "collect('cuda')\n"
         "print('initialised' if torch.cuda.is_initialized() else 'clean')\n"
     )

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_gpuperf.inference.adapters import Completion, OpenAIEngine, Request
+from pytest_gpuperf.inference.openai import OpenAIEngine
+from pytest_gpuperf.inference.requests import Completion, Request
 from pytest_gpuperf.inference.metrics import (SLO, RunFailed, check_completions, min_samples, percentile,
                                               run_metrics)
 from pytest_gpuperf.inference.pareto import (OperatingPoint, interactivity_targets, pareto_front,

@@ -115,8 +115,8 @@ def test_unknown_spec_names_the_known_ones() -> None:
 
 def test_registry_and_precision_import_without_torch() -> None:
     code = (
-        "import sys, pytest_gpuperf.models, pytest_gpuperf.models.registry, pytest_gpuperf.precision, "
-        "pytest_gpuperf.corpus; assert 'torch' not in sys.modules, 'torch imported'"
+        "import sys, pytest_gpuperf.models, pytest_gpuperf.models.registry, pytest_gpuperf.training.precision, "
+        "pytest_gpuperf.training.corpus; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

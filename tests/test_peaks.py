@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpuperf import peaks
-from pytest_gpuperf.peaks import DTYPES, canonical_dtype, known_devices, lookup
+from pytest_gpuperf.machine import peaks
+from pytest_gpuperf.machine.peaks import DTYPES, canonical_dtype, known_devices, lookup
 
 # Names as NVML / amdsmi / torch.cuda.get_device_name report them, with the entry they must hit.
 REPORTED_NAMES = [

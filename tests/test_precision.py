@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_gpuperf.corpus import MarkovChain
+from pytest_gpuperf.training.corpus import MarkovChain
 from pytest_gpuperf.models import get_spec
-from pytest_gpuperf.precision import (
+from pytest_gpuperf.training.precision import (
     PRECISIONS,
     PrecisionUnsupported,
     execution_mode,
@@ -44,7 +44,7 @@ def test_prepare_refuses_what_the_device_cannot_run() -> None:
 def test_mxfp4_matches_torchao_codec_bit_for_bit() -> None:
     from torchao.prototype.mx_formats.mx_tensor import to_dtype, to_mx
 
-    from pytest_gpuperf.mxfp4 import quantize_dequantize
+    from pytest_gpuperf.training.mxfp4 import quantize_dequantize
 
     g = torch.Generator().manual_seed(0)
     for scale in (1e-3, 1.0, 1e3):
@@ -56,7 +56,7 @@ def test_mxfp4_matches_torchao_codec_bit_for_bit() -> None:
 
 
 def test_mxfp4_values_lie_on_the_e2m1_grid_and_padding_is_neutral() -> None:
-    from pytest_gpuperf.mxfp4 import quantize_dequantize
+    from pytest_gpuperf.training.mxfp4 import quantize_dequantize
 
     x = torch.randn(4, 40, generator=torch.Generator().manual_seed(1))
     q = quantize_dequantize(x, 32)
@@ -72,7 +72,7 @@ def test_mxfp4_values_lie_on_the_e2m1_grid_and_padding_is_neutral() -> None:
 
 
 def test_mxfp4_linear_gradients_use_rounded_operands() -> None:
-    from pytest_gpuperf.mxfp4 import MXFP4EmulatedLinear, quantize_dequantize as q
+    from pytest_gpuperf.training.mxfp4 import MXFP4EmulatedLinear, quantize_dequantize as q
 
     lin = torch.nn.Linear(64, 32, bias=False)
     weight = lin.weight

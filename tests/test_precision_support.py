@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_gpuperf import precision
+from pytest_gpuperf.training import precision
 from pytest_gpuperf.models import get_spec
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf.stats import Rules, Verdict, compare, pooled_run_noise, samples_needed, summarize
+from pytest_gpuperf.core.stats import Rules, Verdict, compare, pooled_run_noise, samples_needed, summarize
 
 RULES = Rules(delta=0.02, run_noise=0.005, noise_limit=0.10)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.store import (
+from pytest_gpuperf.core.store import (
     BaselineStore, MetricRun, NewCurve, NewMetric, StoreError, module_file_name, read_document, entry_key,
 )
-from pytest_gpuperf.store import Curve
+from pytest_gpuperf.core.store import Curve
 
 KEY = {"device": "cpu", "accelerator": None, "cpu": {"model": "x", "cores": 2, "ram_gib": 4}, "nodes": 1}
 STACK = {"torch": "2.13.0"}
@@ -144,7 +144,7 @@ def test_written_files_follow_the_umask_not_mkstemp(tmp_path: Path) -> None:
     import os
     import stat
 
-    from pytest_gpuperf.store import write_atomic
+    from pytest_gpuperf.core.store import write_atomic
 
     previous = os.umask(0o022)
     try:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from pytest_gpuperf import telemetry
-from pytest_gpuperf.telemetry import (
+from pytest_gpuperf.machine import telemetry
+from pytest_gpuperf.machine.telemetry import (
     TelemetrySample,
     TelemetrySampler,
     TelemetrySummary,

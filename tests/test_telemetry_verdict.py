@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_gpuperf.measure import Perf
-from pytest_gpuperf.session import GpuperfSession
-from pytest_gpuperf.settings import Settings
-from pytest_gpuperf.stats import Verdict
-from pytest_gpuperf.store import MetricRun, NewMetric
-from pytest_gpuperf.telemetry import TelemetrySample, TelemetryTrace, TelemetryUnavailable
+from pytest_gpuperf.core.perf import Perf
+from pytest_gpuperf.core.session import GpuperfSession
+from pytest_gpuperf.core.settings import Settings
+from pytest_gpuperf.core.stats import Verdict
+from pytest_gpuperf.core.store import MetricRun, NewMetric
+from pytest_gpuperf.machine.telemetry import TelemetrySample, TelemetryTrace, TelemetryUnavailable
 
 BASELINE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1, 100.3, 99.7]
 WORSE = [value * 0.8 for value in BASELINE]  # 20% fewer TFLOP/s: REGRESSED on equal terms
@@ -139,7 +139,7 @@ def test_without_a_reader_nothing_is_sampled_or_invented() -> None:
 
 FAKE_DEVICE = """
 import os
-from pytest_gpuperf.telemetry import TelemetryUnavailable
+from pytest_gpuperf.machine.telemetry import TelemetryUnavailable
 
 class FakeReader:
     device_name = "Fake GPU"

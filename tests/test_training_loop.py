@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pytest_gpuperf.corpus import MarkovChain
+from pytest_gpuperf.training.corpus import MarkovChain
 from pytest_gpuperf.models.registry import get_spec
 from pytest_gpuperf.training.loop import NonFiniteLoss, train
 

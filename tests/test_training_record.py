@@ -109,8 +109,8 @@ def test_steps_to_target_carries_the_convergence_checks_verdict_only(
         reference: list[int], current: list[int], verdict: str) -> None:
     from types import SimpleNamespace
 
-    from pytest_gpuperf.measure import Perf
-    from pytest_gpuperf.store import Curve
+    from pytest_gpuperf.core.perf import Perf
+    from pytest_gpuperf.core.store import Curve
     from pytest_gpuperf.training.record import STEPS_RULE, Target, judge_convergence, record_convergence
     from pytest_gpuperf.training.tiers import Budget
 

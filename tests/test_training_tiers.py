@@ -10,7 +10,7 @@ from pytest_gpuperf.models.registry import get_spec
 from pytest_gpuperf.training.tiers import get_tier
 
 H200_BF16_DENSE_FLOPS = 989.5e12
-"""pytest_gpuperf.peaks: NVIDIA H200 SXM, BF16 dense."""
+"""pytest_gpuperf.machine.peaks: NVIDIA H200 SXM, BF16 dense."""
 CHECK_BOUND_S = 150.0
 """scripts/gpu_check.py, step "training"."""
 START_S = 20.0

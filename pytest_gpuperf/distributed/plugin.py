@@ -15,8 +15,8 @@ import pytest
 
 from pytest_gpuperf.distributed.devices import assign_worker_devices
 from pytest_gpuperf.distributed.mesh import MeshError, MeshRequest, MeshSpec, parse_mesh, parse_meshes, unfit_reason
-from pytest_gpuperf.parametrize import parametrized_by_test
-from pytest_gpuperf.settings import OptionSpec, SettingError, add_options, parse_count, resolve
+from pytest_gpuperf.core.parametrize import parametrized_by_test
+from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_count, resolve
 
 
 def _parse_meshes(text: str) -> tuple[MeshSpec, ...]:
@@ -87,7 +87,7 @@ def device_mesh(request: pytest.FixtureRequest) -> MeshRequest:
         except MeshError as error:
             raise pytest.UsageError(f"device_mesh parameter {param!r} of {request.node.nodeid}: {error}") from None
     from pytest_gpuperf.distributed.environment import torchrun_environment
-    from pytest_gpuperf.plugin import gpuperf_session
+    from pytest_gpuperf.core.state import gpuperf_session
 
     device = gpuperf_session(request.config).device
     job = torchrun_environment()

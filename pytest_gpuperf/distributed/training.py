@@ -154,7 +154,7 @@ def loss_mismatch(losses: Sequence[float], reference: Sequence[float], *, tolera
 
 def _batches(job: TrainJob, *, seq_len: int, vocab_size: int, dp_index: int, dp_size: int,
              device: Any) -> Callable[[int], tuple[Any, Any]]:
-    from pytest_gpuperf.corpus import MarkovChain
+    from pytest_gpuperf.training.corpus import MarkovChain
 
     if job.global_batch % dp_size:
         raise ValueError(f"global batch {job.global_batch} does not split over {dp_size} data-parallel ranks")

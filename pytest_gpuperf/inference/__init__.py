@@ -1,2 +1,2 @@
-"""Inference workloads: an in-process continuous-batching engine, external-engine adapters, serving metrics,
+"""Inference workloads: an in-process continuous-batching engine, an external OpenAI-compatible engine, serving metrics,
 the throughput-vs-interactivity Pareto front and output parity checks (docs/inference.md)."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_gpuperf.inference.adapters import Completion, Request
+from pytest_gpuperf.inference.requests import Completion, Request
 
 if TYPE_CHECKING:
     import torch

@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_gpuperf.inference.adapters import Completion
+from pytest_gpuperf.inference.requests import Completion
 
 PERCENTILES = (50, 90, 99)
 CONFIDENCE = 0.95

@@ -71,7 +71,7 @@ class ParityReport:
 
 def golden_key(*, device: str, precision: str, model: str, seed: int) -> str:
     """File stem of a golden: model, seed, precision and the hardware type it was recorded on."""
-    from pytest_gpuperf.fingerprint import _short_cpu, read_cpu, slugify
+    from pytest_gpuperf.machine.fingerprint import _short_cpu, read_cpu, slugify
 
     if device == "cuda":
         import torch

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.settings import OptionSpec, SettingError, add_options, parse_count, resolve
+from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_count, resolve
 
 
 def _parse_url(text: str) -> str:

@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.inference.adapters import InferenceEngine, Request
+from pytest_gpuperf.inference.requests import InferenceEngine, Request
 from pytest_gpuperf.inference.metrics import PERCENTILES, SLO, RunMetrics, run_metrics
 from pytest_gpuperf.inference.pareto import (INTERACTIVITY_CURVE, TARGETS_CURVE, THROUGHPUT_CURVE,
                                              OperatingPoint, interactivity_targets, pareto_front,
                                              throughput_at)
-from pytest_gpuperf.stats import summarize
+from pytest_gpuperf.core.stats import summarize
 
 LATENCY_SAMPLES = {"ttft": "requests", "tpot": "requests", "e2e": "requests", "itl": "token gaps"}
 

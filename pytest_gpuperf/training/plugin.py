@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.parametrize import parametrized_by_test
-from pytest_gpuperf.settings import OptionSpec, SettingError, add_options, parse_choice, resolve
+from pytest_gpuperf.core.parametrize import parametrized_by_test
+from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_choice, resolve
 from pytest_gpuperf.training.tiers import TIERS, Tier, get_tier
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def parse_models(text: str) -> tuple[str, ...]:
 
 
 def parse_precisions(text: str) -> tuple[str, ...]:
-    from pytest_gpuperf.precision import PRECISIONS
+    from pytest_gpuperf.training.precision import PRECISIONS
 
     names = tuple(name.lower() for name in _split(text))
     unknown = [name for name in names if name not in PRECISIONS]
@@ -117,7 +117,7 @@ def training_tier(config: pytest.Config) -> Tier:
     if tier is None:
         request = config.stash[options_key].tier_request
         if request == "auto":
-            from pytest_gpuperf.plugin import gpuperf_session
+            from pytest_gpuperf.core.state import gpuperf_session
 
             request = "gpu" if gpuperf_session(config).device == "cuda" else "cpu"
         tier = get_tier(request)
@@ -185,8 +185,8 @@ def model(request: pytest.FixtureRequest) -> ModelSpec:
 @pytest.fixture
 def precision(request: pytest.FixtureRequest) -> str:
     """A precision from ``--gpuperf-precisions``; skipped, naming device and precision, where it cannot run."""
-    from pytest_gpuperf.plugin import gpuperf_session
-    from pytest_gpuperf.precision import unsupported_reason
+    from pytest_gpuperf.core.state import gpuperf_session
+    from pytest_gpuperf.training.precision import unsupported_reason
 
     name: str = request.param
     reason = unsupported_reason(name, gpuperf_session(request.config).device)

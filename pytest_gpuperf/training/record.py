@@ -14,7 +14,7 @@ Metrics (each judged against its baseline by the foundation's verdict):
   (s, every step counted, as MLPerf's time-to-train does), one sample per seed.
 
 ``judge_convergence`` then checks the curves and steps against the stored reference seeds
-(``pytest_gpuperf.convergence``) and fails the test with the statistics' message.
+(``pytest_gpuperf.training.convergence``) and fails the test with the statistics' message.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf import convergence
+from pytest_gpuperf.training import convergence
 from pytest_gpuperf.models.registry import ModelSpec
 from pytest_gpuperf.training.tiers import Budget
 from pytest_gpuperf.training.workload import SeedRun
@@ -98,7 +98,7 @@ def _mfu(
                           "peak, so MFU against any single peak would mislead")  # fmt: skip
     import torch
 
-    from pytest_gpuperf import peaks
+    from pytest_gpuperf.machine import peaks
 
     name = torch.cuda.get_device_name()
     entry = peaks.lookup(name)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from pytest_gpuperf.models.registry import ModelSpec
-from pytest_gpuperf.precision import PreparedModel, prepare
+from pytest_gpuperf.training.precision import PreparedModel, prepare
 from pytest_gpuperf.training.loop import Batch, train
 
 ModelHook = Callable[[nn.Module], None]

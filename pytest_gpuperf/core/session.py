@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpuperf import __version__
-from pytest_gpuperf.fingerprint import Fingerprint, LazyFingerprint, stack_changes
-from pytest_gpuperf.measure import Perf
-from pytest_gpuperf.settings import Settings
-from pytest_gpuperf.stats import Comparison, Rules, Verdict, compare, summarize
-from pytest_gpuperf.store import BaselineStore, Curve, MetricRun, NewCurve, NewMetric, write_atomic
-from pytest_gpuperf.telemetry import DeviceReader, TelemetrySummary, TelemetryUnavailable, judge_clocks
+from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
+from pytest_gpuperf.core.perf import Perf
+from pytest_gpuperf.core.settings import Settings
+from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare, summarize
+from pytest_gpuperf.core.store import BaselineStore, Curve, MetricRun, NewCurve, NewMetric, write_atomic
+from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySummary, TelemetryUnavailable, judge_clocks
 
 TelemetryOpener = Callable[[str], "DeviceReader | TelemetryUnavailable | None"]
 """Given the device ("cpu"/"cuda"): a telemetry reader, why there is none, or None where none is expected."""

@@ -23,7 +23,7 @@ Two checks, each against reference runs of the same workload on several seeds:
   where the reference seeds all did, fails at once.
 
 The target itself is never guessed: it is the corpus's exact loss floor plus a margin (see
-``pytest_gpuperf.corpus``), and :func:`steps_to_target` finds the first step whose smoothed loss reaches it.
+``pytest_gpuperf.training.corpus``), and :func:`steps_to_target` finds the first step whose smoothed loss reaches it.
 Non-finite losses never get here: the training loop raises at the step they appear (``NonFiniteLoss``).
 """
 

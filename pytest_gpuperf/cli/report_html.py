@@ -12,10 +12,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.commands.history import order_runs
-from pytest_gpuperf.commands.loading import CurveData, InputError, MetricData, Run, load_path
-from pytest_gpuperf.commands.tables import cell_text, html_page, html_table, write_output
-from pytest_gpuperf.stats import summarize
+from pytest_gpuperf.cli.history import order_runs
+from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, load_path
+from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
+from pytest_gpuperf.core.stats import summarize
 
 MAX_PLOTS = 60
 """Per section; a report of hundreds of plots is not read, the table still lists every metric."""
@@ -90,7 +90,7 @@ def throughput_section(runs: list[Run], labels: dict[Path, str]) -> str:
 def golden_curves(baselines: Path | None, run: Run, curve: CurveData) -> list[tuple[list[float], list[float]]]:
     if baselines is None or run.hardware_slug == "unknown-hardware":
         return []
-    from pytest_gpuperf.store import StoreError, entry_key, module_file_name, read_document
+    from pytest_gpuperf.core.store import StoreError, entry_key, module_file_name, read_document
 
     path = baselines / run.hardware_slug / module_file_name(curve.test)
     if not path.exists():

@@ -10,10 +10,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.commands.loading import InputError
-from pytest_gpuperf.commands.tables import render, write_output
-from pytest_gpuperf.fingerprint import stack_changes
-from pytest_gpuperf.stats import summarize
+from pytest_gpuperf.cli.loading import InputError
+from pytest_gpuperf.cli.tables import render, write_output
+from pytest_gpuperf.machine.fingerprint import stack_changes
+from pytest_gpuperf.core.stats import summarize
 
 COLUMNS = (
     ("file", "file"), ("test", "test"), ("name", "metric/curve"), ("change", "change"), ("old", "old"),
@@ -23,7 +23,7 @@ COLUMNS = (
 
 def read_folder(root: Path) -> dict[str, dict[str, Any]]:
     """Baseline documents by path relative to ``root`` (or the file name when ``root`` is a file)."""
-    from pytest_gpuperf.store import StoreError, read_document
+    from pytest_gpuperf.core.store import StoreError, read_document
 
     if not root.exists():
         raise InputError(f"{root}: no such file or folder")

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from pytest_gpuperf.plugin import session_key
+from pytest_gpuperf.core.state import session_key
 
 FINGERPRINT_PROPERTY = "gpuperf.fingerprint"
 

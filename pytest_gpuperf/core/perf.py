@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.stats import Verdict, summarize
-from pytest_gpuperf.store import Curve
-from pytest_gpuperf.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, judge_clocks
+from pytest_gpuperf.core.stats import Verdict, summarize
+from pytest_gpuperf.core.store import Curve
+from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, judge_clocks
 
 Timer = Callable[[Callable[[], object], int], list[float]]
 """Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say)."""

@@ -291,7 +291,7 @@ def _convert_fp8(model: nn.Module, recipe: str, keep_high: Callable[[str], bool]
 def _convert_fp4(model: nn.Module, block_size: int, keep_high: Callable[[str], bool]) -> tuple[str, ...]:
     from torch import nn
 
-    from pytest_gpuperf.mxfp4 import MXFP4EmulatedLinear
+    from pytest_gpuperf.training.mxfp4 import MXFP4EmulatedLinear
 
     chosen: list[str] = []
     for fqn, module in list(model.named_modules()):

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from pytest_gpuperf.fingerprint import collect
-    from pytest_gpuperf.session import resolve_device
+    from pytest_gpuperf.machine.fingerprint import collect
+    from pytest_gpuperf.core.session import resolve_device
 
     try:
         device = resolve_device(args.device)
@@ -32,7 +32,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def percentage(text: str) -> float:
-    from pytest_gpuperf.settings import SettingError, parse_percentage
+    from pytest_gpuperf.core.settings import SettingError, parse_percentage
 
     try:
         return parse_percentage(text)
@@ -41,10 +41,10 @@ def percentage(text: str) -> float:
 
 
 def lazy(module: str) -> Callable[[argparse.Namespace], int]:
-    """The ``run`` function of pytest_gpuperf.commands.<module>, imported only when that command runs."""
+    """The ``run`` function of pytest_gpuperf.cli.<module>, imported only when that command runs."""
 
     def call(args: argparse.Namespace) -> int:
-        return int(importlib.import_module(f"pytest_gpuperf.commands.{module}").run(args))
+        return int(importlib.import_module(f"pytest_gpuperf.cli.{module}").run(args))
 
     return call
 
@@ -188,7 +188,7 @@ def _add_rules(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_format(parser: argparse.ArgumentParser) -> None:
-    from pytest_gpuperf.commands.tables import FORMATS
+    from pytest_gpuperf.cli.tables import FORMATS
 
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
-    from pytest_gpuperf.commands.loading import InputError
+    from pytest_gpuperf.cli.loading import InputError
 
     try:
         return int(args.run(args))

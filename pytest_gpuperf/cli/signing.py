@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.commands.loading import SUFFIXES, InputError, load_file, read_bytes
+from pytest_gpuperf.cli.loading import SUFFIXES, InputError, load_file, read_bytes
 
 SIGNATURE_SCHEMA = 1
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.changepoints import change_points
-from pytest_gpuperf.commands.loading import InputError, Run, load_path, read_bytes
-from pytest_gpuperf.commands.tables import render, write_output
-from pytest_gpuperf.fingerprint import stack_changes
-from pytest_gpuperf.settings import DEVICE_DEFAULTS
-from pytest_gpuperf.stats import summarize
+from pytest_gpuperf.cli.changepoints import change_points
+from pytest_gpuperf.cli.loading import InputError, Run, load_path, read_bytes
+from pytest_gpuperf.cli.tables import render, write_output
+from pytest_gpuperf.machine.fingerprint import stack_changes
+from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
+from pytest_gpuperf.core.stats import summarize
 
 DEFAULT_THRESHOLD = DEVICE_DEFAULTS["cpu"]["threshold"]
 COLUMNS = (

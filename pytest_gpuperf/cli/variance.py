@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from pytest_gpuperf.commands.loading import MetricData, Side, load_side
-from pytest_gpuperf.commands.tables import render, write_output
-from pytest_gpuperf.stats import Rules, pooled_run_noise, ratio_interval
+from pytest_gpuperf.cli.loading import MetricData, Side, load_side
+from pytest_gpuperf.cli.tables import render, write_output
+from pytest_gpuperf.core.stats import Rules, pooled_run_noise, ratio_interval
 
 CONFIDENCE = 0.90
 Z = 1.6448536269514722  # standard normal 95% quantile: the 90% two-sided interval's half-width in sds

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.commands.loading import quote, InputError, Side, load_side
-from pytest_gpuperf.commands.tables import render, write_output
-from pytest_gpuperf.fingerprint import stack_changes
-from pytest_gpuperf.settings import DEVICE_DEFAULTS
-from pytest_gpuperf.stats import Rules, Verdict, compare, summarize
+from pytest_gpuperf.cli.loading import quote, InputError, Side, load_side
+from pytest_gpuperf.cli.tables import render, write_output
+from pytest_gpuperf.machine.fingerprint import stack_changes
+from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
+from pytest_gpuperf.core.stats import Rules, Verdict, compare, summarize
 
 CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
 MISSING = "MISSING"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pytest_gpuperf.session import MetricResult
-from pytest_gpuperf.stats import summarize
+from pytest_gpuperf.core.session import MetricResult
+from pytest_gpuperf.core.stats import summarize
 
 
 def format_value(value: float, unit: str) -> str:

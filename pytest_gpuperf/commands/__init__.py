@@ -1,1 +1,0 @@
-"""Subcommands of the `gpuperf` command; cli.py imports each one only when it runs."""
