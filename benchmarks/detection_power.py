@@ -4,16 +4,16 @@ Each round records a fresh baseline of BASELINE_RUNS separate processes, then, p
 "current" processes back to back: the first attempt and the one the plugin's --gpuperf-confirm (default 1)
 measures before a REGRESSED verdict may fail a test. Every attempt is judged against that round's baseline with
 the plugin's own rules (stats.compare with the CPU defaults), and a level counts as flagged when the first
-attempt is REGRESSED and, with confirmation, the second one too (session.confirm's rule). Separate processes matter: they carry the between-run noise that a
-single process never shows. The workload is a fixed count of one-thread 128x128 matmuls; a slowdown of s adds
-round(PRODUCTS * s) products, so the injected extra work is exact.
+attempt is REGRESSED and, with confirmation, the second one too (session.confirm's rule). Separate processes
+matter: they carry the between-run noise that a single process never shows. The workload is a fixed count of
+one-thread 128x128 matmuls; a slowdown of s adds round(PRODUCTS * s) products, so the injected extra work is exact.
 
     python benchmarks/detection_power.py --rounds 20 [--out samples.json]
     python benchmarks/detection_power.py --rejudge samples.json --threshold 3 --run-noise 1
 
 Prints, per level, the fraction of rounds flagged REGRESSED on one attempt and confirmed (and the other
-verdicts), and the time one "test" (one current run) took. --out keeps every raw sample, so --rejudge can judge the same measurements
-under other rules without measuring again.
+verdicts), and the time one "test" (one current run) took. --out keeps every raw sample, so --rejudge can judge
+the same measurements under other rules without measuring again.
 """
 
 from __future__ import annotations
@@ -56,8 +56,12 @@ print(json.dumps(samples))
 
 
 def one_run(products: int, repeats: int, warmup: int) -> list[float]:
-    out = subprocess.run([sys.executable, "-c", RUN, str(products), str(repeats), str(warmup)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, str(products), str(repeats), str(warmup)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -90,10 +94,14 @@ def attempts_of(recorded: dict[str, object], level: float) -> list[list[float]]:
 def judge(data: dict[str, object], rules: Rules) -> None:
     rounds = data["rounds"]
     assert isinstance(rounds, list)
-    print(f"\nrules: threshold {rules.delta:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
-          f"{data['baseline_runs']} baseline runs x {data['repeats']} repeats, {len(rounds)} rounds")
-    print("| injected slowdown | REGRESSED, one attempt | REGRESSED, confirmed | other verdicts (confirmed) "
-          "| median ratio |")
+    print(
+        f"\nrules: threshold {rules.delta:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
+        f"{data['baseline_runs']} baseline runs x {data['repeats']} repeats, {len(rounds)} rounds"
+    )
+    print(
+        "| injected slowdown | REGRESSED, one attempt | REGRESSED, confirmed | other verdicts (confirmed) "
+        "| median ratio |"
+    )
     print("| --- | --- | --- | --- | --- |")
     n = len(rounds)
     for level in LEVELS:
@@ -114,14 +122,21 @@ def judge(data: dict[str, object], rules: Rules) -> None:
             else:  # session.confirm: REGRESSED stands only when the confirmation regressed too
                 confirmed["REGRESSED" if verdicts[1] is Verdict.REGRESSED else "AMBIGUOUS"] += 1
         others = ", ".join(f"{name} {k}" for name, k in sorted(confirmed.items()) if name != "REGRESSED") or "-"
-        confirm_column = (f"{confirmed['REGRESSED']}/{n} ({confirmed['REGRESSED'] / n:.0%})"
-                          if len(attempts_of(rounds[0], level)) > 1 else "not measured")
-        print(f"| {level:.0%} | {first_flagged}/{n} ({first_flagged / n:.0%}) | {confirm_column} | {others} "
-              f"| {sorted(ratios)[len(ratios) // 2]:.4f} |")
+        confirm_column = (
+            f"{confirmed['REGRESSED']}/{n} ({confirmed['REGRESSED'] / n:.0%})"
+            if len(attempts_of(rounds[0], level)) > 1
+            else "not measured"
+        )
+        print(
+            f"| {level:.0%} | {first_flagged}/{n} ({first_flagged / n:.0%}) | {confirm_column} | {others} "
+            f"| {sorted(ratios)[len(ratios) // 2]:.4f} |"
+        )
     seconds = sorted(data["test_seconds"])  # type: ignore[arg-type]
     if seconds:
-        print(f"one test (one current run, separate process, judged): median {seconds[len(seconds) // 2]:.2f} s, "
-              f"max {seconds[-1]:.2f} s")
+        print(
+            f"one test (one current run, separate process, judged): median {seconds[len(seconds) // 2]:.2f} s, "
+            f"max {seconds[-1]:.2f} s"
+        )
 
 
 def main() -> int:

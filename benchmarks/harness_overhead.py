@@ -44,8 +44,12 @@ def test_t(n):
 
 def session_seconds(folder: Path, *args: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gpuperf-device", "cpu",
-                    *args], cwd=folder, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gpuperf-device", "cpu", *args],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
     return time.perf_counter() - start
 
 
@@ -63,11 +67,14 @@ def main() -> int:
             (folder / f"test_with_{size}.py").write_text(BODY_WITH.format(tests=size))
             (folder / f"test_without_{size}.py").write_text(BODY_WITHOUT.format(tests=size))
             session_seconds(folder, f"test_with_{size}.py", "--gpuperf-save")  # a baseline for every test
-            for kind, target, extra in (("plain", f"test_without_{size}.py", ()),
-                                        ("judged", f"test_with_{size}.py", ()),
-                                        ("saved", f"test_with_{size}.py", ("--gpuperf-save",))):
+            for kind, target, extra in (
+                ("plain", f"test_without_{size}.py", ()),
+                ("judged", f"test_with_{size}.py", ()),
+                ("saved", f"test_with_{size}.py", ("--gpuperf-save",)),
+            ):
                 medians[kind, size] = statistics.median(
-                    session_seconds(folder, target, *extra) for _ in range(args.sessions))
+                    session_seconds(folder, target, *extra) for _ in range(args.sessions)
+                )
     small, large = sizes
     workload = 23 * 0.003  # a micro-suite GEMM test: 3 warm-up + 20 timed calls of ~3 ms
     print(f"median of {args.sessions} sessions each; sessions of {small} and {large} tests")
@@ -76,8 +83,10 @@ def main() -> int:
         extra_large = medians[kind, large] - medians["plain", large]
         per_test = (extra_large - extra_small) / (large - small)
         once = extra_small - per_test * small
-        print(f"{kind:>6}: {per_test * 1e3:.1f} ms per test ({per_test / workload:.1%} of a {workload * 1e3:.0f} ms "
-              f"GEMM test), {once:.2f} s once per session")
+        print(
+            f"{kind:>6}: {per_test * 1e3:.1f} ms per test ({per_test / workload:.1%} of a {workload * 1e3:.0f} ms "
+            f"GEMM test), {once:.2f} s once per session"
+        )
     for (kind, size), seconds in sorted(medians.items()):
         print(f"  {kind} {size} tests: {seconds:.2f} s")
     return 0

@@ -75,7 +75,8 @@ def main() -> int:
         f"total {total:.2f} s.",
         "",
         "Most frequent errors (message start, by count): "
-        + "; ".join(f"{name or '?'} ({count})" for name, count in problems.most_common(6)) + ".",
+        + "; ".join(f"{name or '?'} ({count})" for name, count in problems.most_common(6))
+        + ".",
         "",
     ]
     section = "\n".join(lines)
@@ -86,8 +87,11 @@ def main() -> int:
         readme = ROOT / "benchmarks" / "README.md"
         text = readme.read_text() if readme.exists() else "# Benchmarks\n\n"
         pattern = re.compile(r"## Malformed inputs\n.*?(?=\n## |\Z)", re.S)
-        text = pattern.sub(section.rstrip("\n") + "\n", text) if pattern.search(text) else (
-            text.rstrip("\n") + "\n\n" + section)
+        text = (
+            pattern.sub(section.rstrip("\n") + "\n", text)
+            if pattern.search(text)
+            else (text.rstrip("\n") + "\n\n" + section)
+        )
         readme.write_text(text)
     return 1 if crashes else 0
 

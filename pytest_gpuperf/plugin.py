@@ -144,8 +144,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     payload = getattr(node, "workeroutput", {}).get("gpuperf")
-    if payload and (payload["results"] or payload["curves"] or payload["saved_files"]
-                    or payload.get("telemetry_note")):
+    if payload and (payload["results"] or payload["curves"] or payload["saved_files"] or payload.get("telemetry_note")):
         gpuperf_session(node.config).absorb_worker(payload)
 
 

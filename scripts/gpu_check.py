@@ -59,8 +59,11 @@ REQUIRED = {
     "filelock": ("filelock", "the baseline store locks files while it merges runs"),
 }
 OPTIONAL = {
-    "pynvml": ("nvidia-ml-py", "device telemetry (clocks, power, throttling) and the driver version; without it "
-                               "the run says 'telemetry unavailable' and the fingerprint falls back to nvidia-smi"),
+    "pynvml": (
+        "nvidia-ml-py",
+        "device telemetry (clocks, power, throttling) and the driver version; without it "
+        "the run says 'telemetry unavailable' and the fingerprint falls back to nvidia-smi",
+    ),
     "torchao": ("torchao", "fp8 training (its float8 recipe); without it the fp8 training tests skip and say so"),
     "xdist": ("pytest-xdist", "not used by the check itself"),
     "junitparser": ("junitparser", "only the gpuperf command line needs it, not the check"),
@@ -68,8 +71,11 @@ OPTIONAL = {
 
 # Figures measured on real parts, to put the summary's numbers in context (not used by any verdict).
 REFERENCE = {
-    "NVIDIA H200": {"gemm_bf16_tflops": 790.0, "copy_gbps": 4300.0,
-                    "source": "measured on one H200 SXM (issue 7 of this project)"},
+    "NVIDIA H200": {
+        "gemm_bf16_tflops": 790.0,
+        "copy_gbps": 4300.0,
+        "source": "measured on one H200 SXM (issue 7 of this project)",
+    },
 }
 
 
@@ -81,8 +87,9 @@ def with_path(env: dict[str, str], *folders: Path) -> dict[str, str]:
 
 def missing_modules(python: str, names: Sequence[str], site: Path | None = None) -> list[str]:
     """Which of ``names`` the given Python cannot import, ``site`` on its path (found without importing them)."""
-    probe = ("import importlib.util, sys\n"
-             "print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))")
+    probe = (
+        "import importlib.util, sys\nprint(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))"
+    )
     env = with_path(dict(os.environ), site) if site else None
     out = subprocess.run([python, "-c", probe, *names], capture_output=True, text=True, check=True, env=env).stdout
     return out.split()
@@ -99,8 +106,21 @@ def install_from_wheels(python: str, distributions: Sequence[str], wheel_dir: Pa
     ``site``, a folder of this run's own: the Python the stack ships is never modified."""
     if not distributions:
         return False
-    command = [python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheel_dir),
-               "--no-deps", "--no-compile", "--target", str(site), *distributions]
+    command = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-index",
+        "--find-links",
+        str(wheel_dir),
+        "--no-deps",
+        "--no-compile",
+        "--target",
+        str(site),
+        *distributions,
+    ]
     print(f"gpu-check: installing {', '.join(distributions)} from {wheel_dir} into {site}")
     return subprocess.run(command).returncode == 0
 
@@ -118,8 +138,10 @@ def preflight(python: str, wheel_dir: Path, site: Path) -> list[str]:
     for module in missing:
         if module in REQUIRED:
             distribution, why = REQUIRED[module]
-            problems.append(f"{python} cannot import {module} ({why}): install {distribution}, or put its wheel "
-                            f"in {wheel_dir}/ (scripts/gpu_check_wheels.sh fetches them) and run again")
+            problems.append(
+                f"{python} cannot import {module} ({why}): install {distribution}, or put its wheel "
+                f"in {wheel_dir}/ (scripts/gpu_check_wheels.sh fetches them) and run again"
+            )
         else:
             distribution, why = OPTIONAL[module]
             print(f"gpu-check: note: {distribution} is not installed: {why}")
@@ -129,18 +151,19 @@ def preflight(python: str, wheel_dir: Path, site: Path) -> list[str]:
 def plugin_arguments(python: str, site: Path) -> tuple[list[str], dict[str, str]]:
     """Load pytest-gpuperf from this checkout, whether or not it is pip-installed in that Python; the packages
     installed from carried wheels (``site``) come after the checkout on the path."""
-    probe = ("import importlib.metadata as m\n"
-             "print(any(e.name == 'gpuperf' for e in m.entry_points(group='pytest11')))")
+    probe = "import importlib.metadata as m\nprint(any(e.name == 'gpuperf' for e in m.entry_points(group='pytest11')))"
     installed = subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout.strip() == "True"
     return ([] if installed else ["-p", "pytest_gpuperf.plugin"]), with_path(dict(os.environ), ROOT, site)
 
 
 def gpu_visible(python: str) -> str | None:
     """None when torch sees a GPU, else why not (asked in a child process, like the plugin does)."""
-    probe = ("import torch\n"
-             "n = torch.cuda.device_count()\n"
-             "print(n, torch.cuda.get_device_name(0) if n else '', torch.__version__, torch.version.cuda, "
-             "getattr(torch.version, 'hip', None), sep='|')")
+    probe = (
+        "import torch\n"
+        "n = torch.cuda.device_count()\n"
+        "print(n, torch.cuda.get_device_name(0) if n else '', torch.__version__, torch.version.cuda, "
+        "getattr(torch.version, 'hip', None), sep='|')"
+    )
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     if done.returncode != 0:
         return f"torch failed to start: {done.stderr.strip().splitlines()[-1:]}"
@@ -151,11 +174,34 @@ def gpu_visible(python: str) -> str | None:
     return None
 
 
-def step_command(python: str, step: Step, *, out_dir: Path, device: str, save: bool,
-                 extra: Sequence[str], plugin: Sequence[str], baselines: Path | None = None) -> list[str]:
-    command = [python, "-m", "pytest", step.path, "-m", step.marker, "--gpuperf-device", device,
-               "--gpuperf-results", str(out_dir / f"{step.name}.json"), "-p", "no:cacheprovider", "-q", "-rs",
-               *plugin]
+def step_command(
+    python: str,
+    step: Step,
+    *,
+    out_dir: Path,
+    device: str,
+    save: bool,
+    extra: Sequence[str],
+    plugin: Sequence[str],
+    baselines: Path | None = None,
+) -> list[str]:
+    command = [
+        python,
+        "-m",
+        "pytest",
+        step.path,
+        "-m",
+        step.marker,
+        "--gpuperf-device",
+        device,
+        "--gpuperf-results",
+        str(out_dir / f"{step.name}.json"),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rs",
+        *plugin,
+    ]
     if save:
         command.append("--gpuperf-save")
     if baselines is not None:
@@ -191,8 +237,9 @@ def run_steps(args: argparse.Namespace) -> int:
         if args.device == "cuda":
             why = gpu_visible(python)
             if why is not None:
-                print(f"gpu-check: {why}; this check needs a GPU (for the CPU tier run: pytest -m perf)",
-                      file=sys.stderr)
+                print(
+                    f"gpu-check: {why}; this check needs a GPU (for the CPU tier run: pytest -m perf)", file=sys.stderr
+                )
                 return 2
         plugin, env = plugin_arguments(python, Path(site))
         return run_all(args, python=python, plugin=plugin, env=env)
@@ -212,19 +259,32 @@ def run_all(args: argparse.Namespace, *, python: str, plugin: Sequence[str], env
             print(f"gpu-check: {step.name}: skipped, {step.path} is not in this checkout")
             continue
         (out_dir / f"{step.name}.json").unlink(missing_ok=True)  # a stale document must not pass for this run's
-        command = step_command(python, step, out_dir=out_dir, device=args.device, save=not args.no_save,
-                               extra=args.pytest_args, plugin=plugin, baselines=baselines)
+        command = step_command(
+            python,
+            step,
+            out_dir=out_dir,
+            device=args.device,
+            save=not args.no_save,
+            extra=args.pytest_args,
+            plugin=plugin,
+            baselines=baselines,
+        )
         print(f"gpu-check: {step.name}: {shlex.join(command)}", flush=True)
         step_start = time.monotonic()
         code = run_step(command, env=env, timeout_s=step.timeout_s)
         took = time.monotonic() - step_start
         if code is None:
-            print(f"gpu-check: {step.name}: interrupted after {step.timeout_s} s (its bound in STEPS); what it "
-                  "finished is kept, the other steps still run", file=sys.stderr)
+            print(
+                f"gpu-check: {step.name}: interrupted after {step.timeout_s} s (its bound in STEPS); what it "
+                "finished is kept, the other steps still run",
+                file=sys.stderr,
+            )
             status = 1
         elif code == NO_TESTS_COLLECTED:
-            print(f"gpu-check: {step.name}: no test of {step.path} matches -m {step.marker!r}; mark its GPU-tier "
-                  "workload with @pytest.mark.gpu_tier")
+            print(
+                f"gpu-check: {step.name}: no test of {step.path} matches -m {step.marker!r}; mark its GPU-tier "
+                "workload with @pytest.mark.gpu_tier"
+            )
             continue
         else:
             print(f"gpu-check: {step.name}: exit {code} in {took:.0f} s")
@@ -267,6 +327,7 @@ def write_archive(archive: Path, documents: Sequence[Path], baselines: Path) -> 
 
 # -- the summary (pure: results documents in, lines out) --
 
+
 def _median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
@@ -279,7 +340,7 @@ def _figure(result: dict[str, Any]) -> str:
     peak = result.get("context", {}).get("peak") or {}
     if peak.get("kind"):
         text += f" = {peak['percent']:.1f}% of {peak['kind']} peak {peak['value']:,.4g} {peak['unit']}"
-    clocks = (result.get("context", {}).get("clock_check") or {})
+    clocks = result.get("context", {}).get("clock_check") or {}
     if clocks.get("comparable") is False:
         text += f" [device conditions: {clocks['detail']}]"
     return f"{text} ({result['verdict']})"
@@ -298,8 +359,12 @@ def summary(paths: Sequence[Path]) -> list[str]:
     lines = [
         "gpu-check summary",
         f"  hardware: {fingerprint.get('hardware_slug', 'unknown')}",
-        "  stack: " + ", ".join(f"{name} {stack[name]}" for name in ("driver", "cuda_runtime", "hip_runtime",
-                                                                      "cudnn", "nccl", "torch") if name in stack),
+        "  stack: "
+        + ", ".join(
+            f"{name} {stack[name]}"
+            for name in ("driver", "cuda_runtime", "hip_runtime", "cudnn", "nccl", "torch")
+            if name in stack
+        ),
         f"  date: {first.get('created', 'unknown')}",
     ]
     notes = {d["telemetry_note"] for d in documents if d.get("telemetry_note")}
@@ -335,7 +400,8 @@ def summary(paths: Sequence[Path]) -> list[str]:
         lines += [f"    {r['test'].split('[', 1)[1].rstrip(']')}: {_figure(r)}" for r in sdpa]
     mfu = [r for r in results if "mfu" in r["metric"].lower()]
     lines += [f"  training MFU ({r['test']} {r['metric']}): {_figure(r)}" for r in mfu] or [
-        "  training MFU: no training result with an 'mfu' metric was recorded"]
+        "  training MFU: no training result with an 'mfu' metric was recorded"
+    ]
     counts: dict[str, int] = {}
     for result in results:
         counts[result["verdict"]] = counts.get(result["verdict"], 0) + 1
@@ -345,25 +411,45 @@ def summary(paths: Sequence[Path]) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpu_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--python", default=sys.executable,
-                        help="the Python whose torch and pytest run the suites (default: this one)")
-    parser.add_argument("--out", default=str(ROOT / "results" / "gpu-check"),
-                        help="folder for the results documents (default: results/gpu-check)")
-    parser.add_argument("--no-save", action="store_true",
-                        help="judge against stored baselines instead of recording new ones")
-    parser.add_argument("--baselines", metavar="DIR",
-                        help="baselines folder (default: baselines/ of this checkout; runs land in "
-                             "DIR/<hardware-key>/)")
-    parser.add_argument("--only", action="append", choices=[step.name for step in STEPS],
-                        help="run only this step (repeatable)")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="cpu runs the same steps on the CPU tier, to try the check without a GPU")
-    parser.add_argument("--archive", metavar="FILE",
-                        help="also write FILE (.tar.gz) with the results documents and the baselines of the "
-                             "hardware they ran on: one file to bring back from a borrowed machine")
-    parser.add_argument("--summary", nargs="+", metavar="RESULTS_JSON",
-                        help="only print the summary of results documents written earlier")
+        prog="gpu_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--python", default=sys.executable, help="the Python whose torch and pytest run the suites (default: this one)"
+    )
+    parser.add_argument(
+        "--out",
+        default=str(ROOT / "results" / "gpu-check"),
+        help="folder for the results documents (default: results/gpu-check)",
+    )
+    parser.add_argument(
+        "--no-save", action="store_true", help="judge against stored baselines instead of recording new ones"
+    )
+    parser.add_argument(
+        "--baselines",
+        metavar="DIR",
+        help="baselines folder (default: baselines/ of this checkout; runs land in DIR/<hardware-key>/)",
+    )
+    parser.add_argument(
+        "--only", action="append", choices=[step.name for step in STEPS], help="run only this step (repeatable)"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu runs the same steps on the CPU tier, to try the check without a GPU",
+    )
+    parser.add_argument(
+        "--archive",
+        metavar="FILE",
+        help="also write FILE (.tar.gz) with the results documents and the baselines of the "
+        "hardware they ran on: one file to bring back from a borrowed machine",
+    )
+    parser.add_argument(
+        "--summary",
+        nargs="+",
+        metavar="RESULTS_JSON",
+        help="only print the summary of results documents written earlier",
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments for every step")
     return parser
 
@@ -378,8 +464,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             lines = summary([Path(path) for path in args.summary])
         except (json.JSONDecodeError, KeyError, TypeError) as error:
-            print(f"gpu-check: {args.summary} is not a gpuperf results document ({error!r}); "
-                  "write one with pytest --gpuperf-results FILE", file=sys.stderr)
+            print(
+                f"gpu-check: {args.summary} is not a gpuperf results document ({error!r}); "
+                "write one with pytest --gpuperf-results FILE",
+                file=sys.stderr,
+            )
             return 2
         print("\n".join(lines))
         return 0

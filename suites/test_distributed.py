@@ -49,7 +49,7 @@ CASES = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _single_rank(job: TrainJob, threads: int, device: str) -> CombinedRun:
     # One reference per (job, threads) for the session: every strategy of a job compares with the same run.
     return train_single(job, threads=threads, device=device)
@@ -61,8 +61,10 @@ def _run_strategy(strategy_name: str, device_mesh, perf, job: TrainJob) -> None:
     if missing:
         pytest.skip(missing)
     if strategy.compiles and perf.device == "cpu" and os.environ.get("GPUPERF_ALLOW_COMPILE") != "1":
-        pytest.skip(f"{strategy.name} compiles DeepSpeed's cpu_adam extension (~40 s on 2 cores); runs in the "
-                    "GPU tier, or on CPU with GPUPERF_ALLOW_COMPILE=1")
+        pytest.skip(
+            f"{strategy.name} compiles DeepSpeed's cpu_adam extension (~40 s on 2 cores); runs in the "
+            "GPU tier, or on CPU with GPUPERF_ALLOW_COMPILE=1"
+        )
     try:
         reports = device_mesh.launch(train_rank, job, names=strategy.dims, timeout=600)
     except MeshError as error:
@@ -70,16 +72,35 @@ def _run_strategy(strategy_name: str, device_mesh, perf, job: TrainJob) -> None:
     run = combine(reports)
     single = _single_rank(job, run.threads, perf.device)
     warmup = job.warmup_steps
-    context = {"strategy": strategy.name, "mesh": device_mesh.spec.label, "world_size": run.world_size,
-               "global_tokens_per_step": run.global_tokens_per_step, "threads_per_rank": run.threads,
-               "single_rank_tokens_per_s": statistics.median(tokens_per_s_per_device(single, warmup_steps=warmup))}
+    context = {
+        "strategy": strategy.name,
+        "mesh": device_mesh.spec.label,
+        "world_size": run.world_size,
+        "global_tokens_per_step": run.global_tokens_per_step,
+        "threads_per_rank": run.threads,
+        "single_rank_tokens_per_s": statistics.median(tokens_per_s_per_device(single, warmup_steps=warmup)),
+    }
     perf.record_curve("loss", range(job.steps), run.losses)
-    perf.record("tokens_per_s_per_device", tokens_per_s_per_device(run, warmup_steps=warmup), unit="tok/s",
-                higher_is_better=True, context=context)
-    perf.record("scaling_efficiency", scaling_efficiency(run, single, warmup_steps=warmup), unit="ratio",
-                higher_is_better=True, context=context)
-    mismatch = loss_mismatch(run.losses, single.losses, tolerance=LOSS_TOLERANCE[perf.device],
-                             what=f"{strategy.name} on mesh {device_mesh.spec.label}")
+    perf.record(
+        "tokens_per_s_per_device",
+        tokens_per_s_per_device(run, warmup_steps=warmup),
+        unit="tok/s",
+        higher_is_better=True,
+        context=context,
+    )
+    perf.record(
+        "scaling_efficiency",
+        scaling_efficiency(run, single, warmup_steps=warmup),
+        unit="ratio",
+        higher_is_better=True,
+        context=context,
+    )
+    mismatch = loss_mismatch(
+        run.losses,
+        single.losses,
+        tolerance=LOSS_TOLERANCE[perf.device],
+        what=f"{strategy.name} on mesh {device_mesh.spec.label}",
+    )
     assert mismatch is None, mismatch
 
 
@@ -108,8 +129,9 @@ def test_collective_bandwidth(op, device_mesh, perf):
     if world < 2:
         pytest.skip(f"mesh {device_mesh.spec.label} has one rank: a collective moves no data")
     max_bytes = None if perf.device == "cuda" else CPU_MAX_MESSAGE
-    table = device_mesh.launch(time_collective, op, max_bytes, perf.settings.repeats, perf.settings.warmup,
-                               timeout=600)[0]
+    table = device_mesh.launch(
+        time_collective, op, max_bytes, perf.settings.repeats, perf.settings.warmup, timeout=600
+    )[0]
     factor = bus_factor(op, world)
     for size, seconds in table.items():
         perf.record(
@@ -117,7 +139,12 @@ def test_collective_bandwidth(op, device_mesh, perf):
             [algbw_gbps(size, s) * factor for s in seconds],
             unit="GB/s",
             higher_is_better=True,
-            context={"op": op, "bytes": size, "world_size": world, "bus_factor": factor,
-                     "algbw_GBps": statistics.median(algbw_gbps(size, s) for s in seconds),
-                     "seconds_median": statistics.median(seconds)},
+            context={
+                "op": op,
+                "bytes": size,
+                "world_size": world,
+                "bus_factor": factor,
+                "algbw_GBps": statistics.median(algbw_gbps(size, s) for s in seconds),
+                "seconds_median": statistics.median(seconds),
+            },
         )

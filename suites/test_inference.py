@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from pytest_gpuperf.inference.metrics import SLO
 from pytest_gpuperf.inference.openai import OpenAIEngine
 from pytest_gpuperf.inference.requests import InferenceEngine, Request
-from pytest_gpuperf.inference.metrics import SLO
 from pytest_gpuperf.inference.sweep import record_sweep, run_sweep
 
 pytestmark = [pytest.mark.perf, pytest.mark.inference]
@@ -49,11 +49,25 @@ class Tier:
 
 TIERS = {
     # ~0.5-3 ms per decode step on one thread of this project's CPU; SLOs ~10x the unloaded figures.
-    "cpu": Tier(device="cpu", model="tiny-llama", precision="fp32", concurrencies=(1, 2, 4, 8), per_client=3,
-                minimum=6, slo=SLO(ttft_s=0.25, tpot_s=0.02)),
+    "cpu": Tier(
+        device="cpu",
+        model="tiny-llama",
+        precision="fp32",
+        concurrencies=(1, 2, 4, 8),
+        per_client=3,
+        minimum=6,
+        slo=SLO(ttft_s=0.25, tpot_s=0.02),
+    ),
     # InferenceX-style interactive SLOs; one wave of requests per run keeps the 1k/8k pair within budget.
-    "cuda": Tier(device="cuda", model="llama3-8b@2", precision="bf16", concurrencies=(1, 8, 64), per_client=1,
-                 minimum=1, slo=SLO(ttft_s=2.0, tpot_s=0.05)),
+    "cuda": Tier(
+        device="cuda",
+        model="llama3-8b@2",
+        precision="bf16",
+        concurrencies=(1, 8, 64),
+        per_client=1,
+        minimum=1,
+        slo=SLO(ttft_s=2.0, tpot_s=0.05),
+    ),
 }
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -137,23 +151,33 @@ def peak_memory_window(device: str) -> Callable[[], Callable[[], float] | None] 
 
 
 @pytest.mark.parametrize(("tier_name", "isl", "osl"), SWEEPS)
-def test_serving_sweep(perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str, isl: int,
-                       osl: int) -> None:
+def test_serving_sweep(
+    perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str, isl: int, osl: int
+) -> None:
     tier = tier_for(perf, tier_name)
     engine = build_engine(tier, gpuperf_inference, max_len=isl + osl, device=perf.device)
     from pytest_gpuperf.models.registry import get_spec
 
     concurrencies = sweep_concurrencies(tier, isl, osl)
     sweep = run_sweep(
-        engine, isl=isl, osl=osl, concurrencies=concurrencies, runs=gpuperf_inference.runs,
-        vocab_size=get_spec(tier.model).vocab_size, slo=tier.slo, watch=perf.watch,
-        peak_memory=peak_memory_window(perf.device), per_client=tier.per_client, minimum=tier.minimum,
+        engine,
+        isl=isl,
+        osl=osl,
+        concurrencies=concurrencies,
+        runs=gpuperf_inference.runs,
+        vocab_size=get_spec(tier.model).vocab_size,
+        slo=tier.slo,
+        watch=perf.watch,
+        peak_memory=peak_memory_window(perf.device),
+        per_client=tier.per_client,
+        minimum=tier.minimum,
     )
     record_sweep(perf, sweep, slo=tier.slo)  # warns about anything it had to leave out
 
 
-@pytest.mark.parametrize("tier_name", [pytest.param("cpu", id="cpu"),
-                                       pytest.param("cuda", id="gpu", marks=pytest.mark.gpu_tier)])
+@pytest.mark.parametrize(
+    "tier_name", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="gpu", marks=pytest.mark.gpu_tier)]
+)
 def test_output_parity(perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str) -> None:
     from pytest_gpuperf.inference import parity
     from pytest_gpuperf.inference.engine import LocalEngine, make_prompts
@@ -161,16 +185,20 @@ def test_output_parity(perf: Any, gpuperf_inference: Any, cpu_threads: None, tie
 
     tier = tier_for(perf, tier_name)
     if gpuperf_inference.endpoint:
-        pytest.skip("parity needs the model's logits: the in-process engine only (an external server's goldens "
-                    "would be keyed by its own weights)")
+        pytest.skip(
+            "parity needs the model's logits: the in-process engine only (an external server's goldens "
+            "would be keyed by its own weights)"
+        )
     max_len = PARITY_PROMPT_LEN + PARITY_NEW_TOKENS
     model = build_model(tier, max_len=max_len, device=perf.device)
-    prompts = make_prompts(count=PARITY_PROMPTS, length=PARITY_PROMPT_LEN,
-                           vocab_size=get_spec(tier.model).vocab_size, seed=1234)
+    prompts = make_prompts(
+        count=PARITY_PROMPTS, length=PARITY_PROMPT_LEN, vocab_size=get_spec(tier.model).vocab_size, seed=1234
+    )
     engine = LocalEngine(model, max_len=max_len)
     # Concurrency 2 over 4 prompts: the second pair joins slots freed by the first, through the batched path.
-    completions = engine.generate([Request(id=i, prompt=p, max_new_tokens=PARITY_NEW_TOKENS)
-                                   for i, p in enumerate(prompts)], concurrency=2)
+    completions = engine.generate(
+        [Request(id=i, prompt=p, max_new_tokens=PARITY_NEW_TOKENS) for i, p in enumerate(prompts)], concurrency=2
+    )
     greedy = [c.tokens for c in completions]
     assert all(c.error is None and len(c.tokens) == PARITY_NEW_TOKENS for c in completions), completions
     key = parity.golden_key(device=perf.device, precision=tier.precision, model=tier.model, seed=0)
@@ -183,5 +211,8 @@ def test_output_parity(perf: Any, gpuperf_inference: Any, cpu_threads: None, tie
         golden = parity.load_golden(path)
         assert golden is not None
     report = parity.compare_to_golden(model, golden, greedy, precision=tier.precision)
-    assert report.ok, (f"output parity against {path}:\n  " + "\n  ".join(report.problems)
-                       + "\nif the change is intended, delete the golden and record it again with --gpuperf-save")
+    assert report.ok, (
+        f"output parity against {path}:\n  "
+        + "\n  ".join(report.problems)
+        + "\nif the change is intended, delete the golden and record it again with --gpuperf-save"
+    )

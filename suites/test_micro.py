@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.machine import peaks
 from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.machine import peaks
 
 pytestmark = [pytest.mark.perf, pytest.mark.micro, pytest.mark.gpu_tier]
 
@@ -89,7 +89,11 @@ def attach_peak(perf: Any, metric: str, *, dtype: str | None) -> None:
         return
     value, unit = (peak.value * 1000, "GB/s") if dtype is None else (peak.value, "TFLOP/s")
     record.context["peak"] = {
-        "kind": "datasheet", "device": entry.name, "value": value, "unit": unit, "source": peak.source,
+        "kind": "datasheet",
+        "device": entry.name,
+        "value": value,
+        "unit": unit,
+        "source": peak.source,
         "percent": round(100 * median / value, 2),
     }
 
@@ -101,8 +105,10 @@ def _skip_or_shape(perf: Any, precision: str, shape: str) -> tuple[int, int, int
     if device == "cpu" and shape not in CPU_SHAPES:
         pytest.skip(f"{shape} ({LLAMA3_8B[shape][0]}x{LLAMA3_8B[shape][1]} weight) is GPU tier only")
     if device == "cpu" and precision in CPU_SLOW_PRECISIONS and shape != "square":
-        pytest.skip(f"{precision} GEMM on cpu runs a reference kernel ({CPU_SLOWDOWN[precision]} than fp32 on "
-                    "a 2-core CPU without avx512_fp16/AMX): the CPU tier measures it on the square shape only")
+        pytest.skip(
+            f"{precision} GEMM on cpu runs a reference kernel ({CPU_SLOWDOWN[precision]} than fp32 on "
+            "a 2-core CPU without avx512_fp16/AMX): the CPU tier measures it on the square shape only"
+        )
     if shape == "square":
         return SQUARE[device], SQUARE[device], SQUARE[device]
     k, n = LLAMA3_8B[shape]
@@ -113,8 +119,10 @@ def check_fp8_shape(m: int, k: int, n: int) -> None:
     """Raise ValueError unless K and N are multiples of 16, as ``torch._scaled_mm`` requires on CUDA."""
     for name, dim in (("K", k), ("N", n)):
         if dim % 16:
-            raise ValueError(f"fp8 GEMM {m}x{k}x{n}: {name}={dim} is not a multiple of 16, which torch._scaled_mm "
-                             "requires on CUDA; pick a shape whose K and N are")
+            raise ValueError(
+                f"fp8 GEMM {m}x{k}x{n}: {name}={dim} is not a multiple of 16, which torch._scaled_mm "
+                "requires on CUDA; pick a shape whose K and N are"
+            )
 
 
 def fp8_operands(m: int, k: int, n: int, device: str, generator: Any) -> tuple[Any, Any, Any]:
@@ -233,13 +241,16 @@ def test_sdpa(perf: Any, device_timer: Any, cpu_threads: None, backend: str) -> 
     member, _ = SDPA_BACKENDS[backend]
     if device == "cpu" and backend not in SDPA_CPU_BACKENDS:
         pytest.skip(f"PyTorch has no CPU kernel for the {backend} SDPA backend (cpu has flash and math)")
-    if backend == "cudnn" and not (torch.backends.cudnn.is_available() and (torch.backends.cudnn.version() or 0)
-                                   >= 90000):
+    if backend == "cudnn" and not (
+        torch.backends.cudnn.is_available() and (torch.backends.cudnn.version() or 0) >= 90000
+    ):
         pytest.skip(f"cuDNN attention needs cuDNN >= 9; this torch has {torch.backends.cudnn.version()}")
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator(device=device).manual_seed(0)
-    q, k, v = (torch.randn(batch, heads, seq, dim, device=device, dtype=dtype, generator=generator,
-                           requires_grad=True) for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, seq, dim, device=device, dtype=dtype, generator=generator, requires_grad=True)
+        for _ in range(3)
+    )
     grad = torch.randn(batch, heads, seq, dim, device=device, dtype=dtype, generator=generator)
 
     def forward() -> Any:

@@ -73,8 +73,7 @@ def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook:
 
 
 @pytest.mark.training_models("lora")
-def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any,
-                       cpu_threads: None) -> None:
+def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None) -> None:
     from pytest_gpuperf.training.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
     from pytest_gpuperf.training.workload import pretrain_state
@@ -95,10 +94,11 @@ def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_
     judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
 
 
-def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any,
-                          cpu_threads: None) -> None:
-    from pytest_gpuperf.training.corpus import SecondOrderMarkovChain
+def test_precision_ladder(
+    perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None
+) -> None:
     from pytest_gpuperf.models.registry import get_spec
+    from pytest_gpuperf.training.corpus import SecondOrderMarkovChain
     from pytest_gpuperf.training.record import final_loss, judge_convergence, metric_name
     from pytest_gpuperf.training.tiers import REQUIRED_TO_CONVERGE
 
@@ -112,9 +112,11 @@ def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf
     steps = _record_all(perf, runs, spec=spec, precision=precision, budget=budget, tier=training_tier,
                         target=target)  # fmt: skip
     reached = [s is not None for s in steps]
-    summary = (f"{precision} ({runs[0].execution}): reached the target {target.loss:.4f} in {sum(reached)} of "
-               f"{len(runs)} seeds within {budget.steps} steps; final smoothed loss "
-               f"{', '.join(f'{final_loss(r, budget.window):.4f}' for r in runs)} (floor {target.floor:.4f})")
+    summary = (
+        f"{precision} ({runs[0].execution}): reached the target {target.loss:.4f} in {sum(reached)} of "
+        f"{len(runs)} seeds within {budget.steps} steps; final smoothed loss "
+        f"{', '.join(f'{final_loss(r, budget.window):.4f}' for r in runs)} (floor {target.floor:.4f})"
+    )
     perf.metric(metric_name("tokens_per_s", training_tier.name, perf.device)).context["ladder"] = summary
     if not all(reached) and precision not in REQUIRED_TO_CONVERGE:
         pytest.xfail(f"not production-ready here: {summary}")
@@ -122,8 +124,9 @@ def test_precision_ladder(perf: Any, precision: str, training_tier: Any, gpuperf
 
 
 @pytest.mark.gpu_tier
-def test_throughput(perf: Any, model: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any,
-                    cpu_threads: None) -> None:
+def test_throughput(
+    perf: Any, model: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None
+) -> None:
     from pytest_gpuperf.training.corpus import MarkovChain
     from pytest_gpuperf.training.record import record_memory, record_throughput
     from pytest_gpuperf.training.workload import run_seed

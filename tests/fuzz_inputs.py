@@ -28,16 +28,34 @@ RESULTS: dict[str, Any] = {
     "fingerprint": FINGERPRINT,
     "settings": {"device": "cuda", "threshold": 0.01, "noise_limit": 0.05, "run_noise": 0.003},
     "results": [
-        {"test": "suites/test_llm.py::test_decode[bf16]", "metric": "tokens_per_s", "unit": "tok/s",
-         "higher_is_better": True, "samples": [1000.0, 1002.5, 998.0, 1001.0, 999.5], "rounds": 1,
-         "summary": {"median": 1000.0}, "context": {"telemetry": {"sm_clock_mhz_median": 1980.0}},
-         "baseline": None, "comparison": {"verdict": "NO_BASELINE"}, "verdict": "NO_BASELINE",
-         "stack_changes": []},
-        {"test": "suites/test_llm.py::test_prefill", "metric": "latency", "unit": "s", "higher_is_better": False,
-         "samples": [0.01, 0.0102, 0.0099], "rounds": 1, "context": {}, "verdict": "PASS"},
+        {
+            "test": "suites/test_llm.py::test_decode[bf16]",
+            "metric": "tokens_per_s",
+            "unit": "tok/s",
+            "higher_is_better": True,
+            "samples": [1000.0, 1002.5, 998.0, 1001.0, 999.5],
+            "rounds": 1,
+            "summary": {"median": 1000.0},
+            "context": {"telemetry": {"sm_clock_mhz_median": 1980.0}},
+            "baseline": None,
+            "comparison": {"verdict": "NO_BASELINE"},
+            "verdict": "NO_BASELINE",
+            "stack_changes": [],
+        },
+        {
+            "test": "suites/test_llm.py::test_prefill",
+            "metric": "latency",
+            "unit": "s",
+            "higher_is_better": False,
+            "samples": [0.01, 0.0102, 0.0099],
+            "rounds": 1,
+            "context": {},
+            "verdict": "PASS",
+        },
     ],
-    "curves": [{"test": "suites/test_train.py::test_loss", "name": "loss", "steps": [0, 1, 2],
-                "values": [2.0, 1.5, 1.2]}],
+    "curves": [
+        {"test": "suites/test_train.py::test_loss", "name": "loss", "steps": [0, 1, 2], "values": [2.0, 1.5, 1.2]}
+    ],
 }
 
 JUNIT = (
@@ -51,17 +69,36 @@ JUNIT = (
     '<property name="gpuperf.tokens_per_s.unit" value="tok/s" />'
     '<property name="gpuperf.tokens_per_s.higher_is_better" value="True" />'
     '<property name="gpuperf.tokens_per_s.samples" value="1000,1002.5,998,1001,999.5" />'
-    '</properties></testcase>'
+    "</properties></testcase>"
     '<testcase classname="suites.test_llm" name="test_prefill" time="0.5"><properties>'
     '<property name="gpuperf.latency.unit" value="s" />'
     '<property name="gpuperf.latency.higher_is_better" value="False" />'
     '<property name="gpuperf.latency.samples" value="0.01,0.0102,0.0099" />'
-    '</properties></testcase></testsuite></testsuites>'
+    "</properties></testcase></testsuite></testsuites>"
 )
 
-XML_PIECES = ["<", ">", "/>", "</testcase>", "<testsuite>", "<property name=\"gpuperf.x.samples\" value=\"1,a\"/>",
-              "&amp;", "&bogus;", "\x00", "<!DOCTYPE x [<!ENTITY a \"aaaa\">]>", "]]>", "<![CDATA[", "\"", "'",
-              "<properties>", "value=\"nan\"", "value=\"1e999\"", "gpuperf.", "\u00e9", "\ud7ff"]
+XML_PIECES = [
+    "<",
+    ">",
+    "/>",
+    "</testcase>",
+    "<testsuite>",
+    '<property name="gpuperf.x.samples" value="1,a"/>',
+    "&amp;",
+    "&bogus;",
+    "\x00",
+    '<!DOCTYPE x [<!ENTITY a "aaaa">]>',
+    "]]>",
+    "<![CDATA[",
+    '"',
+    "'",
+    "<properties>",
+    'value="nan"',
+    'value="1e999"',
+    "gpuperf.",
+    "\u00e9",
+    "\ud7ff",
+]
 
 
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
@@ -109,7 +146,7 @@ def malformed(rng: random.Random, replacement: Any = None) -> tuple[str, bytes]:
             text = JUNIT
             for _ in range(rng.randint(1, 4)):
                 at = rng.randrange(len(text))
-                text = text[:at] + rng.choice(XML_PIECES) + text[at + rng.randint(0, 12):]
+                text = text[:at] + rng.choice(XML_PIECES) + text[at + rng.randint(0, 12) :]
             return kind, text.encode("utf-8", "surrogatepass")
     if how == "truncate":
         return kind, bytes(data[: rng.randrange(len(data))])

@@ -85,9 +85,24 @@ def run_plugin(folder: Path, *args: str, env: dict[str, str] | None = None) -> N
     cwd = Path.cwd()
     os.chdir(folder)
     try:
-        code = pytest.main(["-qq", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", str(folder),
-                            "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60", "--gpuperf-run-noise", "0.3",
-                            *args, "test_cli_workload.py"])
+        code = pytest.main(
+            [
+                "-qq",
+                "-p",
+                "no:cacheprovider",
+                "--import-mode=importlib",
+                "--rootdir",
+                str(folder),
+                "--gpuperf-device",
+                "cpu",
+                "--gpuperf-noise-limit",
+                "60",
+                "--gpuperf-run-noise",
+                "0.3",
+                *args,
+                "test_cli_workload.py",
+            ]
+        )
     finally:
         os.chdir(cwd)
         os.environ.clear()
@@ -110,8 +125,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_plugin(folder, "--gpuperf-results", "base/run.json", "--junitxml", "base-xml/run.xml")
     run_plugin(folder, "--gpuperf-results", "new/run.json", "--junitxml", "new-xml/run.xml", env=slow)
     # A partner 5% slower whose GPU also ran 5% slower clocks: its cooling, not its software.
-    run_plugin(folder, "-k", STEADY, "--gpuperf-results", "partner-off.json",
-               env={"GPUPERF_TEST_SCALE": "0.95", "GPUPERF_TEST_CLOCK": "1881"})
+    run_plugin(
+        folder,
+        "-k",
+        STEADY,
+        "--gpuperf-results",
+        "partner-off.json",
+        env={"GPUPERF_TEST_SCALE": "0.95", "GPUPERF_TEST_CLOCK": "1881"},
+    )
     for number in range(1, 7):  # the step: runs 5 and 6 are 30% slower on a new driver
         env = {"GPUPERF_TEST_SLOWDOWN": "1.3", "GPUPERF_TEST_DRIVER": "590.2"} if number >= 5 else {}
         run_plugin(folder, "-k", STEADY, "--gpuperf-results", f"history/run{number:02d}.json", env=env)
@@ -143,23 +164,35 @@ def test_compare_flags_exactly_the_slowed_tests(runs: Path, capsys: pytest.Captu
     # the same runs read from their JUnit files, stack from the testsuite property
     # JUnit files do not carry the run's settings: give the noise limit and run-noise prior the runs were made
     # with (60%, 0.3%: the workloads sleep or return fixed figures), as the JSON comparison reads them from BASE.
-    code, out, _ = gpuperf(capsys, "compare", str(runs / "base-xml"), str(runs / "new-xml"), "--noise-limit", "60",
-                           "--run-noise", "0.3")
+    code, out, _ = gpuperf(
+        capsys, "compare", str(runs / "base-xml"), str(runs / "new-xml"), "--noise-limit", "60", "--run-noise", "0.3"
+    )
     assert code == 1
     assert "driver 580.1 -> 590.2" in out
     assert "7 PASS, 2 REGRESSED" in out
     # unchanged against itself: exit 0, and the Markdown form
-    code, out, _ = gpuperf(capsys, "compare", str(runs / "base" / "run.json"), str(runs / "base-xml" / "run.xml"),
-                           "--format", "md")
+    code, out, _ = gpuperf(
+        capsys, "compare", str(runs / "base" / "run.json"), str(runs / "base-xml" / "run.xml"), "--format", "md"
+    )
     assert code == 0
     assert "| test | metric |" in out and "REGRESSED" not in out
 
 
 def test_variance_passes_identical_and_fails_five_percent_off(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     history = runs / "history"
-    code, out, _ = gpuperf(capsys, "variance", "--reference", str(history / "run01.json"),
-                           str(history / "run02.json"), str(history / "run03.json"), str(runs / "partner-off.json"),
-                           "--tolerance", "1%", "--format", "json")
+    code, out, _ = gpuperf(
+        capsys,
+        "variance",
+        "--reference",
+        str(history / "run01.json"),
+        str(history / "run02.json"),
+        str(history / "run03.json"),
+        str(runs / "partner-off.json"),
+        "--tolerance",
+        "1%",
+        "--format",
+        "json",
+    )
     document = json.loads(out)
     assert code == 1
     assert document["summary"] == "2 of 3 submissions within 1% on all workloads"
@@ -176,8 +209,9 @@ def test_variance_passes_identical_and_fails_five_percent_off(runs: Path, capsys
     assert code == 0 and "1 of 1 submissions within 1% on all workloads" in out
 
 
-def test_history_finds_the_step_and_attributes_it(runs: Path, capsys: pytest.CaptureFixture[str],
-                                                  tmp_path: Path) -> None:
+def test_history_finds_the_step_and_attributes_it(
+    runs: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     code, out, _ = gpuperf(capsys, "history", str(runs / "history"), "--format", "json")
     assert code == 0
     document = json.loads(out)
@@ -187,8 +221,9 @@ def test_history_finds_the_step_and_attributes_it(runs: Path, capsys: pytest.Cap
     assert change["magnitude"] == pytest.approx(0.3, rel=1e-3)
     assert change["stack_changes"] == ["driver 580.1 -> 590.2"]
     # with only one run after the step it is not reported yet
-    code, out, _ = gpuperf(capsys, "history", *(str(runs / "history" / f"run{n:02d}.json") for n in range(1, 6)),
-                           "--format", "json")
+    code, out, _ = gpuperf(
+        capsys, "history", *(str(runs / "history" / f"run{n:02d}.json") for n in range(1, 6)), "--format", "json"
+    )
     assert json.loads(out)["rows"] == []
     # an accepted change restarts the series at that run
     accepted = tmp_path / "accepted.json"
@@ -197,12 +232,12 @@ def test_history_finds_the_step_and_attributes_it(runs: Path, capsys: pytest.Cap
     assert code == 0 and "0 change point(s)" in out and "restarts at accepted run run05.json" in out
 
 
-def test_report_is_self_contained_and_renders(runs: Path, capsys: pytest.CaptureFixture[str],
-                                              tmp_path: Path) -> None:
+def test_report_is_self_contained_and_renders(runs: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
     report = tmp_path / "report.html"
-    code, _, _ = gpuperf(capsys, "report", str(runs / "base"), str(runs / "new"), str(runs / "history"),
-                         "-o", str(report))
+    code, _, _ = gpuperf(
+        capsys, "report", str(runs / "base"), str(runs / "new"), str(runs / "history"), "-o", str(report)
+    )
     assert code == 0
     text = report.read_text()
     for heading in ("Summary", "Throughput per stack version", "Loss curves", "Inference Pareto fronts"):
@@ -219,12 +254,24 @@ def test_report_is_self_contained_and_renders(runs: Path, capsys: pytest.Capture
     probe = tmp_path / "probe.html"
     probe.write_text(text.replace("</body>", RENDER_PROBE + "</body>"))
     done = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert f'<div id="render-check">decoded {len(images)} of {len(images)} at least 100px</div>' in done.stdout, (
-        done.stdout[-500:] + done.stderr[-2000:])
+        done.stdout[-500:] + done.stderr[-2000:]
+    )
 
 
 RENDER_PROBE = """<script>window.addEventListener("load", function () {
@@ -237,8 +284,7 @@ RENDER_PROBE = """<script>window.addEventListener("load", function () {
 });</script>"""
 
 
-def test_sign_and_verify_catch_an_edited_number(runs: Path, capsys: pytest.CaptureFixture[str],
-                                                tmp_path: Path) -> None:
+def test_sign_and_verify_catch_an_edited_number(runs: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
     bundle = tmp_path / "bundle"
     shutil.copytree(runs / "history", bundle)
@@ -268,17 +314,32 @@ def test_baselines_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
     def save(root: Path, samples: list[float], driver: str, extra: bool) -> None:
         store = BaselineStore(root, "cpu-test-2c-8gib", {"device": "cpu"})
-        metrics = [NewMetric(test="suites/test_a.py::test_x", name="t", unit="s", higher_is_better=False,
-                             run=MetricRun(samples=samples, stack={"driver": driver}, date="d", summary={}))]
+        metrics = [
+            NewMetric(
+                test="suites/test_a.py::test_x",
+                name="t",
+                unit="s",
+                higher_is_better=False,
+                run=MetricRun(samples=samples, stack={"driver": driver}, date="d", summary={}),
+            )
+        ]
         if extra:
-            metrics.append(NewMetric(test="suites/test_a.py::test_y", name="t", unit="s", higher_is_better=False,
-                                     run=MetricRun(samples=[1.0, 1.0, 1.0], stack={}, date="d", summary={})))
+            metrics.append(
+                NewMetric(
+                    test="suites/test_a.py::test_y",
+                    name="t",
+                    unit="s",
+                    higher_is_better=False,
+                    run=MetricRun(samples=[1.0, 1.0, 1.0], stack={}, date="d", summary={}),
+                )
+            )
         store.save(metrics, [], keep_runs=5)
 
     save(tmp_path / "old", [2.0, 2.0, 2.0], "580.1", extra=True)
     save(tmp_path / "new", [1.0, 1.0, 1.0], "590.2", extra=False)
-    code, out, _ = gpuperf(capsys, "baselines", "diff", str(tmp_path / "old"), str(tmp_path / "new"),
-                           "--format", "json")
+    code, out, _ = gpuperf(
+        capsys, "baselines", "diff", str(tmp_path / "old"), str(tmp_path / "new"), "--format", "json"
+    )
     assert code == 0
     rows = {row["test"]: row for row in json.loads(out)["rows"]}
     assert rows["test_x"]["change"] == "changed" and rows["test_x"]["ratio"] == 0.5
@@ -286,10 +347,12 @@ def test_baselines_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert rows["test_y"]["change"] == "removed"
 
 
-@pytest.mark.parametrize("case", ["missing", "empty", "truncated_json", "truncated_xml", "mixed_hardware",
-                                  "not_results", "corrupt_baseline"])
-def test_bad_input_is_one_line_and_exit_2(runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                          case: str) -> None:
+@pytest.mark.parametrize(
+    "case", ["missing", "empty", "truncated_json", "truncated_xml", "mixed_hardware", "not_results", "corrupt_baseline"]
+)
+def test_bad_input_is_one_line_and_exit_2(
+    runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
     good = runs / "base" / "run.json"
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -334,8 +397,9 @@ def test_script_help_lists_every_command_with_an_example() -> None:
     for name in ("env", "compare", "variance", "history", "report", "baselines", "keygen", "sign", "verify"):
         assert f"  {name} " in done.stdout or f"  {name}\n" in done.stdout
         assert f"gpuperf {name}" in done.stdout, name
-    broken = subprocess.run([*command, "compare", "/nonexistent/a.json", "/nonexistent/b.json"],
-                            capture_output=True, text=True, timeout=60)
+    broken = subprocess.run(
+        [*command, "compare", "/nonexistent/a.json", "/nonexistent/b.json"], capture_output=True, text=True, timeout=60
+    )
     assert broken.returncode == 2 and "Traceback" not in broken.stderr
     assert broken.stderr.strip() == "gpuperf compare: error: /nonexistent/a.json: no such file or folder"
 

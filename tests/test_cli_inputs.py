@@ -7,10 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
+from fuzz_inputs import JUNIT, RESULTS, load, malformed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzz_inputs import JUNIT, RESULTS, load, malformed
 from pytest_gpuperf.cli.compare import compare_sides
 from pytest_gpuperf.cli.loading import InputError, Run, Side, junit_address, parse_junit_xml
 from pytest_gpuperf.core.stats import Rules
@@ -58,10 +58,13 @@ def test_the_unharmed_inputs_load() -> None:
     assert set(xml.metrics) == set(run.metrics)  # a JSON node id and its JUnit address match
 
 
-@pytest.mark.parametrize(("nodeid", "address"), [
-    ("test_a.py::test_x", "test_a::test_x"),
-    ("suites/sub/test_a.py::TestK::test_x[a/b::c]", "suites.sub.test_a.TestK::test_x[a/b::c]"),
-])
+@pytest.mark.parametrize(
+    ("nodeid", "address"),
+    [
+        ("test_a.py::test_x", "test_a::test_x"),
+        ("suites/sub/test_a.py::TestK::test_x[a/b::c]", "suites.sub.test_a.TestK::test_x[a/b::c]"),
+    ],
+)
 def test_junit_address_is_what_pytest_writes(nodeid: str, address: str) -> None:
     from _pytest.junitxml import mangle_test_address
 

@@ -44,7 +44,7 @@ def test_entropy_is_controlled_by_branching_and_concentration() -> None:
         for k in (2, 4, 8)
         for a in (0.3, 1.0, 10.0)
     }
-    for (k, a), h in rates.items():
+    for (k, _a), h in rates.items():
         assert 0 < h <= math.log(k) + 1e-12
     assert rates[(8, 10.0)] > rates[(8, 1.0)] > rates[(8, 0.3)]
     assert rates[(2, 1.0)] < rates[(4, 1.0)] < rates[(8, 1.0)]

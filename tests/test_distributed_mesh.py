@@ -129,8 +129,15 @@ def test_message_sizes_and_labels():
 
 
 def _report(rank, dp_index, dp_size, losses, seconds, tokens=256):
-    return RankReport(rank=rank, dp_index=dp_index, dp_size=dp_size, losses=losses, step_seconds=seconds,
-                      tokens_per_step=tokens, threads=1)
+    return RankReport(
+        rank=rank,
+        dp_index=dp_index,
+        dp_size=dp_size,
+        losses=losses,
+        step_seconds=seconds,
+        tokens_per_step=tokens,
+        threads=1,
+    )
 
 
 def test_combine_averages_data_shards_and_takes_the_slowest_rank():
@@ -150,10 +157,12 @@ def test_combine_averages_data_shards_and_takes_the_slowest_rank():
 
 
 def test_throughput_per_device_and_scaling_efficiency():
-    single = CombinedRun(losses=[0.0] * 5, step_seconds=[9.0, 1.0, 1.0, 1.0, 1.0], global_tokens_per_step=100,
-                         world_size=1)
-    double = CombinedRun(losses=[0.0] * 5, step_seconds=[9.0, 0.625, 0.625, 0.625, 0.625],
-                         global_tokens_per_step=100, world_size=2)
+    single = CombinedRun(
+        losses=[0.0] * 5, step_seconds=[9.0, 1.0, 1.0, 1.0, 1.0], global_tokens_per_step=100, world_size=1
+    )
+    double = CombinedRun(
+        losses=[0.0] * 5, step_seconds=[9.0, 0.625, 0.625, 0.625, 0.625], global_tokens_per_step=100, world_size=2
+    )
     assert tokens_per_s_per_device(double, warmup_steps=1) == [80.0] * 4
     assert scaling_efficiency(double, single, warmup_steps=1) == [0.8] * 4
 
@@ -176,8 +185,10 @@ def test_job_needs_timed_steps_and_the_registry_is_complete():
 
 def test_a_strategy_whose_package_is_missing_says_how_to_install_it():
     absent = Strategy(name="zero9", dims=("dp",), module="zero", needs="gpuperf_no_such_package")
-    assert absent.missing() == ("strategy zero9 needs gpuperf_no_such_package, which is not installed "
-                                "(pip install 'pytest-gpuperf[gpuperf_no_such_package]')")
+    assert absent.missing() == (
+        "strategy zero9 needs gpuperf_no_such_package, which is not installed "
+        "(pip install 'pytest-gpuperf[gpuperf_no_such_package]')"
+    )
     assert get_strategy("ddp").missing() is None
 
 
@@ -207,18 +218,23 @@ def mesh_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> 
 def test_mesh_option_parametrizes_and_too_large_meshes_skip(mesh_project: pytest.Pytester) -> None:
     result = mesh_project.runpytest("--gpuperf-device", "cpu", "--gpuperf-mesh", "1,2 8", "-v", "-rs")
     result.assert_outcomes(passed=3, skipped=1)
-    result.stdout.fnmatch_lines([
-        "*test_default?mesh=1? PASSED*", "*test_default?mesh=2? PASSED*", "*test_own?dp=2,tp=2? PASSED*",
-        "*SKIPPED*mesh 8 needs 8 ranks but this machine has 4 CPU ranks allowed (--gpuperf-cpu-ranks)*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_default?mesh=1? PASSED*",
+            "*test_default?mesh=2? PASSED*",
+            "*test_own?dp=2,tp=2? PASSED*",
+            "*SKIPPED*mesh 8 needs 8 ranks but this machine has 4 CPU ranks allowed (--gpuperf-cpu-ranks)*",
+        ]
+    )
     # the test's own parametrization is kept, and it too skips when the machine is too small
     small = mesh_project.runpytest("--gpuperf-device", "cpu", "--gpuperf-cpu-ranks", "2", "-rs")
     small.assert_outcomes(passed=1, skipped=1)
     small.stdout.fnmatch_lines(["*mesh dp=2,tp=2 needs 4 ranks but this machine has 2 CPU ranks*"])
 
 
-def test_bad_mesh_is_a_usage_error_naming_value_and_source(mesh_project: pytest.Pytester,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_mesh_is_a_usage_error_naming_value_and_source(
+    mesh_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = mesh_project.runpytest("--gpuperf-mesh", "2x0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*Invalid value '2x0' from --gpuperf-mesh: mesh '2x0': a dimension of 0 ranks*"])
@@ -238,12 +254,18 @@ def test_rate(perf):
 
 
 @pytest.mark.parametrize("rank, reports", [("0", True), ("1", False)])
-def test_only_rank_0_judges_saves_and_reports_under_torchrun(pytester: pytest.Pytester,
-                                                             monkeypatch: pytest.MonkeyPatch,
-                                                             rank: str, reports: bool) -> None:
+def test_only_rank_0_judges_saves_and_reports_under_torchrun(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, rank: str, reports: bool
+) -> None:
     # The environment torchrun gives each pytest process; the test itself launches nothing.
-    for name, value in {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+    for name, value in {
+        "RANK": rank,
+        "LOCAL_RANK": rank,
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     pytester.makepyfile(test_rank=RECORDING)
     result = pytester.runpytest("--gpuperf-device", "cpu", "--gpuperf-save", "--gpuperf-results", "run.json")

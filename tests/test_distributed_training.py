@@ -138,10 +138,12 @@ def test_failing_ranks_fail_only_their_test_and_the_session_goes_on(pytester, mo
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", timeout=240)
     result.assert_outcomes(failed=3, passed=3)
     output = result.stdout.str()
-    result.stdout.fnmatch_lines([
-        "*RankFailed: test_failing_ranks.raises failed on rank 1 of 2: raised: ValueError: rank one refuses*",
-        # rank 0 waits in the barrier for rank 1: both are still running when the timeout passes
-        "*RankFailed: test_failing_ranks.hangs failed on ranks 0, 1 of 2: timeout: still running after the 3 s*",
-        "*RankFailed: test_failing_ranks.killed failed on rank 1 of 2: signaled: killed by SIGKILL*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*RankFailed: test_failing_ranks.raises failed on rank 1 of 2: raised: ValueError: rank one refuses*",
+            # rank 0 waits in the barrier for rank 1: both are still running when the timeout passes
+            "*RankFailed: test_failing_ranks.hangs failed on ranks 0, 1 of 2: timeout: still running after the 3 s*",
+            "*RankFailed: test_failing_ranks.killed failed on rank 1 of 2: signaled: killed by SIGKILL*",
+        ]
+    )
     assert "--- rank 1 stack when stopped (faulthandler) ---" in output and "in hangs" in output

@@ -26,35 +26,49 @@ def test_cpu_fingerprint_keys_hardware_not_host() -> None:
 
 
 def test_slug_is_a_safe_folder_name_and_separates_parts() -> None:
-    h200 = {"device": "cuda", "nodes": 1, "cpu": {"model": "Intel(R) Xeon(R) Platinum 8480+ @ 2.0GHz", "cores": 112,
-                                                   "ram_gib": 2015},
-            "accelerator": {"name": "NVIDIA H200", "count": 8, "memory_gib": 141, "arch": "sm_90",
-                            "partition": "none"}}
+    h200 = {
+        "device": "cuda",
+        "nodes": 1,
+        "cpu": {"model": "Intel(R) Xeon(R) Platinum 8480+ @ 2.0GHz", "cores": 112, "ram_gib": 2015},
+        "accelerator": {"name": "NVIDIA H200", "count": 8, "memory_gib": 141, "arch": "sm_90", "partition": "none"},
+    }
     slug = hardware_slug(h200)
     assert slug == "8x-nvidia-h200-141gib-sm-90-host-intel-xeon-platinum-8480-112c-2015gib"
     mig = dict(h200, accelerator=dict(h200["accelerator"], partition="mig"), nodes=2)
-    assert hardware_slug(mig) != slug and hardware_slug(mig).endswith("-mig-host-intel-xeon-platinum-8480-112c-2015gib-2nodes")
+    assert hardware_slug(mig) != slug and hardware_slug(mig).endswith(
+        "-mig-host-intel-xeon-platinum-8480-112c-2015gib-2nodes"
+    )
 
 
 def test_stack_changes_name_each_component() -> None:
-    assert stack_changes({"driver": "580.1", "torch": "2.11", "nccl": "2.27"},
-                         {"driver": "590.2", "torch": "2.11", "rccl": "2.27"}) == [
-        "driver 580.1 -> 590.2", "nccl 2.27 -> absent", "rccl absent -> 2.27"]
+    assert stack_changes(
+        {"driver": "580.1", "torch": "2.11", "nccl": "2.27"}, {"driver": "590.2", "torch": "2.11", "rccl": "2.27"}
+    ) == ["driver 580.1 -> 590.2", "nccl 2.27 -> absent", "rccl absent -> 2.27"]
 
 
 def test_nvml_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 8,
-        nvmlDeviceGetHandleByIndex=lambda index: "h0", nvmlDeviceGetName=lambda handle: b"NVIDIA H200",
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 8,
+        nvmlDeviceGetHandleByIndex=lambda index: "h0",
+        nvmlDeviceGetName=lambda handle: b"NVIDIA H200",
         nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(total=150_754_820_096),
         nvmlDeviceGetCudaComputeCapability=lambda handle: (9, 0),
-        nvmlDeviceGetMigMode=lambda handle: (0, 0), nvmlSystemGetDriverVersion=lambda: "580.159.03",
+        nvmlDeviceGetMigMode=lambda handle: (0, 0),
+        nvmlSystemGetDriverVersion=lambda: "580.159.03",
         nvmlSystemGetCudaDriverVersion=lambda: 13000,
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     key, stack = fingerprint._read_nvml()
-    assert key == {"vendor": "nvidia", "name": "NVIDIA H200", "count": 8, "memory_gib": 140, "arch": "sm_90",
-                   "partition": "none"}
+    assert key == {
+        "vendor": "nvidia",
+        "name": "NVIDIA H200",
+        "count": 8,
+        "memory_gib": 140,
+        "arch": "sm_90",
+        "partition": "none",
+    }
     assert stack["driver"] == "580.159.03" and stack["cuda_driver"] == "13.0"
 
 
@@ -69,10 +83,14 @@ def test_an_nvml_query_refused_after_init_falls_through_to_the_next_reader(monke
 
     shutdowns = []
     fake = types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: shutdowns.append(1), nvmlDeviceGetCount=lambda: 1,
-        nvmlDeviceGetHandleByIndex=lambda index: "h0", nvmlDeviceGetName=lambda handle: "NVIDIA H200",
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: shutdowns.append(1),
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda index: "h0",
+        nvmlDeviceGetName=lambda handle: "NVIDIA H200",
         nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(total=150_754_820_096),
-        nvmlDeviceGetCudaComputeCapability=refused, nvmlSystemGetDriverVersion=lambda: "580.1",
+        nvmlDeviceGetCudaComputeCapability=refused,
+        nvmlSystemGetDriverVersion=lambda: "580.1",
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     assert fingerprint._read_nvml() is None and shutdowns == [1]
@@ -84,8 +102,9 @@ def test_an_nvml_query_refused_after_init_falls_through_to_the_next_reader(monke
 def test_nvidia_smi_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     out = "NVIDIA H100 80GB HBM3, 81559, 9.0, 570.86.15, Disabled\n" * 2
     monkeypatch.setattr(fingerprint.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(fingerprint.subprocess, "run",
-                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=out, stderr=""))
+    monkeypatch.setattr(
+        fingerprint.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=out, stderr="")
+    )
     key, stack = fingerprint._read_nvidia_smi()
     assert key["count"] == 2 and key["arch"] == "sm_90" and key["memory_gib"] == 80 and key["partition"] == "none"
     assert stack["driver"] == "570.86.15"
@@ -114,10 +133,24 @@ def test_missing_pieces_are_unknown_not_guessed(monkeypatch: pytest.MonkeyPatch)
     assert cpu["model"] == "unknown" and cpu["ram_gib"] == "unknown"
 
 
-@pytest.mark.parametrize(("mem_total_gib", "configured"), [
-    (23.54, 24), (23.49, 24), (23.0, 24), (24.0, 24), (15.6, 16), (7.7, 8), (31.3, 32), (47.1, 48),
-    (62.8, 64), (125.7, 128), (251.5, 256), (503.0, 512), (1007.4, 1024), (2015.0, 2048),
-])
-def test_ram_is_keyed_by_the_configured_size_not_the_kernel_remainder(mem_total_gib: float,
-                                                                      configured: int) -> None:
+@pytest.mark.parametrize(
+    ("mem_total_gib", "configured"),
+    [
+        (23.54, 24),
+        (23.49, 24),
+        (23.0, 24),
+        (24.0, 24),
+        (15.6, 16),
+        (7.7, 8),
+        (31.3, 32),
+        (47.1, 48),
+        (62.8, 64),
+        (125.7, 128),
+        (251.5, 256),
+        (503.0, 512),
+        (1007.4, 1024),
+        (2015.0, 2048),
+    ],
+)
+def test_ram_is_keyed_by_the_configured_size_not_the_kernel_remainder(mem_total_gib: float, configured: int) -> None:
     assert fingerprint.ram_size_class(mem_total_gib) == configured

@@ -32,35 +32,70 @@ def gpu_check() -> ModuleType:
 
 
 def result(test: str, metric: str, unit: str, median: float, verdict: str = "PASS", **context: object) -> dict:
-    return {"test": f"suites/test_micro.py::{test}", "metric": metric, "unit": unit, "samples": [median] * 5,
-            "summary": {"median": median}, "verdict": verdict, "context": context}
+    return {
+        "test": f"suites/test_micro.py::{test}",
+        "metric": metric,
+        "unit": unit,
+        "samples": [median] * 5,
+        "summary": {"median": median},
+        "verdict": verdict,
+        "context": context,
+    }
 
 
-H200_PEAK = {"kind": "datasheet", "value": 989.5, "unit": "TFLOP/s", "percent": 79.8,
-             "source": "NVIDIA H200 Tensor Core GPU datasheet"}
+H200_PEAK = {
+    "kind": "datasheet",
+    "value": 989.5,
+    "unit": "TFLOP/s",
+    "percent": 79.8,
+    "source": "NVIDIA H200 Tensor Core GPU datasheet",
+}
 H200_RESULTS = {
     "created": "2026-01-01T00:00:00+00:00",
     "telemetry_note": None,
-    "fingerprint": {"hardware_slug": "1x-nvidia-h200-140gib-sm-90-host-x",
-                    "hardware_key": {"accelerator": {"name": "NVIDIA H200"}},
-                    "stack": {"driver": "570.86", "cuda_runtime": "12.8", "torch": "2.13.0", "python": "3.12"}},
+    "fingerprint": {
+        "hardware_slug": "1x-nvidia-h200-140gib-sm-90-host-x",
+        "hardware_key": {"accelerator": {"name": "NVIDIA H200"}},
+        "stack": {"driver": "570.86", "cuda_runtime": "12.8", "torch": "2.13.0", "python": "3.12"},
+    },
     "results": [
         result("test_gemm[bf16-square]", "tflops", "TFLOP/s", 790.0, peak=H200_PEAK),
-        result("test_gemm[bf16-llama3_8b_qkv]", "tflops", "TFLOP/s", 700.0, "NOISY", peak=H200_PEAK,
-               clock_check={"comparable": False, "detail": "SM clock 1500 MHz < 90% of baseline 1980 MHz"}),
+        result(
+            "test_gemm[bf16-llama3_8b_qkv]",
+            "tflops",
+            "TFLOP/s",
+            700.0,
+            "NOISY",
+            peak=H200_PEAK,
+            clock_check={"comparable": False, "detail": "SM clock 1500 MHz < 90% of baseline 1980 MHz"},
+        ),
         result("test_gemm[fp8-square]", "tflops", "TFLOP/s", 1200.0),
         result("test_gemm[fp8-llama3_8b_o]", "tflops", "TFLOP/s", 1300.0),
-        result("test_memory_bandwidth[copy]", "bandwidth", "GB/s", 4300.0,
-               peak={"kind": "datasheet", "value": 4800.0, "unit": "GB/s", "percent": 89.6}),
+        result(
+            "test_memory_bandwidth[copy]",
+            "bandwidth",
+            "GB/s",
+            4300.0,
+            peak={"kind": "datasheet", "value": 4800.0, "unit": "GB/s", "percent": 89.6},
+        ),
         result("test_sdpa[flash]", "tflops", "TFLOP/s", 450.0),
     ],
 }
-TRAINING_RESULTS = {"results": [{"test": "suites/test_training.py::test_llama_gpu", "metric": "mfu", "unit": "%",
-                                 "samples": [41.0, 42.0, 40.0], "verdict": "NO_BASELINE", "context": {}}]}
+TRAINING_RESULTS = {
+    "results": [
+        {
+            "test": "suites/test_training.py::test_llama_gpu",
+            "metric": "mfu",
+            "unit": "%",
+            "samples": [41.0, 42.0, 40.0],
+            "verdict": "NO_BASELINE",
+            "context": {},
+        }
+    ]
+}
 
 
-def test_summary_reports_gemm_bandwidth_attention_mfu_and_provenance(gpu_check: ModuleType,
-                                                                    tmp_path: Path) -> None:
+def test_summary_reports_gemm_bandwidth_attention_mfu_and_provenance(gpu_check: ModuleType, tmp_path: Path) -> None:
     micro, training = tmp_path / "micro.json", tmp_path / "training.json"
     micro.write_text(json.dumps(H200_RESULTS))
     training.write_text(json.dumps(TRAINING_RESULTS))
@@ -83,8 +118,9 @@ def test_summary_of_nothing_says_so(gpu_check: ModuleType, tmp_path: Path) -> No
     assert gpu_check.summary([empty]) == ["gpu-check summary: no results were recorded"]
 
 
-def test_summary_mode_refuses_missing_or_foreign_files(gpu_check: ModuleType, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_summary_mode_refuses_missing_or_foreign_files(
+    gpu_check: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert gpu_check.main(["--summary", str(tmp_path / "absent.json")]) == 2
     assert "no results document at" in capsys.readouterr().err
     foreign = tmp_path / "foreign.json"
@@ -97,8 +133,16 @@ def test_summary_mode_refuses_missing_or_foreign_files(gpu_check: ModuleType, tm
 
 def test_step_command(gpu_check: ModuleType, tmp_path: Path) -> None:
     step = gpu_check.STEPS[0]
-    command = gpu_check.step_command("py", step, out_dir=tmp_path, device="cuda", save=True, extra=["-x"],
-                                     plugin=["-p", "pytest_gpuperf.plugin"], baselines=tmp_path / "b")
+    command = gpu_check.step_command(
+        "py",
+        step,
+        out_dir=tmp_path,
+        device="cuda",
+        save=True,
+        extra=["-x"],
+        plugin=["-p", "pytest_gpuperf.plugin"],
+        baselines=tmp_path / "b",
+    )
     assert command[:6] == ["py", "-m", "pytest", "suites/test_micro.py", "-m", "micro"]
     assert "--gpuperf-save" in command and command[-1] == "-x"
     assert command[command.index("--gpuperf-results") + 1] == str(tmp_path / "micro.json")
@@ -109,10 +153,9 @@ def test_step_command(gpu_check: ModuleType, tmp_path: Path) -> None:
 
 
 def test_preflight_stops_on_a_missing_store_dependency_and_notes_telemetry(
-        gpu_check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(gpu_check, "missing_modules",
-                        lambda python, names, site: ["filelock", "pynvml", "junitparser"])
+    gpu_check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(gpu_check, "missing_modules", lambda python, names, site: ["filelock", "pynvml", "junitparser"])
     problems = gpu_check.preflight("py", tmp_path / ".whl", tmp_path / "site")
     assert len(problems) == 1
     assert "cannot import filelock" in problems[0] and f"{tmp_path / '.whl'}/" in problems[0]
@@ -122,7 +165,8 @@ def test_preflight_stops_on_a_missing_store_dependency_and_notes_telemetry(
 
 
 def test_preflight_installs_carried_wheels_into_its_own_folder_without_an_index(
-        gpu_check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu_check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     wheels = tmp_path / ".whl"
     wheels.mkdir()
     (wheels / "filelock-3.0-py3-none-any.whl").write_bytes(b"")
@@ -131,8 +175,11 @@ def test_preflight_installs_carried_wheels_into_its_own_folder_without_an_index(
     missing = [["filelock", "pynvml", "torchao"], ["torchao"]]
     commands = []
     monkeypatch.setattr(gpu_check, "missing_modules", lambda python, names, site: missing.pop(0))
-    monkeypatch.setattr(gpu_check.subprocess, "run",
-                        lambda command, **kw: commands.append(command) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(
+        gpu_check.subprocess,
+        "run",
+        lambda command, **kw: commands.append(command) or subprocess.CompletedProcess(command, 0),
+    )
     assert gpu_check.preflight("py", wheels, tmp_path / "site") == []
     [command] = commands
     assert command[:4] == ["py", "-m", "pip", "install"] and "--no-index" in command
@@ -148,22 +195,24 @@ def test_carried_matches_normalised_wheel_names(gpu_check: ModuleType, tmp_path:
 
 
 def test_a_step_past_its_bound_is_interrupted_so_pytest_still_writes_what_finished(
-        gpu_check: ModuleType, tmp_path: Path) -> None:
+    gpu_check: ModuleType, tmp_path: Path
+) -> None:
     marker = tmp_path / "finished"
-    script = ("import signal, sys, time\n"
-              "def finish(*_):\n"
-              f"    open({str(marker)!r}, 'w').write('session finished')\n"
-              "    sys.exit(2)\n"
-              "signal.signal(signal.SIGINT, finish)\n"
-              "time.sleep(60)\n")
+    script = (
+        "import signal, sys, time\n"
+        "def finish(*_):\n"
+        f"    open({str(marker)!r}, 'w').write('session finished')\n"
+        "    sys.exit(2)\n"
+        "signal.signal(signal.SIGINT, finish)\n"
+        "time.sleep(60)\n"
+    )
     started = time.monotonic()
     code = gpu_check.run_step([sys.executable, "-c", script], env=dict(os.environ), timeout_s=2, grace_s=20)
     assert code is None and marker.read_text() == "session finished"
     assert time.monotonic() - started < 20
 
 
-def test_archive_holds_the_results_and_the_baselines_of_their_hardware(gpu_check: ModuleType,
-                                                                      tmp_path: Path) -> None:
+def test_archive_holds_the_results_and_the_baselines_of_their_hardware(gpu_check: ModuleType, tmp_path: Path) -> None:
     results = tmp_path / "micro.json"
     results.write_text(json.dumps(H200_RESULTS))
     baselines = tmp_path / "baselines"
@@ -183,10 +232,26 @@ def test_cpu_tier_run_end_to_end(tmp_path: Path) -> None:
     """The whole script on the CPU tier, one GEMM selected: preflight, plugin loading, step, saved baseline,
     summary and the archive a borrowed machine sends back."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--only", "micro", "--out", str(tmp_path),
-         "--baselines", str(tmp_path / "baselines"),  # judged against nothing: no timing verdict to flake
-         "--archive", str(tmp_path / "check.tar.gz"), "--", "-k", "fp32-square"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--device",
+            "cpu",
+            "--only",
+            "micro",
+            "--out",
+            str(tmp_path),
+            "--baselines",
+            str(tmp_path / "baselines"),  # judged against nothing: no timing verdict to flake
+            "--archive",
+            str(tmp_path / "check.tar.gz"),
+            "--",
+            "-k",
+            "fp32-square",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gpu-check: micro: exit 0" in done.stdout

@@ -12,20 +12,25 @@ from collections.abc import Iterator
 
 import pytest
 
+from pytest_gpuperf.inference.metrics import SLO, RunFailed, check_completions, min_samples, percentile, run_metrics
 from pytest_gpuperf.inference.openai import OpenAIEngine
+from pytest_gpuperf.inference.pareto import OperatingPoint, interactivity_targets, pareto_front, throughput_at
 from pytest_gpuperf.inference.requests import Completion, Request
-from pytest_gpuperf.inference.metrics import (SLO, RunFailed, check_completions, min_samples, percentile,
-                                              run_metrics)
-from pytest_gpuperf.inference.pareto import (OperatingPoint, interactivity_targets, pareto_front,
-                                             throughput_at)
 
 
 def completion(id: int, sent: float, times: list[float], prompt: int = 10) -> Completion:
-    return Completion(id=id, prompt_tokens=prompt, requested_tokens=len(times), sent=sent, token_times=times,
-                      tokens=list(range(len(times))))
+    return Completion(
+        id=id,
+        prompt_tokens=prompt,
+        requested_tokens=len(times),
+        sent=sent,
+        token_times=times,
+        tokens=list(range(len(times))),
+    )
 
 
 # -- metrics --------------------------------------------------------------------------------------------
+
 
 def test_metrics_of_synthetic_timestamps() -> None:
     # Request 0: sent at 0, first token at 0.1, then every 0.01 s (5 tokens); request 1: sent at 0.05, first
@@ -84,9 +89,10 @@ def test_wrong_token_counts_and_failures_fail_the_run() -> None:
 
 # -- Pareto -----------------------------------------------------------------------------------------------
 
-POINTS = [OperatingPoint(concurrency=c, interactivity=x, throughput=y)
-          for c, x, y in ((1, 100.0, 100.0), (2, 90.0, 170.0), (4, 70.0, 260.0), (8, 40.0, 300.0),
-                          (16, 30.0, 280.0))]  # 16 is dominated by 8: slower for every user and less in total
+POINTS = [
+    OperatingPoint(concurrency=c, interactivity=x, throughput=y)
+    for c, x, y in ((1, 100.0, 100.0), (2, 90.0, 170.0), (4, 70.0, 260.0), (8, 40.0, 300.0), (16, 30.0, 280.0))
+]  # 16 is dominated by 8: slower for every user and less in total
 
 
 def test_pareto_front_drops_dominated_points() -> None:
@@ -116,6 +122,7 @@ def test_interactivity_targets_lie_inside_the_front() -> None:
 
 # -- engine -----------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny() -> object:
     from pytest_gpuperf.models.registry import get_spec
@@ -132,8 +139,10 @@ def test_continuous_batching_shares_decode_steps_and_matches_sequential_generati
     model = dataclasses.replace(get_spec(model_name), max_seq_len=64).build(seed=3).eval()
     lengths = [5, 5, 9, 3, 7, 5, 11]
     news = [6, 3, 8, 1, 5, 12, 4]
-    requests = [Request(id=i, prompt=make_prompts(count=1, length=n, vocab_size=256, seed=i)[0],
-                        max_new_tokens=m) for i, (n, m) in enumerate(zip(lengths, news))]
+    requests = [
+        Request(id=i, prompt=make_prompts(count=1, length=n, vocab_size=256, seed=i)[0], max_new_tokens=m)
+        for i, (n, m) in enumerate(zip(lengths, news))
+    ]
     engine = LocalEngine(model, max_len=64)
     done = engine.generate(requests, concurrency=3)
     assert [c.id for c in done] == [r.id for r in requests]
@@ -155,7 +164,8 @@ def test_engine_refuses_a_request_longer_than_its_cache(tiny: object) -> None:
 
     done = LocalEngine(tiny, max_len=16).generate(
         [Request(id=0, prompt=(1,) * 12, max_new_tokens=8), Request(id=1, prompt=(2,) * 4, max_new_tokens=4)],
-        concurrency=2)
+        concurrency=2,
+    )
     assert done[0].error is not None and "max_len 16" in done[0].error
     assert done[1].error is None and len(done[1].tokens) == 4
     with pytest.raises(RunFailed, match="request 0 failed"):
@@ -163,6 +173,7 @@ def test_engine_refuses_a_request_longer_than_its_cache(tiny: object) -> None:
 
 
 # -- parity -----------------------------------------------------------------------------------------------
+
 
 def test_parity_passes_unchanged_and_fails_a_small_perturbation(tiny: object) -> None:
     import torch
@@ -180,8 +191,9 @@ def test_parity_passes_unchanged_and_fails_a_small_perturbation(tiny: object) ->
     model = copy.deepcopy(tiny)  # the module-scoped model stays intact
     with torch.no_grad():  # 1% on the final norm's scale, so ~1% on every logit: beyond fp32's tolerance
         model.norm.weight.mul_(1.01)
-    changed = parity.compare_to_golden(model, golden, [sequential_greedy(model, p, 12) for p in prompts],
-                                       precision="fp32")
+    changed = parity.compare_to_golden(
+        model, golden, [sequential_greedy(model, p, 12) for p in prompts], precision="fp32"
+    )
     assert not changed.ok and any("teacher-forced logits differ" in p for p in changed.problems)
     # The same perturbation is within bf16's rounding: the tolerance depends on the precision.
     assert parity.compare_to_golden(model, golden, tokens, precision="bf16").ok
@@ -203,6 +215,7 @@ def test_a_flipped_greedy_token_fails_unless_it_is_a_near_tie(tiny: object) -> N
 
 
 # -- HTTP adapter -------------------------------------------------------------------------------------------
+
 
 class _StreamingHandler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
@@ -275,14 +288,23 @@ def test_decode(perf):
 """
 
 
-def test_slower_decode_step_is_regressed_and_a_thin_p99_is_noisy(pytester: pytest.Pytester,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slower_decode_step_is_regressed_and_a_thin_p99_is_noisy(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile(test_workload=WORKLOAD)
     pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
     # Generous threshold (30%) and noise limit: this runs on a loaded 2-core machine; the injected 4 ms per
     # decode step makes a ~0.5 ms step several times slower.
-    common = ["--gpuperf-device", "cpu", "--gpuperf-threshold", "30", "--gpuperf-noise-limit", "60",
-              "--gpuperf-run-noise", "5"]
+    common = [
+        "--gpuperf-device",
+        "cpu",
+        "--gpuperf-threshold",
+        "30",
+        "--gpuperf-noise-limit",
+        "60",
+        "--gpuperf-run-noise",
+        "5",
+    ]
     saved = pytester.runpytest_inprocess(*common, "--gpuperf-save")
     saved.assert_outcomes(passed=1)
     monkeypatch.setenv("DECODE_DELAY_S", "0.004")
@@ -304,8 +326,7 @@ def test_prefill_forwards_respect_the_token_cap(tiny: object) -> None:
     from pytest_gpuperf.inference.engine import LocalEngine
 
     engine = LocalEngine(tiny, max_len=32, max_prefill_tokens=20)
-    done = engine.generate([Request(id=i, prompt=(i + 1,) * 8, max_new_tokens=3) for i in range(5)],
-                           concurrency=5)
+    done = engine.generate([Request(id=i, prompt=(i + 1,) * 8, max_new_tokens=3) for i in range(5)], concurrency=5)
     assert all(c.error is None and len(c.tokens) == 3 for c in done)
     assert engine.trace.prefill_rows == [2, 2, 1]  # 2 x 8 tokens fit under 20, 3 x 8 do not
 
@@ -319,7 +340,8 @@ def test_prefill_projects_only_the_last_position_to_the_vocabulary(tiny: object)
     handle = tiny.output.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[1]))
     try:
         done = LocalEngine(tiny, max_len=32).generate(
-            [Request(id=i, prompt=(i + 1,) * 8, max_new_tokens=3) for i in range(3)], concurrency=3)
+            [Request(id=i, prompt=(i + 1,) * 8, max_new_tokens=3) for i in range(3)], concurrency=3
+        )
     finally:
         handle.remove()
     assert all(c.error is None for c in done)
@@ -335,8 +357,9 @@ def test_parity_fails_a_golden_recorded_from_a_decode_that_disagrees_with_the_fo
     prompts = make_prompts(count=2, length=16, vocab_size=256, seed=9)
     right = [sequential_greedy(tiny, p, 8) for p in prompts]
     wrong = [right[0], right[1][:3] + [(right[1][3] + 1) % 256] + right[1][4:]]
-    assert parity.compare_to_golden(tiny, parity.make_golden(tiny, prompts=prompts, tokens=right, key="t"), right,
-                                    precision="fp32").ok
+    assert parity.compare_to_golden(
+        tiny, parity.make_golden(tiny, prompts=prompts, tokens=right, key="t"), right, precision="fp32"
+    ).ok
     recorded_wrong = parity.make_golden(tiny, prompts=prompts, tokens=wrong, key="t")
     report = parity.compare_to_golden(tiny, recorded_wrong, wrong, precision="fp32")
     assert not report.ok and len(report.problems) == 1

@@ -326,8 +326,18 @@ def test_under_torchrun_each_pytest_process_is_a_rank(pytester, monkeypatch):
         )
     )
     result = pytester.run(
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_torchrun_ranks.py",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "test_torchrun_ranks.py",
         timeout=240,
     )
     assert result.ret == 0, result.stdout.str() + result.stderr.str()

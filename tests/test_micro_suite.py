@@ -72,7 +72,8 @@ def test_fp8_operands_are_row_major_times_column_major_with_fp32_scalar_scales()
     ],
 )
 def test_gemm_errors_skip_only_where_the_device_lacks_the_path(
-        precision: str, device: str, capability: tuple[int, int] | None, hip: bool, skips: bool) -> None:
+    precision: str, device: str, capability: tuple[int, int] | None, hip: bool, skips: bool
+) -> None:
     reason = micro.gemm_errors_skip(precision, device, capability, hip)
     assert (reason is not None) == skips
     if reason is not None:
@@ -81,12 +82,26 @@ def test_gemm_errors_skip_only_where_the_device_lacks_the_path(
 
 # Profiler keys of a forced SDPA forward: the public op, the backend's op, what it calls underneath.
 RECORDED_FORWARD_OPS = {
-    "flash": {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
-              "aten::_flash_attention_forward", "aten::empty", "aten::transpose"},
-    "efficient": {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_efficient_attention",
-                  "aten::_efficient_attention_forward", "aten::empty"},
-    "math": {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math", "aten::matmul",
-             "aten::_softmax", "aten::bmm"},
+    "flash": {
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_flash_attention_forward",
+        "aten::empty",
+        "aten::transpose",
+    },
+    "efficient": {
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_efficient_attention_forward",
+        "aten::empty",
+    },
+    "math": {
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_attention_math",
+        "aten::matmul",
+        "aten::_softmax",
+        "aten::bmm",
+    },
     "cudnn": {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_cudnn_attention", "aten::empty"},
 }
 

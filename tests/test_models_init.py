@@ -15,18 +15,26 @@ from pytest_gpuperf.models.registry import get_spec  # noqa: E402
 
 # Computed once (torch 2.13.0+cpu) and reproduced bit for bit under torch 2.11.0+cu130: a torch release that
 # changes them would change every golden recorded with this project.
-PINNED_NORMAL = [0.005822438776767973, 0.004298750010068902, -0.011800623187507955, -0.022504812906071266,
-                 -0.003067253254163092, 0.00543429070608154]
+PINNED_NORMAL = [
+    0.005822438776767973,
+    0.004298750010068902,
+    -0.011800623187507955,
+    -0.022504812906071266,
+    -0.003067253254163092,
+    0.00543429070608154,
+]
 PINNED_UNIFORM = [-0.38874203397426754, 0.11112033610697836, -0.3055174999171868, -0.3967963949544355]
 
 
 def test_values_are_pinned_independently_of_torch_generators() -> None:
     torch.manual_seed(123)
     torch.rand(1000)  # consuming torch's own stream must change nothing
-    normal = init.normal_(torch.empty(6, dtype=torch.float64), seed=0, key="layers.0.attention.wq.weight",
-                          std=0.02, truncate=3.0)
-    uniform = init.uniform_(torch.empty(4, dtype=torch.float64), seed=7, key="layers.1.attention.wo.lora_a.weight",
-                            bound=0.5)
+    normal = init.normal_(
+        torch.empty(6, dtype=torch.float64), seed=0, key="layers.0.attention.wq.weight", std=0.02, truncate=3.0
+    )
+    uniform = init.uniform_(
+        torch.empty(4, dtype=torch.float64), seed=7, key="layers.1.attention.wo.lora_a.weight", bound=0.5
+    )
     assert normal.tolist() == pytest.approx(PINNED_NORMAL, rel=1e-12)
     assert uniform.tolist() == pytest.approx(PINNED_UNIFORM, rel=1e-12)
 

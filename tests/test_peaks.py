@@ -117,9 +117,18 @@ def test_dtypes_a_part_lacks_are_none() -> None:
 
 @pytest.mark.parametrize(
     ("spelling", "key"),
-    [("bf16", "bf16"), ("bfloat16", "bf16"), ("torch.bfloat16", "bf16"), ("half", "fp16"),
-     ("torch.float8_e4m3fn", "fp8"), ("float8_e5m2", "fp8"), ("FP32", "fp32"),
-     ("torch.float4_e2m1fn_x2", "fp4"), ("double", "fp64"), ("tf32", "tf32")],
+    [
+        ("bf16", "bf16"),
+        ("bfloat16", "bf16"),
+        ("torch.bfloat16", "bf16"),
+        ("half", "fp16"),
+        ("torch.float8_e4m3fn", "fp8"),
+        ("float8_e5m2", "fp8"),
+        ("FP32", "fp32"),
+        ("torch.float4_e2m1fn_x2", "fp4"),
+        ("double", "fp64"),
+        ("tf32", "tf32"),
+    ],
 )
 def test_dtype_spellings(spelling: str, key: str) -> None:
     assert canonical_dtype(spelling) == key

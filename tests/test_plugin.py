@@ -39,8 +39,9 @@ def baseline_files(pytester: pytest.Pytester) -> list[Path]:
     return sorted((pytester.path / "baselines").glob("*/*.json"))
 
 
-def test_save_rerun_unchanged_passes_then_slower_is_regressed(project: pytest.Pytester,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_save_rerun_unchanged_passes_then_slower_is_regressed(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     saved = project.runpytest("-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu")
     saved.assert_outcomes(passed=2)
     saved.stdout.fnmatch_lines(["*baselines saved:*test_workload.json"])
@@ -57,17 +58,28 @@ def test_save_rerun_unchanged_passes_then_slower_is_regressed(project: pytest.Py
 
     monkeypatch.setenv("GPUPERF_TEST_SLOWDOWN", "1.3")
     # The noise limit is raised so that a busy CI machine's jitter cannot turn this into NOISY.
-    slower = project.runpytest("-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60",
-                               "--gpuperf-threshold", "10",
-                               "--junitxml", "junit.xml")
+    slower = project.runpytest(
+        "-m",
+        "perf",
+        "--gpuperf-device",
+        "cpu",
+        "--gpuperf-noise-limit",
+        "60",
+        "--gpuperf-threshold",
+        "10",
+        "--junitxml",
+        "junit.xml",
+    )
     slower.assert_outcomes(passed=1, failed=1)
-    slower.stdout.fnmatch_lines([
-        "*call_time: REGRESSED - worse by *",
-        "*now:      median *",
-        "*baseline: median *",
-        "*ratio 0.7*95% CI*p(worse)=*",
-        "*stack unchanged since the baseline*",
-    ])
+    slower.stdout.fnmatch_lines(
+        [
+            "*call_time: REGRESSED - worse by *",
+            "*now:      median *",
+            "*baseline: median *",
+            "*ratio 0.7*95% CI*p(worse)=*",
+            "*stack unchanged since the baseline*",
+        ]
+    )
     junit = (project.path / "junit.xml").read_text()
     assert 'name="gpuperf.call_time.verdict" value="REGRESSED"' in junit
     assert 'name="gpuperf.rate.verdict"' in junit
@@ -77,8 +89,9 @@ def test_results_document(project: pytest.Pytester) -> None:
     project.runpytest("-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=2)
     # a quiet machine's run-noise prior: with one baseline run the CPU default (1.5%) leaves identical samples
     # AMBIGUOUS, since one run cannot show how far the next one may move
-    project.runpytest("-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-results", "out/run.json",
-                      "--gpuperf-run-noise", "0.3")
+    project.runpytest(
+        "-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-results", "out/run.json", "--gpuperf-run-noise", "0.3"
+    )
     document = json.loads((project.path / "out" / "run.json").read_text())
     assert document["schema"] == 1
     assert document["fingerprint"]["hardware_key"]["device"] == "cpu"
@@ -110,8 +123,9 @@ def test_xdist_save_keeps_every_entry(pytester: pytest.Pytester) -> None:
         for n in range(12)
     )
     pytester.makepyfile(test_many="import pytest\n\n" + body)
-    result = pytester.runpytest_subprocess("-n", "2", "-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu",
-                                           "--gpuperf-results", "run.json")
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu", "--gpuperf-results", "run.json"
+    )
     result.assert_outcomes(passed=12)
     [path] = baseline_files(pytester)
     assert len(json.loads(path.read_text())["tests"]) == 12
@@ -128,13 +142,15 @@ def test_strict_fails_no_baseline(project: pytest.Pytester) -> None:
 
 
 def test_strict_fails_too_good(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_fast="""
+    pytester.makepyfile(
+        test_fast="""
         import os, pytest
         @pytest.mark.perf
         def test_t(perf):
             base = float(os.environ.get("BASE", "1.0"))
             perf.record("t", [base * (1 + 0.001 * i) for i in range(10)], unit="s", higher_is_better=False)
-    """)
+    """
+    )
     pytester.runpytest("--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=1)
     import os
 
@@ -162,8 +178,9 @@ def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: lis
     result.stderr.fnmatch_lines([f"ERROR: {message}"])
 
 
-def test_env_and_ini_settings_and_where_they_came_from(pytester: pytest.Pytester,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_and_ini_settings_and_where_they_came_from(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makepyfile("def test_x(): pass")
     pytester.makeini("[pytest]\ngpuperf_threshold = 7%\n")
     monkeypatch.setenv("GPUPERF_REPEATS", "x")
@@ -216,15 +233,28 @@ def test_t(perf):
         ("1", "0", {"failed": 1}, "*t: REGRESSED*"),
     ],
 )
-def test_regression_is_confirmed_by_measuring_again(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                   slow_attempts: str, confirm: str, outcome: dict[str, int],
-                                                   expected: str) -> None:
+def test_regression_is_confirmed_by_measuring_again(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    slow_attempts: str,
+    confirm: str,
+    outcome: dict[str, int],
+    expected: str,
+) -> None:
     pytester.makepyfile(test_transient=TRANSIENT)
     pytester.runpytest("--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=1)
     (pytester.path / "attempts.txt").unlink()
     monkeypatch.setenv("GPUPERF_TEST_SLOW_ATTEMPTS", slow_attempts)
-    result = pytester.runpytest("--gpuperf-device", "cpu", "--gpuperf-confirm", confirm, "--gpuperf-run-noise", "0.1",
-                                "--gpuperf-results", "run.json")
+    result = pytester.runpytest(
+        "--gpuperf-device",
+        "cpu",
+        "--gpuperf-confirm",
+        confirm,
+        "--gpuperf-run-noise",
+        "0.1",
+        "--gpuperf-results",
+        "run.json",
+    )
     result.assert_outcomes(**outcome)
     if outcome.get("failed"):
         result.stdout.fnmatch_lines([expected])
@@ -235,11 +265,13 @@ def test_regression_is_confirmed_by_measuring_again(pytester: pytest.Pytester, m
         assert metric["context"]["attempts"] == 2
 
 
-def test_a_metric_judged_by_its_own_rule_gets_that_verdict_only(pytester: pytest.Pytester,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_metric_judged_by_its_own_rule_gets_that_verdict_only(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # steps to target twice the baseline's: the timing comparison would say REGRESSED, but the rule that owns
     # the metric (here: told PASS) decides, and the report says which rule that was
-    pytester.makepyfile(test_own_rule="""
+    pytester.makepyfile(
+        test_own_rule="""
         import os, pytest
         @pytest.mark.perf
         def test_t(perf):
@@ -248,7 +280,8 @@ def test_a_metric_judged_by_its_own_rule_gets_that_verdict_only(pytester: pytest
             verdict = os.environ.get("OWN_VERDICT")
             if verdict:
                 perf.judge_elsewhere("steps", rule="my rule", verdict=verdict, reason="decided by my rule")
-    """)
+    """
+    )
     pytester.runpytest("--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=1)
     monkeypatch.setenv("BASE", "2.0")
     timing = pytester.runpytest("--gpuperf-device", "cpu", "--gpuperf-confirm", "0")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_gpuperf.training.corpus import MarkovChain
 from pytest_gpuperf.models import get_spec
+from pytest_gpuperf.training.corpus import MarkovChain
 from pytest_gpuperf.training.precision import (
     PRECISIONS,
     PrecisionUnsupported,
@@ -72,7 +72,8 @@ def test_mxfp4_values_lie_on_the_e2m1_grid_and_padding_is_neutral() -> None:
 
 
 def test_mxfp4_linear_gradients_use_rounded_operands() -> None:
-    from pytest_gpuperf.training.mxfp4 import MXFP4EmulatedLinear, quantize_dequantize as q
+    from pytest_gpuperf.training.mxfp4 import MXFP4EmulatedLinear
+    from pytest_gpuperf.training.mxfp4 import quantize_dequantize as q
 
     lin = torch.nn.Linear(64, 32, bias=False)
     weight = lin.weight

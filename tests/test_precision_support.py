@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_gpuperf.training import precision
 from pytest_gpuperf.models import get_spec
+from pytest_gpuperf.training import precision
 
 
 @pytest.fixture
@@ -37,21 +37,24 @@ def _without_torchao(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torchao", None)  # import torchao.* now raises ModuleNotFoundError
 
 
-def test_on_hopper_without_torchao_fp8_skips_saying_so_and_bf16_runs(hopper: None, fresh_probe: None,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_hopper_without_torchao_fp8_skips_saying_so_and_bf16_runs(
+    hopper: None, fresh_probe: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _without_torchao(monkeypatch)
     for name in ("fp8", "fp8-rowwise"):
         reason = precision.unsupported_reason(name, "cuda")
-        assert reason == f"{name} on cuda: fp8 training is torchao's float8 recipe, and torchao is not installed " \
-                         "(pip install torchao)"
+        assert (
+            reason == f"{name} on cuda: fp8 training is torchao's float8 recipe, and torchao is not installed "
+            "(pip install torchao)"
+        )
     for name in ("fp32", "tf32", "bf16", "fp16", "fp4"):
         assert precision.unsupported_reason(name, "cuda") is None, name
     assert precision.execution_mode("bf16", "cuda") == "native"
 
 
-def test_a_torchao_that_fails_to_import_skips_fp8_instead_of_erroring(hopper: None, fresh_probe: None,
-                                                                       monkeypatch: pytest.MonkeyPatch,
-                                                                       tmp_path: Path) -> None:
+def test_a_torchao_that_fails_to_import_skips_fp8_instead_of_erroring(
+    hopper: None, fresh_probe: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # A torchao wheel built for another torch dies on import with a RuntimeError or OSError (missing
     # operator or symbol), not an ImportError.
     (tmp_path / "float8.py").write_text("raise RuntimeError('undefined symbol: _ZN2at4_ops')\n")

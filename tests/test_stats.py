@@ -12,8 +12,9 @@ from pytest_gpuperf.core.stats import Rules, Verdict, compare, pooled_run_noise,
 RULES = Rules(delta=0.02, run_noise=0.005, noise_limit=0.10)
 
 
-def runs_of(rng: np.random.Generator, median: float, *, runs: int, n: int = 20, sd: float = 0.01,
-            run_sd: float = 0.003) -> list[list[float]]:
+def runs_of(
+    rng: np.random.Generator, median: float, *, runs: int, n: int = 20, sd: float = 0.01, run_sd: float = 0.003
+) -> list[list[float]]:
     """Timing-like samples: a per-run offset (between-run noise) times within-run noise."""
     out = []
     for _ in range(runs):
@@ -136,8 +137,13 @@ def test_device_conditions_make_a_regression_noisy_and_keep_the_figures() -> Non
     current = runs_of(rng, 1.20, runs=1)[0]
     plain = compare(current, baseline, higher_is_better=False, rules=RULES)
     assert plain.verdict is Verdict.REGRESSED
-    result = compare(current, baseline, higher_is_better=False, rules=RULES,
-                     conditions="SM clock 1500 MHz < 90% of baseline 1980 MHz")
+    result = compare(
+        current,
+        baseline,
+        higher_is_better=False,
+        rules=RULES,
+        conditions="SM clock 1500 MHz < 90% of baseline 1980 MHz",
+    )
     assert result.verdict is Verdict.NOISY
     assert "SM clock 1500 MHz" in result.reason
     assert (result.ratio, result.ci_low, result.p_worse) == (plain.ratio, plain.ci_low, plain.p_worse)

@@ -9,17 +9,29 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.core.store import (
-    BaselineStore, MetricRun, NewCurve, NewMetric, StoreError, module_file_name, read_document, entry_key,
+    BaselineStore,
+    Curve,
+    MetricRun,
+    NewCurve,
+    NewMetric,
+    StoreError,
+    entry_key,
+    module_file_name,
+    read_document,
 )
-from pytest_gpuperf.core.store import Curve
 
 KEY = {"device": "cpu", "accelerator": None, "cpu": {"model": "x", "cores": 2, "ram_gib": 4}, "nodes": 1}
 STACK = {"torch": "2.13.0"}
 
 
 def new_metric(test: str, name: str, samples: list[float], stack: dict[str, str] = STACK) -> NewMetric:
-    return NewMetric(test=test, name=name, unit="s", higher_is_better=False,
-                     run=MetricRun(samples=samples, stack=stack, date="2026-01-01", summary={}))
+    return NewMetric(
+        test=test,
+        name=name,
+        unit="s",
+        higher_is_better=False,
+        run=MetricRun(samples=samples, stack=stack, date="2026-01-01", summary={}),
+    )
 
 
 @pytest.mark.parametrize(
@@ -41,9 +53,11 @@ def test_entry_key_is_the_part_after_the_module() -> None:
 
 def test_save_then_read_back(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path, "cpu-x", KEY)
-    store.save([new_metric("m.py::t", "time", [1.0, 2.0, 3.0])],
-               [NewCurve(test="m.py::t", name="loss", curve=Curve(steps=[0, 1], values=[2.0, 1.0], stack=STACK,
-                                                                    date="d"))], keep_runs=3)
+    store.save(
+        [new_metric("m.py::t", "time", [1.0, 2.0, 3.0])],
+        [NewCurve(test="m.py::t", name="loss", curve=Curve(steps=[0, 1], values=[2.0, 1.0], stack=STACK, date="d"))],
+        keep_runs=3,
+    )
     baseline = store.metric("m.py::t", "time")
     assert baseline is not None and baseline.runs[0].samples == [1.0, 2.0, 3.0]
     assert store.curves("m.py::t", "loss")[0].values == [2.0, 1.0]
@@ -84,19 +98,27 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
     [
         ('{"schema": 1, "hardware_key": {}, "tests": {', "not valid JSON"),
         ('{"schema": 99, "hardware_key": {}, "tests": {}}', "schema version 99"),
-        ('[1, 2]', "top level is not an object"),
-        ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
-         '"higher_is_better": false, "runs": [{"samples": [NaN], "summary": {}, "stack": {}, "date": ""}]}}}}}',
-         "not valid JSON"),
-        ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
-         '"higher_is_better": false, "runs": [{"samples": ["1"], "summary": {}, "stack": {}, "date": ""}]}}}}}',
-         "finite numbers"),
-        ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", "higher_is_better": '
-         'false, "runs": [{"samples": [1], "summary": {}, "stack": {}, "date": "", "context": [1]}]}}}}}',
-         "'context' is not an object"),
-        ('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", "higher_is_better": '
-         'false, "runs": [{"samples": [1], "summary": {}, "stack": {}, "date": "", "clocks": {}}]}}}}}',
-         "unknown fields clocks"),
+        ("[1, 2]", "top level is not an object"),
+        (
+            '{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
+            '"higher_is_better": false, "runs": [{"samples": [NaN], "summary": {}, "stack": {}, "date": ""}]}}}}}',
+            "not valid JSON",
+        ),
+        (
+            '{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
+            '"higher_is_better": false, "runs": [{"samples": ["1"], "summary": {}, "stack": {}, "date": ""}]}}}}}',
+            "finite numbers",
+        ),
+        (
+            '{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", "higher_is_better": '
+            'false, "runs": [{"samples": [1], "summary": {}, "stack": {}, "date": "", "context": [1]}]}}}}}',
+            "'context' is not an object",
+        ),
+        (
+            '{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", "higher_is_better": '
+            'false, "runs": [{"samples": [1], "summary": {}, "stack": {}, "date": "", "clocks": {}}]}}}}}',
+            "unknown fields clocks",
+        ),
     ],
 )
 def test_bad_files_are_named_and_left_alone(tmp_path: Path, content: str, problem: str) -> None:
@@ -118,9 +140,13 @@ def test_unsafe_slug_is_refused(tmp_path: Path) -> None:
 def test_run_context_is_stored_and_read_back_and_absent_when_empty(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path, "cpu-x", KEY)
     telemetry = {"telemetry": {"sm_clock_mhz_median": 1980.0, "throttled": False}}
-    with_context = NewMetric(test="m.py::t", name="time", unit="s", higher_is_better=False,
-                             run=MetricRun(samples=[1.0, 2.0, 3.0], stack=STACK, date="d", summary={},
-                                           context=telemetry))
+    with_context = NewMetric(
+        test="m.py::t",
+        name="time",
+        unit="s",
+        higher_is_better=False,
+        run=MetricRun(samples=[1.0, 2.0, 3.0], stack=STACK, date="d", summary={}, context=telemetry),
+    )
     store.save([with_context, new_metric("m.py::u", "time", [1.0, 2.0, 3.0])], [], keep_runs=3)
     assert store.metric("m.py::t", "time").runs[0].context == telemetry
     assert store.metric("m.py::u", "time").runs[0].context == {}
@@ -131,9 +157,11 @@ def test_run_context_is_stored_and_read_back_and_absent_when_empty(tmp_path: Pat
 def test_files_written_before_run_context_existed_stay_valid(tmp_path: Path) -> None:
     path = tmp_path / "cpu-x" / "m.json"
     path.parent.mkdir()
-    path.write_text('{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
-                    '"higher_is_better": false, "runs": [{"samples": [1, 2, 3], "summary": {}, "stack": {}, '
-                    '"date": ""}]}}}}}')
+    path.write_text(
+        '{"schema": 1, "hardware_key": {}, "tests": {"t": {"metrics": {"m": {"unit": "s", '
+        '"higher_is_better": false, "runs": [{"samples": [1, 2, 3], "summary": {}, "stack": {}, '
+        '"date": ""}]}}}}}'
+    )
     store = BaselineStore(tmp_path, "cpu-x", KEY)
     assert store.metric("m.py::t", "m").runs[0].context == {}
     store.save([new_metric("m.py::t", "m", [1.0, 2.0, 3.0], stack={})], [], keep_runs=3)

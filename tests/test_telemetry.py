@@ -68,12 +68,18 @@ class FakeNvml:
             self.value = value
 
         def __str__(self) -> str:
-            return {3: "Not Supported", 12: "NVML Shared Library Not Found"}.get(
-                self.value, f"NVML error {self.value}")
+            return {3: "Not Supported", 12: "NVML Shared Library Not Found"}.get(self.value, f"NVML error {self.value}")
 
-    def __init__(self, rows: Sequence[tuple[int, int, int, int, int, int]], *,
-                 name: str = "NVIDIA H200", count: int = 1, init_error: int | None = None,
-                 unsupported: Sequence[str] = (), event_reasons_api: bool = True) -> None:
+    def __init__(
+        self,
+        rows: Sequence[tuple[int, int, int, int, int, int]],
+        *,
+        name: str = "NVIDIA H200",
+        count: int = 1,
+        init_error: int | None = None,
+        unsupported: Sequence[str] = (),
+        event_reasons_api: bool = True,
+    ) -> None:
         self._columns = list(zip(*rows))
         self._calls: dict[int, int] = {}
         self._name, self._count, self._init_error = name, count, init_error
@@ -138,8 +144,7 @@ class FakeNvml:
         return self._next(5, "energy")
 
 
-def _trace_from(rows: Sequence[tuple[int, int, int, int, int, int]], **fake_kwargs: object) \
-        -> TelemetryTrace:
+def _trace_from(rows: Sequence[tuple[int, int, int, int, int, int]], **fake_kwargs: object) -> TelemetryTrace:
     """Read every recorded row through the real reader code, as the sampler would."""
     # The reader probes each field once when it opens; feed that probe a copy of the first row.
     fake = FakeNvml([rows[0], *rows], **fake_kwargs)  # type: ignore[arg-type]
@@ -147,33 +152,51 @@ def _trace_from(rows: Sequence[tuple[int, int, int, int, int, int]], **fake_kwar
     assert not isinstance(reader, TelemetryUnavailable), reader
     samples = tuple(TelemetrySample(t_s=0.1 * i, **reader.read()) for i in range(len(rows)))
     reader.close()
-    return TelemetryTrace(device_name=reader.device_name, backend=reader.backend,
-                          samples=samples, unsupported=reader.unsupported)
+    return TelemetryTrace(
+        device_name=reader.device_name, backend=reader.backend, samples=samples, unsupported=reader.unsupported
+    )
 
 
 def _clock_trace(sm_clocks: Sequence[float], masks: Sequence[int] | None = None) -> TelemetryTrace:
     masks = masks or [0] * len(sm_clocks)
     return TelemetryTrace(
-        device_name="NVIDIA H200", backend="nvml",
-        samples=tuple(TelemetrySample(t_s=0.05 * i, sm_clock_mhz=c, mem_clock_mhz=3201,
-                                      throttle_mask=m)
-                      for i, (c, m) in enumerate(zip(sm_clocks, masks, strict=True))),
+        device_name="NVIDIA H200",
+        backend="nvml",
+        samples=tuple(
+            TelemetrySample(t_s=0.05 * i, sm_clock_mhz=c, mem_clock_mhz=3201, throttle_mask=m)
+            for i, (c, m) in enumerate(zip(sm_clocks, masks, strict=True))
+        ),
     )
 
 
 # --- throttle decoding -------------------------------------------------------------------------
 
+
 def test_fake_uses_the_real_pynvml_names_and_constants() -> None:
     pynvml = pytest.importorskip("pynvml")
-    for name in ("nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
-                 "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetName", "nvmlDeviceGetClockInfo",
-                 "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature",
-                 "nvmlDeviceGetCurrentClocksEventReasons",
-                 "nvmlDeviceGetCurrentClocksThrottleReasons",
-                 "nvmlDeviceGetTotalEnergyConsumption", "NVMLError"):
+    for name in (
+        "nvmlInit",
+        "nvmlShutdown",
+        "nvmlDeviceGetCount",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetHandleByUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetClockInfo",
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "NVMLError",
+    ):
         assert hasattr(pynvml, name), name
-    for name in ("NVML_CLOCK_SM", "NVML_CLOCK_MEM", "NVML_TEMPERATURE_GPU",
-                 "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_LIBRARY_NOT_FOUND"):
+    for name in (
+        "NVML_CLOCK_SM",
+        "NVML_CLOCK_MEM",
+        "NVML_TEMPERATURE_GPU",
+        "NVML_ERROR_NOT_SUPPORTED",
+        "NVML_ERROR_LIBRARY_NOT_FOUND",
+    ):
         assert getattr(FakeNvml, name) == getattr(pynvml, name), name
 
 
@@ -196,14 +219,20 @@ def test_throttle_bits_match_pynvml_constants() -> None:
 
 @pytest.mark.parametrize(
     ("mask", "names"),
-    [(0x0, ()), (0x1, ("gpu_idle",)), (0x24, ("sw_power_cap", "sw_thermal")),
-     (0x48, ("hw_slowdown", "hw_thermal")), (0x1000 | 0x4, ("sw_power_cap", "unknown_0x1000"))],
+    [
+        (0x0, ()),
+        (0x1, ("gpu_idle",)),
+        (0x24, ("sw_power_cap", "sw_thermal")),
+        (0x48, ("hw_slowdown", "hw_thermal")),
+        (0x1000 | 0x4, ("sw_power_cap", "unknown_0x1000")),
+    ],
 )
 def test_decode_throttle_reasons(mask: int, names: tuple[str, ...]) -> None:
     assert decode_throttle_reasons(mask) == names
 
 
 # --- parsing recorded readings -----------------------------------------------------------------
+
 
 def test_steady_recording_parses_units_and_summary() -> None:
     trace = _trace_from(H200_STEADY)
@@ -261,8 +290,7 @@ def test_trace_and_summary_round_trip_through_dicts() -> None:
     summary = trace.summary()
     assert TelemetrySummary.from_dict(summary.to_dict()) == summary
     with pytest.raises(ValueError, match="lacks sm_clock_mhz_median.*--gpuperf-save"):
-        TelemetrySummary.from_dict({k: v for k, v in summary.to_dict().items()
-                                    if k != "sm_clock_mhz_median"})
+        TelemetrySummary.from_dict({k: v for k, v in summary.to_dict().items() if k != "sm_clock_mhz_median"})
 
 
 def test_unknown_field_name_is_an_error() -> None:
@@ -305,9 +333,11 @@ def test_boundary_of_the_90_percent_rule() -> None:
 
 
 def test_memory_clock_drop_is_caught_too() -> None:
-    low_mem = TelemetryTrace(device_name="NVIDIA H200", backend="nvml", samples=tuple(
-        TelemetrySample(t_s=i, sm_clock_mhz=1980, mem_clock_mhz=1593, throttle_mask=0)
-        for i in range(3)))
+    low_mem = TelemetryTrace(
+        device_name="NVIDIA H200",
+        backend="nvml",
+        samples=tuple(TelemetrySample(t_s=i, sm_clock_mhz=1980, mem_clock_mhz=1593, throttle_mask=0) for i in range(3)),
+    )
     ok, why = judge_clocks(low_mem, BASELINE)
     assert not ok and why == "memory clock 1593 MHz < 90% of baseline 3201 MHz"
 
@@ -322,8 +352,7 @@ def test_throttle_and_low_clock_are_both_reported() -> None:
     trace = _clock_trace([1410, 1410, 1410], masks=[0x4, 0x4, 0x4])
     ok, why = judge_clocks(trace, BASELINE)
     assert not ok
-    assert why == ("throttled during the measurement (sw_power_cap); "
-                   "SM clock 1410 MHz < 90% of baseline 1980 MHz")
+    assert why == ("throttled during the measurement (sw_power_cap); SM clock 1410 MHz < 90% of baseline 1980 MHz")
 
 
 def test_power_cap_is_comparable_when_the_baseline_was_capped_too_or_there_is_none() -> None:
@@ -331,8 +360,12 @@ def test_power_cap_is_comparable_when_the_baseline_was_capped_too_or_there_is_no
     capped = _clock_trace([1755, 1740, 1755], masks=[0x4, 0x4, 0x4])
     capped_baseline = _clock_trace([1755, 1755, 1740], masks=[0x4, 0x4, 0x4]).summary()
     ok, why = judge_clocks(capped, capped_baseline)
-    assert ok and why == "SM clock 1755 MHz vs baseline 1755 MHz; memory clock 3201 MHz vs baseline 3201 MHz; " \
-                         "sw_power_cap under load, as in the baseline"
+    assert (
+        ok
+        and why
+        == "SM clock 1755 MHz vs baseline 1755 MHz; memory clock 3201 MHz vs baseline 3201 MHz; "
+        "sw_power_cap under load, as in the baseline"
+    )
     ok, why = judge_clocks(capped, None)
     assert ok and why == "no baseline clocks to compare; sw_power_cap under load"
 
@@ -365,6 +398,7 @@ def test_without_baseline_or_samples_only_what_can_be_checked_is_checked() -> No
 
 # --- opening a reader, and the unavailable path ------------------------------------------------
 
+
 def test_no_library_says_so() -> None:
     # Simulate a machine with neither library importable.
     saved = {name: sys.modules.get(name) for name in ("pynvml", "amdsmi")}
@@ -387,8 +421,9 @@ def test_no_driver_says_so_and_invents_nothing() -> None:
     fake = FakeNvml(H200_STEADY, init_error=FakeNvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     result = open_reader(nvml=fake, backend="nvml", environ={})
     assert isinstance(result, TelemetryUnavailable)
-    assert str(result) == ("telemetry unavailable: NVML did not start (NVML Shared Library Not"
-                           " Found); no NVIDIA driver here?")
+    assert str(result) == (
+        "telemetry unavailable: NVML did not start (NVML Shared Library Not Found); no NVIDIA driver here?"
+    )
 
 
 def test_real_pynvml_on_this_machine_reports_a_reason_or_a_reader() -> None:
@@ -432,6 +467,7 @@ def test_reading_telemetry_does_not_import_torch() -> None:
 
 
 # --- the sampler ------------------------------------------------------------------------------
+
 
 def _wait_until(condition: Callable[[], bool]) -> None:
     """Poll until the sampler thread has done its part; the bound only guards against a hang."""
@@ -493,6 +529,7 @@ def test_sampler_rejects_a_bad_interval() -> None:
 
 
 # --- amdsmi ----------------------------------------------------------------------------------
+
 
 class FakeAmdSmi:
     """The amdsmi calls telemetry.py makes, returning dicts shaped as amdsmi documents them

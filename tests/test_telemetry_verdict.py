@@ -22,25 +22,59 @@ WORSE = [value * 0.8 for value in BASELINE]  # 20% fewer TFLOP/s: REGRESSED on e
 
 def clock_trace(sm_mhz: list[float], *, mask: int = 0) -> TelemetryTrace:
     """A synthetic trace: one sample per SM clock reading, memory clock steady, the given throttle mask."""
-    return TelemetryTrace(device_name="Synthetic GPU", backend="nvml", samples=tuple(
-        TelemetrySample(t_s=0.05 * i, sm_clock_mhz=mhz, mem_clock_mhz=2619.0, power_w=600.0, temperature_c=60.0,
-                        throttle_mask=mask, energy_mj=1000.0 * i)
-        for i, mhz in enumerate(sm_mhz)
-    ))
+    return TelemetryTrace(
+        device_name="Synthetic GPU",
+        backend="nvml",
+        samples=tuple(
+            TelemetrySample(
+                t_s=0.05 * i,
+                sm_clock_mhz=mhz,
+                mem_clock_mhz=2619.0,
+                power_w=600.0,
+                temperature_c=60.0,
+                throttle_mask=mask,
+                energy_mj=1000.0 * i,
+            )
+            for i, mhz in enumerate(sm_mhz)
+        ),
+    )
 
 
 def make_session(tmp_path: Path) -> GpuperfSession:
-    settings = Settings(baselines_dir=tmp_path, save=False, results_path=None, device_request="cpu",
-                        threshold=None, noise_limit=None, run_noise=None, repeats=10, warmup=0, strict=False,
-                        baseline_runs=5, confirm=1, remeasure=2)
+    settings = Settings(
+        baselines_dir=tmp_path,
+        save=False,
+        results_path=None,
+        device_request="cpu",
+        threshold=None,
+        noise_limit=None,
+        run_noise=None,
+        repeats=10,
+        warmup=0,
+        strict=False,
+        baseline_runs=5,
+        confirm=1,
+        remeasure=2,
+    )
     session = GpuperfSession(settings)
     stack = session.fingerprint.stack
     full_clock = clock_trace([1980.0, 1980.0, 1965.0, 1980.0]).summary()
-    session.store.save([NewMetric(
-        test="m.py::t", name="gemm", unit="TFLOP/s", higher_is_better=True,
-        run=MetricRun(samples=samples, stack=stack, date="d", summary={},
-                      context={"telemetry": full_clock.to_dict()}),
-    ) for samples in (BASELINE, [v * 1.002 for v in BASELINE], [v * 0.998 for v in BASELINE])], [], keep_runs=5)
+    session.store.save(
+        [
+            NewMetric(
+                test="m.py::t",
+                name="gemm",
+                unit="TFLOP/s",
+                higher_is_better=True,
+                run=MetricRun(
+                    samples=samples, stack=stack, date="d", summary={}, context={"telemetry": full_clock.to_dict()}
+                ),
+            )
+            for samples in (BASELINE, [v * 1.002 for v in BASELINE], [v * 0.998 for v in BASELINE])
+        ],
+        [],
+        keep_runs=5,
+    )
     return session
 
 
@@ -60,8 +94,7 @@ def judge_one(session: GpuperfSession, samples: list[float], trace: TelemetryTra
         (clock_trace([1980.0] * 4, mask=0x40 | 0x1), "throttled during the measurement (hw_thermal)"),
     ],
 )
-def test_low_clock_or_throttled_run_is_noisy_not_regressed(tmp_path: Path, trace: TelemetryTrace,
-                                                           reason: str) -> None:
+def test_low_clock_or_throttled_run_is_noisy_not_regressed(tmp_path: Path, trace: TelemetryTrace, reason: str) -> None:
     session = make_session(tmp_path)
     result = judge_one(session, WORSE, trace)
     assert result.verdict is Verdict.NOISY
@@ -100,8 +133,14 @@ class ScriptedReader:
         self.round = 0
 
     def read(self) -> dict[str, float | int | None]:
-        return {"sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "power_w": 650.0, "temperature_c": 70.0,
-                "throttle_mask": self.masks[min(self.round, len(self.masks) - 1)], "energy_mj": 0.0}
+        return {
+            "sm_clock_mhz": 1980.0,
+            "mem_clock_mhz": 2619.0,
+            "power_w": 650.0,
+            "temperature_c": 70.0,
+            "throttle_mask": self.masks[min(self.round, len(self.masks) - 1)],
+            "energy_mj": 0.0,
+        }
 
     def close(self) -> None:
         pass
@@ -110,8 +149,14 @@ class ScriptedReader:
 def test_a_throttled_round_is_measured_again_and_the_clean_round_kept() -> None:
     reader = ScriptedReader([0x20, 0x0])
     settings = SimpleNamespace(warmup=0, repeats=5, remeasure=2)
-    perf = Perf(nodeid="m.py::t", device="cuda", settings=settings, noise_limit=0.05,
-                baseline_curves=lambda name: [], telemetry=reader)
+    perf = Perf(
+        nodeid="m.py::t",
+        device="cuda",
+        settings=settings,
+        noise_limit=0.05,
+        baseline_curves=lambda name: [],
+        telemetry=reader,
+    )
     calls = []
 
     def counted_timer(fn, repeats: int) -> list[float]:
@@ -128,8 +173,13 @@ def test_a_throttled_round_is_measured_again_and_the_clean_round_kept() -> None:
 
 
 def test_without_a_reader_nothing_is_sampled_or_invented() -> None:
-    perf = Perf(nodeid="m.py::t", device="cpu", settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0),
-                noise_limit=0.5, baseline_curves=lambda name: [])
+    perf = Perf(
+        nodeid="m.py::t",
+        device="cpu",
+        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0),
+        noise_limit=0.5,
+        baseline_curves=lambda name: [],
+    )
     with perf.watch() as window:
         pass
     assert window.summary is None and window.context == {}
@@ -181,7 +231,8 @@ def test_throttle_rule_through_the_hook(pytester: pytest.Pytester, monkeypatch: 
     monkeypatch.setenv("FAKE_SM_MHZ", "1980")
     for _ in range(3):  # three baseline runs at full clock
         pytester.runpytest("-p", "no:cacheprovider", "--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(
-            passed=2)
+            passed=2
+        )
     [path] = sorted((pytester.path / "baselines").glob("*/*.json"))
     stored = json.loads(path.read_text())["tests"]["test_gemm"]["metrics"]["tflops"]["runs"][0]
     assert stored["context"]["telemetry"]["sm_clock_mhz_median"] == 1980.0
@@ -208,8 +259,7 @@ def test_throttle_rule_through_the_hook(pytester: pytest.Pytester, monkeypatch: 
     same_clock.stdout.fnmatch_lines(["*tflops: REGRESSED*"])
 
 
-def test_unavailable_telemetry_is_reported_once(pytester: pytest.Pytester,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unavailable_telemetry_is_reported_once(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makeconftest(FAKE_DEVICE)
     pytester.makepyfile(test_gemm=WORKLOAD)
     monkeypatch.setenv("FAKE_UNAVAILABLE", "1")

@@ -14,7 +14,6 @@ The regression runs use generous thresholds so that a loaded 2-core machine's ji
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ def _copy_suite(root: Path, overrides: str = "") -> None:
     (root / "test_training.py").write_text(SUITE.read_text())
     (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     (root / "conftest.py").write_text(SUITE_CONFTEST.read_text() + "\n" + overrides)
+
 
 PERTURB = """
 import pytest

@@ -39,10 +39,19 @@ def test_cpu_defaults_are_the_tiny_models_and_four_precisions(project: pytest.Py
     assert "test_own_values[mine]" in out
 
 
-def test_options_choose_models_and_precisions_from_cli_env_and_ini(project: pytest.Pytester,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    result = project.runpytest("--gpuperf-device", "cpu", "--collect-only", "-q", "--gpuperf-models",
-                               "tiny-moe,llama3-8b@2", "--gpuperf-precisions", "bf16")
+def test_options_choose_models_and_precisions_from_cli_env_and_ini(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = project.runpytest(
+        "--gpuperf-device",
+        "cpu",
+        "--collect-only",
+        "-q",
+        "--gpuperf-models",
+        "tiny-moe,llama3-8b@2",
+        "--gpuperf-precisions",
+        "bf16",
+    )
     result.stdout.fnmatch_lines(["*test_pair[[]tiny-moe-bf16[]]*", "*test_pair[[]llama3-8b@2-bf16[]]*"])
     result.stdout.fnmatch_lines(["*test_lora[[]none[]]*"])  # no LoRA model chosen: one skipped item says so
     monkeypatch.setenv("GPUPERF_PRECISIONS", "fp4")
@@ -55,12 +64,14 @@ def test_options_choose_models_and_precisions_from_cli_env_and_ini(project: pyte
 def test_unknown_model_is_a_usage_error_listing_the_known_names(project: pytest.Pytester) -> None:
     result = project.runpytest("--gpuperf-models", "tiny-llama,gpt5")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*Invalid value 'tiny-llama,gpt5' from --gpuperf-models: unknown model 'gpt5';"
-                                 " known: llama3-8b, *tiny-llama*"])
+    result.stderr.fnmatch_lines(
+        ["*Invalid value 'tiny-llama,gpt5' from --gpuperf-models: unknown model 'gpt5'; known: llama3-8b, *tiny-llama*"]
+    )
 
 
-def test_bad_precision_and_tier_name_the_value_and_source(project: pytest.Pytester,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_precision_and_tier_name_the_value_and_source(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPUPERF_PRECISIONS", "fp3")
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -70,10 +81,19 @@ def test_bad_precision_and_tier_name_the_value_and_source(project: pytest.Pytest
     result.stderr.fnmatch_lines(["*'huge' from --gpuperf-tier: expected one of auto, cpu, full, gpu*"])
 
 
-def test_tier_resolves_from_the_device_and_unsupported_precisions_skip_naming_both(
-        project: pytest.Pytester) -> None:
-    result = project.runpytest("--gpuperf-device", "cpu", "-s", "-k", "tier or tf32",
-                               "--gpuperf-precisions", "tf32", "--gpuperf-models", "tiny-llama", "-rs")
+def test_tier_resolves_from_the_device_and_unsupported_precisions_skip_naming_both(project: pytest.Pytester) -> None:
+    result = project.runpytest(
+        "--gpuperf-device",
+        "cpu",
+        "-s",
+        "-k",
+        "tier or tf32",
+        "--gpuperf-precisions",
+        "tf32",
+        "--gpuperf-models",
+        "tiny-llama",
+        "-rs",
+    )
     result.stdout.fnmatch_lines(["*TIER cpu*", "*SKIPPED*tf32 on cpu: TF32 is a GPU tensor-core format*"])
     result = project.runpytest("--gpuperf-device", "cpu", "--gpuperf-tier", "full", "-s", "-k", "tier")
     result.stdout.fnmatch_lines(["*TIER full*"])

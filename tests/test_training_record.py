@@ -28,8 +28,15 @@ class _Perf:
     device: str
     metrics: list[_Metric] = field(default_factory=list)
 
-    def record(self, name: str, values: list[float], *, unit: str, higher_is_better: bool,
-               context: dict[str, Any] | None = None) -> None:
+    def record(
+        self,
+        name: str,
+        values: list[float],
+        *,
+        unit: str,
+        higher_is_better: bool,
+        context: dict[str, Any] | None = None,
+    ) -> None:
         self.metrics.append(_Metric(name, list(values), dict(context or {})))
 
     def named(self) -> dict[str, _Metric]:
@@ -37,15 +44,29 @@ class _Perf:
 
 
 def _run(*, peak_dtype: str | None, seconds: float = 0.08, tokens: int = 4096) -> SeedRun:
-    return SeedRun(seed=0, losses=[1.0] * 13, step_seconds=[seconds] * 13, tokens_per_step=tokens,
-                   peak_memory_bytes=30 * 2**30, step_peak_bytes=[30 * 2**30] * 13, execution="native",
-                   mfu_peak_dtype=peak_dtype)
+    return SeedRun(
+        seed=0,
+        losses=[1.0] * 13,
+        step_seconds=[seconds] * 13,
+        tokens_per_step=tokens,
+        peak_memory_bytes=30 * 2**30,
+        step_peak_bytes=[30 * 2**30] * 13,
+        execution="native",
+        mfu_peak_dtype=peak_dtype,
+    )
 
 
-@pytest.mark.parametrize(("tier", "device", "name"), [
-    ("cpu", "cpu", "mfu"), ("gpu", "cuda", "mfu"), ("full", "cpu", "mfu@full"), ("full", "cuda", "mfu@full"),
-    ("gpu", "cpu", "mfu@gpu"), ("cpu", "cuda", "mfu@cpu"),
-])
+@pytest.mark.parametrize(
+    ("tier", "device", "name"),
+    [
+        ("cpu", "cpu", "mfu"),
+        ("gpu", "cuda", "mfu"),
+        ("full", "cpu", "mfu@full"),
+        ("full", "cuda", "mfu@full"),
+        ("gpu", "cpu", "mfu@gpu"),
+        ("cpu", "cuda", "mfu@cpu"),
+    ],
+)
 def test_only_the_tier_a_device_picks_itself_has_plain_metric_names(tier: str, device: str, name: str) -> None:
     # A tier forced onto the other device runs other models under the same test ids: plain names would judge
     # it against (and --gpuperf-save it into) that device's own baselines.
@@ -56,8 +77,9 @@ def test_mfu_on_an_h200_is_against_its_dense_bf16_peak(monkeypatch: pytest.Monke
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     spec = get_spec("llama3-8b@2")
     perf = _Perf(device="cuda")
-    record_throughput(perf, [_run(peak_dtype="bf16")], spec=spec, precision="bf16", timing_warmup=3, tier="gpu",
-                      seq_len=4096)
+    record_throughput(
+        perf, [_run(peak_dtype="bf16")], spec=spec, precision="bf16", timing_warmup=3, tier="gpu", seq_len=4096
+    )
     metrics = perf.named()
     assert {"tokens_per_s", "step_time", "mfu"} <= set(metrics)
     flops = spec.training_flops_per_token(4096)
@@ -71,15 +93,19 @@ def test_no_mfu_for_mixed_fp8_or_an_unlisted_gpu(monkeypatch: pytest.MonkeyPatch
     spec = get_spec("llama3-8b@2")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     fp8 = _Perf(device="cuda")
-    record_throughput(fp8, [_run(peak_dtype=None)], spec=spec, precision="fp8", timing_warmup=3, tier="gpu",
-                      seq_len=4096)
+    record_throughput(
+        fp8, [_run(peak_dtype=None)], spec=spec, precision="fp8", timing_warmup=3, tier="gpu", seq_len=4096
+    )
     assert "mfu" not in fp8.named() and "would mislead" in fp8.named()["tokens_per_s"].context["mfu"]
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200 NVL")
     nvl = _Perf(device="cuda")
-    record_throughput(nvl, [_run(peak_dtype="bf16")], spec=spec, precision="bf16", timing_warmup=3, tier="gpu",
-                      seq_len=4096)
-    assert "mfu" not in nvl.named() and "no dense bf16 peak for 'NVIDIA H200 NVL'" in \
-        nvl.named()["tokens_per_s"].context["mfu"]
+    record_throughput(
+        nvl, [_run(peak_dtype="bf16")], spec=spec, precision="bf16", timing_warmup=3, tier="gpu", seq_len=4096
+    )
+    assert (
+        "mfu" not in nvl.named()
+        and "no dense bf16 peak for 'NVIDIA H200 NVL'" in nvl.named()["tokens_per_s"].context["mfu"]
+    )
 
 
 def test_gpu_peak_memory_is_judged_per_step_after_warm_up() -> None:
@@ -95,18 +121,32 @@ def _curve(step_reached: int, steps: int = 60) -> list[float]:
 
 
 def _seed_runs(reached: list[int]) -> list[SeedRun]:
-    return [SeedRun(seed=i, losses=_curve(r), step_seconds=[0.01] * 60, tokens_per_step=64,
-                    peak_memory_bytes=1, step_peak_bytes=[1] * 60, execution="native", mfu_peak_dtype=None)
-            for i, r in enumerate(reached)]
+    return [
+        SeedRun(
+            seed=i,
+            losses=_curve(r),
+            step_seconds=[0.01] * 60,
+            tokens_per_step=64,
+            peak_memory_bytes=1,
+            step_peak_bytes=[1] * 60,
+            execution="native",
+            mfu_peak_dtype=None,
+        )
+        for i, r in enumerate(reached)
+    ]
 
 
-@pytest.mark.parametrize(("reference", "current", "verdict"), [
-    ([20, 21, 22], [20, 21, 22], "PASS"),
-    ([20, 21, 22], [30, 31, 32], "REGRESSED"),
-    ([], [20, 21, 22], "NO_BASELINE"),
-])
+@pytest.mark.parametrize(
+    ("reference", "current", "verdict"),
+    [
+        ([20, 21, 22], [20, 21, 22], "PASS"),
+        ([20, 21, 22], [30, 31, 32], "REGRESSED"),
+        ([], [20, 21, 22], "NO_BASELINE"),
+    ],
+)
 def test_steps_to_target_carries_the_convergence_checks_verdict_only(
-        reference: list[int], current: list[int], verdict: str) -> None:
+    reference: list[int], current: list[int], verdict: str
+) -> None:
     from types import SimpleNamespace
 
     from pytest_gpuperf.core.perf import Perf
@@ -115,8 +155,13 @@ def test_steps_to_target_carries_the_convergence_checks_verdict_only(
     from pytest_gpuperf.training.tiers import Budget
 
     curves = [Curve(steps=list(range(60)), values=_curve(r), stack={}, date="2026-11-30") for r in reference]
-    perf = Perf(nodeid="m.py::t", device="cpu", noise_limit=0.5, baseline_curves=lambda name: curves,
-                settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=True))  # save: report, not fail
+    perf = Perf(
+        nodeid="m.py::t",
+        device="cpu",
+        noise_limit=0.5,
+        baseline_curves=lambda name: curves,
+        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=True),
+    )  # save: report, not fail
     budget = Budget(seeds=3, steps=60, batch_size=1, lr=1e-3, timing_warmup=0, curve_warmup=5, window=1)
     target = Target(floor=1.0, margin=0.05, source="test")
     runs = _seed_runs(current)

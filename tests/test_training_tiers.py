@@ -40,8 +40,9 @@ def test_gpu_tier_fits_the_check_at_a_pessimistic_mfu() -> None:
     seconds = START_S
     for name in tier.models:
         spec = get_spec(name)
-        step_flops = spec.training_flops_per_token(tier.throughput_seq_len) * tier.throughput_batch * \
-            tier.throughput_seq_len
+        step_flops = (
+            spec.training_flops_per_token(tier.throughput_seq_len) * tier.throughput_batch * tier.throughput_seq_len
+        )
         seconds += PER_TEST_S + steps * step_flops / (0.10 * H200_BF16_DENSE_FLOPS)  # 10% MFU: 3-5x margin
     assert seconds < 0.7 * CHECK_BOUND_S, f"{seconds:.0f} s"
     assert tier.precisions == ("bf16", "fp8")  # fp8 skips on the check's machine (no torchao): bf16 measures

@@ -12,12 +12,18 @@ from typing import Any
 
 from pytest_gpuperf.cli.loading import InputError
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.machine.fingerprint import stack_changes
 from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.machine.fingerprint import stack_changes
 
 COLUMNS = (
-    ("file", "file"), ("test", "test"), ("name", "metric/curve"), ("change", "change"), ("old", "old"),
-    ("new", "new"), ("ratio", "new/old"), ("detail", "detail"),
+    ("file", "file"),
+    ("test", "test"),
+    ("name", "metric/curve"),
+    ("change", "change"),
+    ("old", "old"),
+    ("new", "new"),
+    ("ratio", "new/old"),
+    ("detail", "detail"),
 )
 
 
@@ -63,8 +69,10 @@ def describe_metric(old: dict[str, Any] | None, new: dict[str, Any] | None) -> d
         row["ratio"] = new_median / old_median if old_median else None
         details = stack_changes(old["runs"][-1]["stack"], new["runs"][-1]["stack"])
         if old["unit"] != new["unit"] or old["higher_is_better"] != new["higher_is_better"]:
-            details.insert(0, f"meaning changed: {old['unit']}/{old['higher_is_better']} -> "
-                              f"{new['unit']}/{new['higher_is_better']}")
+            details.insert(
+                0,
+                f"meaning changed: {old['unit']}/{old['higher_is_better']} -> {new['unit']}/{new['higher_is_better']}",
+            )
         row["detail"] = details
     return row
 
@@ -91,8 +99,16 @@ def diff(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list
                 continue
             change = "added" if before is None else "removed" if after is None else "changed"
             describe = describe_metric if key[1] == "metric" else describe_curve
-            rows.append({"file": file, "test": key[0], "kind": key[1], "name": key[2], "change": change,
-                         **describe(before, after)})
+            rows.append(
+                {
+                    "file": file,
+                    "test": key[0],
+                    "kind": key[1],
+                    "name": key[2],
+                    "change": change,
+                    **describe(before, after),
+                }
+            )
     return rows
 
 
@@ -103,6 +119,14 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         counts[row["change"]] = counts.get(row["change"], 0) + 1
     notes = [", ".join(f"{n} {change}" for change, n in sorted(counts.items())) or "no differences"]
-    write_output(render(title=f"gpuperf baselines diff {old_path} -> {new_path}", columns=COLUMNS, rows=rows,
-                        notes=notes, fmt=args.format), Path(args.output) if args.output else None)
+    write_output(
+        render(
+            title=f"gpuperf baselines diff {old_path} -> {new_path}",
+            columns=COLUMNS,
+            rows=rows,
+            notes=notes,
+            fmt=args.format,
+        ),
+        Path(args.output) if args.output else None,
+    )
     return 0

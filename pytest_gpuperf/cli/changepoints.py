@@ -102,13 +102,18 @@ def change_points(
     points = sorted(found)
     while points:  # merge: drop the weakest point that no longer stands between its neighbours
         bounds = [0, *points, values.size]
-        pvalues = [t_test(values[bounds[i]:bounds[i + 1]], values[bounds[i + 1]:bounds[i + 2]])
-                   for i in range(len(points))]
+        pvalues = [
+            t_test(values[bounds[i] : bounds[i + 1]], values[bounds[i + 1] : bounds[i + 2]]) for i in range(len(points))
+        ]
         weakest = int(np.argmax(pvalues))
         if pvalues[weakest] < max_pvalue:
             return [
-                ChangePoint(index=point, mean_before=float(values[bounds[i]:point].mean()),
-                            mean_after=float(values[point:bounds[i + 2]].mean()), pvalue=pvalues[i])
+                ChangePoint(
+                    index=point,
+                    mean_before=float(values[bounds[i] : point].mean()),
+                    mean_after=float(values[point : bounds[i + 2]].mean()),
+                    pvalue=pvalues[i],
+                )
                 for i, point in enumerate(points)
             ]
         points.pop(weakest)

@@ -12,19 +12,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.loading import quote, InputError, Side, load_side
+from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.machine.fingerprint import stack_changes
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats import Rules, Verdict, compare, summarize
+from pytest_gpuperf.machine.fingerprint import stack_changes
 
 CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
 MISSING = "MISSING"
 """A metric BASE has and NEW lacks (the test was removed, skipped or failed before measuring)."""
 
 COLUMNS = (
-    ("test", "test"), ("metric", "metric"), ("base_median", "base median"), ("new_median", "new median"),
-    ("ratio", "ratio"), ("ci", "95% CI"), ("p_worse", "p(worse)"), ("verdict", "verdict"),
+    ("test", "test"),
+    ("metric", "metric"),
+    ("base_median", "base median"),
+    ("new_median", "new median"),
+    ("ratio", "ratio"),
+    ("ci", "95% CI"),
+    ("p_worse", "p(worse)"),
+    ("verdict", "verdict"),
     ("stack_changes", "stack changes"),
 )
 
@@ -60,9 +66,15 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
     for key in base.keys() + [key for key in new.keys() if key not in set(base.keys())]:
         base_runs, new_runs = base.metric_runs(key), new.metric_runs(key)
         sample = (new_runs or base_runs)[0]
-        row: dict[str, Any] = {"test": sample.test, "metric": sample.metric, "unit": sample.unit,
-                               "higher_is_better": sample.higher_is_better, "stack_changes": changes,
-                               "base_runs": len(base_runs), "new_runs": len(new_runs)}
+        row: dict[str, Any] = {
+            "test": sample.test,
+            "metric": sample.metric,
+            "unit": sample.unit,
+            "higher_is_better": sample.higher_is_better,
+            "stack_changes": changes,
+            "base_runs": len(base_runs),
+            "new_runs": len(new_runs),
+        }
         if base_runs:
             row["base_median"] = summarize([v for run in base_runs for v in run.samples]).median
         if not new_runs:
@@ -72,14 +84,18 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
         row["new_median"] = summarize(current).median
         flips = {run.higher_is_better for run in base_runs} - {sample.higher_is_better}
         if flips:
-            raise InputError(f"{quote(sample.test)} {quote(sample.metric)}: higher_is_better differs between "
-                             f"{base.source} and {new.source}; the metric's meaning changed")
+            raise InputError(
+                f"{quote(sample.test)} {quote(sample.metric)}: higher_is_better differs between "
+                f"{base.source} and {new.source}; the metric's meaning changed"
+            )
         try:
-            result = compare(current, [run.samples for run in base_runs],
-                             higher_is_better=sample.higher_is_better, rules=rules)
+            result = compare(
+                current, [run.samples for run in base_runs], higher_is_better=sample.higher_is_better, rules=rules
+            )
         except (ValueError, OverflowError) as error:  # non-positive medians; samples spanning beyond float range
-            raise InputError(f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot "
-                             f"form a ratio ({error})") from None
+            raise InputError(
+                f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot form a ratio ({error})"
+            ) from None
         row.update(result.as_dict())
         row["verdict"] = result.verdict.value
         if result.ci_low is not None:
@@ -90,8 +106,9 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     base, new = load_side(Path(args.base)), load_side(Path(args.new))
-    rules = rules_for(base, Thresholds(threshold=args.threshold, noise_limit=args.noise_limit,
-                                       run_noise=args.run_noise))
+    rules = rules_for(
+        base, Thresholds(threshold=args.threshold, noise_limit=args.noise_limit, run_noise=args.run_noise)
+    )
     rows = compare_sides(base, new, rules)
     notes = [
         f"BASE {base.source}: {len(base.runs)} run(s) on {base.hardware_slug}; NEW {new.source}: {len(new.runs)} "
@@ -100,15 +117,24 @@ def run(args: argparse.Namespace) -> int:
         f"noise prior {rules.run_noise:.2%}; ratio < 1 is worse",
     ]
     if base.hardware_slug != new.hardware_slug:
-        notes.append(f"note: hardware differs ({base.hardware_slug} vs {new.hardware_slug}): the stack is not "
-                     "the only difference")
+        notes.append(
+            f"note: hardware differs ({base.hardware_slug} vs {new.hardware_slug}): the stack is not "
+            "the only difference"
+        )
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
     notes.append(", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "no metrics found")
-    text = render(title=f"gpuperf compare {base.source} -> {new.source}", columns=COLUMNS, rows=rows,
-                  notes=notes, fmt=args.format,
-                  extra={"base": {"source": str(base.source), "stack": base.stack, "hardware": base.hardware_slug},
-                         "new": {"source": str(new.source), "stack": new.stack, "hardware": new.hardware_slug}})
+    text = render(
+        title=f"gpuperf compare {base.source} -> {new.source}",
+        columns=COLUMNS,
+        rows=rows,
+        notes=notes,
+        fmt=args.format,
+        extra={
+            "base": {"source": str(base.source), "stack": base.stack, "hardware": base.hardware_slug},
+            "new": {"source": str(new.source), "stack": new.stack, "hardware": new.hardware_slug},
+        },
+    )
     write_output(text, Path(args.output) if args.output else None)
     return 1 if counts.get(Verdict.REGRESSED.value) else 0

@@ -18,14 +18,21 @@ from typing import Any
 from pytest_gpuperf.cli.changepoints import change_points
 from pytest_gpuperf.cli.loading import InputError, Run, load_path, read_bytes
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.machine.fingerprint import stack_changes
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.machine.fingerprint import stack_changes
 
 DEFAULT_THRESHOLD = DEVICE_DEFAULTS["cpu"]["threshold"]
 COLUMNS = (
-    ("hardware", "hardware"), ("test", "test"), ("metric", "metric"), ("run", "first run after"),
-    ("before", "before"), ("after", "after"), ("change", "change"), ("pvalue", "p"), ("runs_after", "runs after"),
+    ("hardware", "hardware"),
+    ("test", "test"),
+    ("metric", "metric"),
+    ("run", "first run after"),
+    ("before", "before"),
+    ("after", "after"),
+    ("change", "change"),
+    ("pvalue", "p"),
+    ("runs_after", "runs after"),
     ("attribution", "stack changes"),
 )
 
@@ -37,8 +44,11 @@ class Accepted:
     metric: str | None = None
 
     def matches(self, run: Run, test: str, key: str, metric: str) -> bool:
-        return (self.run in (run.label, str(run.source)) and self.test in (None, test, key)
-                and self.metric in (None, metric))
+        return (
+            self.run in (run.label, str(run.source))
+            and self.test in (None, test, key)
+            and self.metric in (None, metric)
+        )
 
 
 def load_accepted(path: Path) -> list[Accepted]:
@@ -47,13 +57,16 @@ def load_accepted(path: Path) -> list[Accepted]:
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise InputError(f"{path}: not valid JSON ({' '.join(str(error).split())[:120]})") from None
     if not isinstance(document, list):
-        raise InputError(f"{path}: expected a list of accepted changes like "
-                         '[{"run": "run-07.json", "test": "...", "metric": "..."}]')
+        raise InputError(
+            f"{path}: expected a list of accepted changes like "
+            '[{"run": "run-07.json", "test": "...", "metric": "..."}]'
+        )
     accepted = []
     for index, entry in enumerate(document):
         if not isinstance(entry, dict) or not isinstance(entry.get("run"), str):
-            raise InputError(f"{path}: entry {index} needs a 'run' (the file name of the first run of the "
-                             "accepted regime)")
+            raise InputError(
+                f"{path}: entry {index} needs a 'run' (the file name of the first run of the accepted regime)"
+            )
         extra = set(entry) - {"run", "test", "metric", "note"}
         if extra or not all(isinstance(entry.get(k), (str, type(None))) for k in ("test", "metric", "note")):
             raise InputError(f"{path}: entry {index} may hold only text fields run, test, metric, note")
@@ -74,8 +87,9 @@ def order_runs(runs: list[Run]) -> list[Run]:
     return sorted(runs, key=when)
 
 
-def analyse(runs: list[Run], *, threshold: float, max_pvalue: float, min_after: int,
-            accepted: list[Accepted]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def analyse(
+    runs: list[Run], *, threshold: float, max_pvalue: float, min_after: int, accepted: list[Accepted]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(change-point rows, series) over runs of one hardware key."""
     rows, series_out = [], []
     ordered = order_runs(runs)
@@ -91,9 +105,17 @@ def analyse(runs: list[Run], *, threshold: float, max_pvalue: float, min_after: 
                 start = index
         points = points[start:]
         medians = [summarize(data.samples).median for _, data in points]
-        series_out.append({"hardware": ordered[0].hardware_slug, "test": test, "metric": metric,
-                           "unit": points[-1][1].unit, "runs": [run.label for run, _ in points],
-                           "medians": medians, "reset_at": points[0][0].label if start else None})
+        series_out.append(
+            {
+                "hardware": ordered[0].hardware_slug,
+                "test": test,
+                "metric": metric,
+                "unit": points[-1][1].unit,
+                "runs": [run.label for run, _ in points],
+                "medians": medians,
+                "reset_at": points[0][0].label if start else None,
+            }
+        )
         found = change_points(medians, max_pvalue=max_pvalue)
         for number, change in enumerate(found):
             end = found[number + 1].index if number + 1 < len(found) else len(points)
@@ -102,14 +124,23 @@ def analyse(runs: list[Run], *, threshold: float, max_pvalue: float, min_after: 
                 continue
             before_run, at_run = points[change.index - 1][0], points[change.index][0]
             changes = stack_changes(before_run.stack, at_run.stack)
-            rows.append({
-                "hardware": at_run.hardware_slug, "test": test, "metric": metric, "run": at_run.label,
-                "index": change.index, "before": change.mean_before, "after": change.mean_after,
-                "change": f"{change.magnitude:+.1%}", "magnitude": change.magnitude, "pvalue": change.pvalue,
-                "runs_after": runs_after,
-                "attribution": changes or ["no stack component changed (the code, data or machine did)"],
-                "stack_changes": changes,
-            })
+            rows.append(
+                {
+                    "hardware": at_run.hardware_slug,
+                    "test": test,
+                    "metric": metric,
+                    "run": at_run.label,
+                    "index": change.index,
+                    "before": change.mean_before,
+                    "after": change.mean_after,
+                    "change": f"{change.magnitude:+.1%}",
+                    "magnitude": change.magnitude,
+                    "pvalue": change.pvalue,
+                    "runs_after": runs_after,
+                    "attribution": changes or ["no stack component changed (the code, data or machine did)"],
+                    "stack_changes": changes,
+                }
+            )
     return rows, series_out
 
 
@@ -119,26 +150,34 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.max_pvalue < 1 or args.min_after < 1:
         raise InputError("--max-pvalue must be in (0, 1) and --min-after >= 1")
     stored = next((r.settings.get("threshold") for r in runs if r.settings.get("threshold")), None)
-    threshold = args.threshold if args.threshold is not None else (
-        float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else DEFAULT_THRESHOLD)
+    threshold = (
+        args.threshold
+        if args.threshold is not None
+        else (float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else DEFAULT_THRESHOLD)
+    )
     by_hardware: dict[str, list[Run]] = {}
     for run_ in runs:
         by_hardware.setdefault(run_.hardware_slug, []).append(run_)
     rows, series = [], []
     for group in by_hardware.values():
-        found, group_series = analyse(group, threshold=threshold, max_pvalue=args.max_pvalue,
-                                      min_after=args.min_after, accepted=accepted)
+        found, group_series = analyse(
+            group, threshold=threshold, max_pvalue=args.max_pvalue, min_after=args.min_after, accepted=accepted
+        )
         rows += found
         series += group_series
     notes = [
         f"{len(runs)} run(s), {len(series)} series; change points by e-divisive split + Student t-test "
         f"(p < {args.max_pvalue:g}) and merge, shown when |change| > {threshold:.1%} with >= {args.min_after} "
         "runs after",
-        *[f"series {s['test']} {s['metric']} restarts at accepted run {s['reset_at']}" for s in series
-          if s["reset_at"]],
+        *[
+            f"series {s['test']} {s['metric']} restarts at accepted run {s['reset_at']}"
+            for s in series
+            if s["reset_at"]
+        ],
         f"{len(rows)} change point(s)",
     ]
-    text = render(title="gpuperf history", columns=COLUMNS, rows=rows, notes=notes, fmt=args.format,
-                  extra={"series": series})
+    text = render(
+        title="gpuperf history", columns=COLUMNS, rows=rows, notes=notes, fmt=args.format, extra={"series": series}
+    )
     write_output(text, Path(args.output) if args.output else None)
     return 0

@@ -166,8 +166,9 @@ def load_path(path: Path) -> list[Run]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
         if not files:
-            raise InputError(f"{path}: folder holds no results files (*.json from --gpuperf-results or *.xml "
-                             "from --junitxml)")
+            raise InputError(
+                f"{path}: folder holds no results files (*.json from --gpuperf-results or *.xml from --junitxml)"
+            )
         return [load_file(file) for file in files]
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
@@ -202,7 +203,7 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
     except UnicodeDecodeError as error:
         raise InputError(f"{source}: not UTF-8 text (byte {error.start}); is this a results JSON file?") from None
     except json.JSONDecodeError as error:
-        tail = text[error.pos:].rstrip()
+        tail = text[error.pos :].rstrip()
         ends_early = error.pos >= len(text.rstrip()) - 1 or (error.msg.startswith("Unterminated") and "\n" not in tail)
         what = "truncated, the JSON ends early" if ends_early else "not valid JSON"
         raise InputError(f"{source}: {what} ({error.msg} at line {error.lineno} column {error.colno})") from None
@@ -211,8 +212,10 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
     if not isinstance(document, dict):
         raise InputError(f"{source}: the top level is {_kind(document)}, not a gpuperf results object")
     if document.get("schema") != 1:
-        raise InputError(f"{source}: schema {quote(document.get('schema'))} is not the supported results schema 1 "
-                         "(written by another pytest-gpuperf version, or not a --gpuperf-results file)")
+        raise InputError(
+            f"{source}: schema {quote(document.get('schema'))} is not the supported results schema 1 "
+            "(written by another pytest-gpuperf version, or not a --gpuperf-results file)"
+        )
     created = document.get("created", "")
     if not isinstance(created, str):
         raise InputError(f"{source}: 'created' is {_kind(created)}, not a timestamp string")
@@ -228,15 +231,24 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
         metric = _metric_from_json(entry, f"{source}: results[{index}]")
         key = (metric.key, metric.metric)
         if key in metrics:
-            raise InputError(f"{source}: results[{index}]: test {quote(metric.test)} metric "
-                             f"{quote(metric.metric)} appears twice")
+            raise InputError(
+                f"{source}: results[{index}]: test {quote(metric.test)} metric {quote(metric.metric)} appears twice"
+            )
         metrics[key] = metric
     curves_raw = document.get("curves", [])
     if not isinstance(curves_raw, list):
         raise InputError(f"{source}: 'curves' is {_kind(curves_raw)}, not a list")
     curves = tuple(_curve_from_json(entry, f"{source}: curves[{index}]") for index, entry in enumerate(curves_raw))
-    return Run(source=source, created=created, hardware_key=hardware_key, hardware_slug=slug, stack=stack,
-               settings=settings, metrics=metrics, curves=curves)
+    return Run(
+        source=source,
+        created=created,
+        hardware_key=hardware_key,
+        hardware_slug=slug,
+        stack=stack,
+        settings=settings,
+        metrics=metrics,
+        curves=curves,
+    )
 
 
 def _metric_from_json(entry: Any, where: str) -> MetricData:
@@ -251,8 +263,16 @@ def _metric_from_json(entry: Any, where: str) -> MetricData:
     if not isinstance(context, dict):
         raise InputError(f"{where}: 'context' is {_kind(context)}, not an object")
     verdict = entry.get("verdict")
-    return MetricData(test=test, key=junit_address(test), metric=name, unit=unit, higher_is_better=higher,
-                      samples=samples, verdict=verdict if isinstance(verdict, str) else None, context=context)
+    return MetricData(
+        test=test,
+        key=junit_address(test),
+        metric=name,
+        unit=unit,
+        higher_is_better=higher,
+        samples=samples,
+        verdict=verdict if isinstance(verdict, str) else None,
+        context=context,
+    )
 
 
 def _curve_from_json(entry: Any, where: str) -> CurveData:
@@ -261,10 +281,16 @@ def _curve_from_json(entry: Any, where: str) -> CurveData:
     test, name = _text_field(entry, "test", where), _text_field(entry, "name", where)
     steps, values = entry.get("steps"), entry.get("values")
     if not (_number_list(steps) and _number_list(values)) or len(steps) != len(values):
-        raise InputError(f"{where} ({quote(test)} {quote(name)}): 'steps' and 'values' must be equal-length "
-                         "lists of finite numbers")
-    return CurveData(test=test, key=junit_address(test), name=name, steps=tuple(float(s) for s in steps),
-                     values=tuple(float(v) for v in values))
+        raise InputError(
+            f"{where} ({quote(test)} {quote(name)}): 'steps' and 'values' must be equal-length lists of finite numbers"
+        )
+    return CurveData(
+        test=test,
+        key=junit_address(test),
+        name=name,
+        steps=tuple(float(s) for s in steps),
+        values=tuple(float(v) for v in values),
+    )
 
 
 def _fingerprint(raw: Any, source: Path, what: str) -> tuple[dict[str, Any] | None, str, dict[str, str]]:
@@ -284,8 +310,21 @@ def _fingerprint(raw: Any, source: Path, what: str) -> tuple[dict[str, Any] | No
 
 # -- JUnit XML -------------------------------------------------------------------------------------------------
 
-_METRIC_FIELDS = ("verdict", "unit", "higher_is_better", "median", "spread", "n", "samples", "baseline_median",
-                  "ratio", "ci_low", "ci_high", "p_worse", "stack_changes")
+_METRIC_FIELDS = (
+    "verdict",
+    "unit",
+    "higher_is_better",
+    "median",
+    "spread",
+    "n",
+    "samples",
+    "baseline_median",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "p_worse",
+    "stack_changes",
+)
 
 
 def parse_junit_xml(data: bytes, source: Path) -> Run:
@@ -316,8 +355,7 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
                 try:
                     raw = json.loads(prop.value or "", parse_constant=_reject_constant)
                 except (ValueError, RecursionError):
-                    raise InputError(f"{source}: testsuite property {FINGERPRINT_PROPERTY} is not valid JSON") \
-                        from None
+                    raise InputError(f"{source}: testsuite property {FINGERPRINT_PROPERTY} is not valid JSON") from None
                 hardware_key, slug, stack = _fingerprint(raw, source, f"testsuite property {FINGERPRINT_PROPERTY}")
         for case in suite:
             if case.__class__.__name__ != "TestCase":
@@ -329,8 +367,15 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
                 if key in metrics:
                     raise InputError(f"{source}: test {quote(metric.test)} metric {quote(metric.metric)} appears twice")
                 metrics[key] = metric
-    return Run(source=source, created=created, hardware_key=hardware_key, hardware_slug=slug, stack=stack,
-               settings={}, metrics=metrics)
+    return Run(
+        source=source,
+        created=created,
+        hardware_key=hardware_key,
+        hardware_slug=slug,
+        stack=stack,
+        settings={},
+        metrics=metrics,
+    )
 
 
 def _metrics_from_case(classname: str, name: str, pairs: list[tuple[str, str]], source: Path) -> list[MetricData]:
@@ -338,7 +383,7 @@ def _metrics_from_case(classname: str, name: str, pairs: list[tuple[str, str]], 
     for prop_name, value in pairs:
         if not prop_name.startswith("gpuperf."):
             continue
-        metric, _, field_name = prop_name[len("gpuperf."):].rpartition(".")
+        metric, _, field_name = prop_name[len("gpuperf.") :].rpartition(".")
         if metric and field_name in _METRIC_FIELDS:
             fields.setdefault(metric, {})[field_name] = value
     if not fields:
@@ -358,12 +403,18 @@ def _metrics_from_case(classname: str, name: str, pairs: list[tuple[str, str]], 
         try:
             samples = [float(text) for text in values["samples"].split(",")]
         except ValueError:
-            raise InputError(f"{where}: samples {values['samples'][:40]!r} are not comma-separated numbers") \
-                from None
-        found.append(MetricData(
-            test=test, key=test, metric=metric, unit=values["unit"], higher_is_better=higher == "true",
-            samples=_samples(samples, where), verdict=values.get("verdict"),
-        ))
+            raise InputError(f"{where}: samples {values['samples'][:40]!r} are not comma-separated numbers") from None
+        found.append(
+            MetricData(
+                test=test,
+                key=test,
+                metric=metric,
+                unit=values["unit"],
+                higher_is_better=higher == "true",
+                samples=_samples(samples, where),
+                verdict=values.get("verdict"),
+            )
+        )
     return found
 
 

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from pytest_gpuperf.machine.fingerprint import collect
     from pytest_gpuperf.core.session import resolve_device
+    from pytest_gpuperf.machine.fingerprint import collect
 
     try:
         device = resolve_device(args.device)
@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     env = commands.add_parser(
-        "env", help="print this machine's fingerprint (hardware key and stack); example: gpuperf env --json",
+        "env",
+        help="print this machine's fingerprint (hardware key and stack); example: gpuperf env --json",
         description="Print the hardware key that baselines are matched on and the stack that is recorded.",
     )
     env.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -80,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     env.set_defaults(run=cmd_env)
 
     compare = commands.add_parser(
-        "compare", help="judge NEW against BASE per test and metric, with the stack changes; exit 1 on REGRESSED; "
+        "compare",
+        help="judge NEW against BASE per test and metric, with the stack changes; exit 1 on REGRESSED; "
         "example: gpuperf compare rocm70/ rocm71/",
         description="Per test and metric: both medians, the ratio with its 95%% interval, p-value, verdict (the "
         "plugin's statistics, BASE's runs as the baseline) and the stack components that differ. Exit status 1 "
@@ -93,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(run=lazy("compare"))
 
     variance = commands.add_parser(
-        "variance", help="equivalence of each submission to a reference within a tolerance; "
+        "variance",
+        help="equivalence of each submission to a reference within a tolerance; "
         "example: gpuperf variance --reference ref.json a/ b/ --tolerance 1%%",
         description="Per submission and workload, two one-sided tests: the 90%% bootstrap interval of the ratio "
         "inside 1 +- tolerance is PASS, entirely outside is FAIL, otherwise INCONCLUSIVE with the repeats that "
@@ -102,33 +105,54 @@ def build_parser() -> argparse.ArgumentParser:
     variance.add_argument("--reference", required=True, metavar="REF", help="the reference run(s)")
     variance.add_argument("submissions", nargs="+", metavar="SUB", help="one file or folder per submission")
     variance.add_argument("--tolerance", type=percentage, default=0.01, metavar="PCT", help="default 1%%")
-    variance.add_argument("--run-noise", type=percentage, default=None, metavar="PCT",
-                          help="between-run sd of a run's median (default: the reference's setting, else 0.5%%)")
+    variance.add_argument(
+        "--run-noise",
+        type=percentage,
+        default=None,
+        metavar="PCT",
+        help="between-run sd of a run's median (default: the reference's setting, else 0.5%%)",
+    )
     _add_format(variance)
     variance.set_defaults(run=lazy("variance"))
 
     history = commands.add_parser(
-        "history", help="each metric's series over runs and its change points, attributed to stack changes; "
+        "history",
+        help="each metric's series over runs and its change points, attributed to stack changes; "
         "example: gpuperf history nightly/",
         description="Runs are ordered by their timestamp. Change points: e-divisive means split with a Student "
         "t-test, then merge (the Hunter/Otava method); reported only with >= --min-after runs after the change "
         "and a magnitude above --threshold.",
     )
     history.add_argument("paths", nargs="+", metavar="PATH", help="results files or folders, one run per file")
-    history.add_argument("--threshold", type=percentage, default=None, metavar="PCT",
-                         help="smallest change reported (default: the runs' threshold setting, else 2%%)")
-    history.add_argument("--max-pvalue", type=float, default=0.001, metavar="P",
-                         help="significance of a split (default 0.001)")
-    history.add_argument("--min-after", type=int, default=2, metavar="N",
-                         help="runs needed after a change before it is reported (default 2)")
-    history.add_argument("--accepted", metavar="FILE",
-                         help="JSON list of accepted changes [{\"run\": FILE-NAME, \"test\": .., \"metric\": ..}]; "
-                         "each resets its series at that run")
+    history.add_argument(
+        "--threshold",
+        type=percentage,
+        default=None,
+        metavar="PCT",
+        help="smallest change reported (default: the runs' threshold setting, else 2%%)",
+    )
+    history.add_argument(
+        "--max-pvalue", type=float, default=0.001, metavar="P", help="significance of a split (default 0.001)"
+    )
+    history.add_argument(
+        "--min-after",
+        type=int,
+        default=2,
+        metavar="N",
+        help="runs needed after a change before it is reported (default 2)",
+    )
+    history.add_argument(
+        "--accepted",
+        metavar="FILE",
+        help='JSON list of accepted changes [{"run": FILE-NAME, "test": .., "metric": ..}]; '
+        "each resets its series at that run",
+    )
     _add_format(history)
     history.set_defaults(run=lazy("history"))
 
     report = commands.add_parser(
-        "report", help="one self-contained HTML report with plots; example: gpuperf report runs/ -o report.html",
+        "report",
+        help="one self-contained HTML report with plots; example: gpuperf report runs/ -o report.html",
         description="Summary table, throughput per stack version, loss curves against their goldens, inference "
         "Pareto fronts; matplotlib plots embedded as PNG.",
     )
@@ -138,12 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(run=lazy("report_html"))
 
     baselines = commands.add_parser(
-        "baselines", help="baseline folder tools; example: gpuperf baselines diff old/ baselines/",
+        "baselines",
+        help="baseline folder tools; example: gpuperf baselines diff old/ baselines/",
         description="Tools for baseline folders.",
     )
     baseline_commands = baselines.add_subparsers(dest="baselines_command", metavar="ACTION", required=True)
     diff = baseline_commands.add_parser(
-        "diff", help="what a baseline regeneration changed, for review before commit",
+        "diff",
+        help="what a baseline regeneration changed, for review before commit",
         description="Entries added, removed and changed between two baseline folders (or files): medians, runs "
         "and stacks.",
     )
@@ -153,13 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
     diff.set_defaults(run=lazy("baselines"))
 
     keygen = commands.add_parser(
-        "keygen", help="create an ed25519 key pair for signing; example: gpuperf keygen partner.key",
+        "keygen",
+        help="create an ed25519 key pair for signing; example: gpuperf keygen partner.key",
         description="Writes KEY (private, PEM, mode 600) and KEY.pub (public, PEM). Needs the 'sign' extra.",
     )
     keygen.add_argument("key", metavar="KEY")
     keygen.set_defaults(run=lazy("signing"), action="keygen")
     sign = commands.add_parser(
-        "sign", help="sign a results bundle with an ed25519 key; example: gpuperf sign --key partner.key bundle/",
+        "sign",
+        help="sign a results bundle with an ed25519 key; example: gpuperf sign --key partner.key bundle/",
         description="Signs the canonical JSON of every results file (numbers and fingerprint) in the bundle.",
     )
     sign.add_argument("paths", nargs="+", metavar="PATH", help="results files or a folder")
@@ -167,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     sign.add_argument("-o", "--output", metavar="SIG", help="signature file (default: PATH.sig for one PATH)")
     sign.set_defaults(run=lazy("signing"), action="sign")
     verify = commands.add_parser(
-        "verify", help="check a bundle's signature; exit 1 if anything was edited; "
+        "verify",
+        help="check a bundle's signature; exit 1 if anything was edited; "
         "example: gpuperf verify --public-key partner.key.pub bundle/",
         description="Exit 0 when the signature is valid for these files and this public key, 1 when not.",
     )
@@ -179,12 +208,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_rules(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threshold", type=percentage, default=None, metavar="PCT",
-                        help="smallest change that matters (default: BASE's setting, else 2%%)")
-    parser.add_argument("--noise-limit", type=percentage, default=None, metavar="PCT",
-                        help="NOISY above this IQR/median (default: BASE's setting, else 10%%)")
-    parser.add_argument("--run-noise", type=percentage, default=None, metavar="PCT",
-                        help="prior between-run sd (default: BASE's setting, else 1.5%%, the plugin's CPU default)")
+    parser.add_argument(
+        "--threshold",
+        type=percentage,
+        default=None,
+        metavar="PCT",
+        help="smallest change that matters (default: BASE's setting, else 2%%)",
+    )
+    parser.add_argument(
+        "--noise-limit",
+        type=percentage,
+        default=None,
+        metavar="PCT",
+        help="NOISY above this IQR/median (default: BASE's setting, else 10%%)",
+    )
+    parser.add_argument(
+        "--run-noise",
+        type=percentage,
+        default=None,
+        metavar="PCT",
+        help="prior between-run sd (default: BASE's setting, else 1.5%%, the plugin's CPU default)",
+    )
 
 
 def _add_format(parser: argparse.ArgumentParser) -> None:

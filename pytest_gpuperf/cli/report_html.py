@@ -25,8 +25,10 @@ def stack_labels(runs: list[Run]) -> dict[Path, str]:
     """Each run named by the stack fields that vary between the runs ('driver 590.2, torch 2.12')."""
     names = sorted({name for run in runs for name in run.stack})
     varying = [name for name in names if len({run.stack.get(name) for run in runs}) > 1]
-    return {run.source: ", ".join(f"{name} {run.stack.get(name, 'absent')}" for name in varying) or "one stack"
-            for run in runs}
+    return {
+        run.source: ", ".join(f"{name} {run.stack.get(name, 'absent')}" for name in varying) or "one stack"
+        for run in runs
+    }
 
 
 def png(figure: Any) -> str:
@@ -53,10 +55,23 @@ def summary_section(runs: list[Run], labels: dict[Path, str]) -> str:
     rows = []
     for run, data, count in latest.values():
         stats = summarize(data.samples)
-        rows.append([data.test, data.metric, f"{stats.median:.4g} {data.unit}", f"{stats.spread:.1%}",
-                     data.verdict or "-", str(count), run.label])
-    return ("<h2>Runs</h2>" + html_table(header, cells) + "<h2>Summary (latest run of each metric)</h2>"
-            + html_table(["test", "metric", "median", "IQR/median", "verdict", "runs", "latest run"], rows))
+        rows.append(
+            [
+                data.test,
+                data.metric,
+                f"{stats.median:.4g} {data.unit}",
+                f"{stats.spread:.1%}",
+                data.verdict or "-",
+                str(count),
+                run.label,
+            ]
+        )
+    return (
+        "<h2>Runs</h2>"
+        + html_table(header, cells)
+        + "<h2>Summary (latest run of each metric)</h2>"
+        + html_table(["test", "metric", "median", "IQR/median", "verdict", "runs", "latest run"], rows)
+    )
 
 
 def throughput_section(runs: list[Run], labels: dict[Path, str]) -> str:
@@ -83,8 +98,9 @@ def throughput_section(runs: list[Run], labels: dict[Path, str]) -> str:
         parts.append(image(png(figure), f"{data.metric} per stack version"))
     if not parts:
         return "<h2>Throughput per stack version</h2><p>No higher-is-better metrics in these runs.</p>"
-    return ("<h2>Throughput per stack version</h2><p>Median per stack version; bars span min to max.</p>"
-            + "".join(parts))
+    return "<h2>Throughput per stack version</h2><p>Median per stack version; bars span min to max.</p>" + "".join(
+        parts
+    )
 
 
 def golden_curves(baselines: Path | None, run: Run, curve: CurveData) -> list[tuple[list[float], list[float]]]:
@@ -145,19 +161,26 @@ def pareto_section(runs: list[Run], labels: dict[Path, str]) -> str:
             devices = by_name.get((key, THROUGHPUT_CURVE))
             if name != INTERACTIVITY_CURVE or devices is None or devices.steps != users.steps:
                 continue
-            points = [OperatingPoint(concurrency=int(c), interactivity=x, throughput=y)
-                      for c, x, y in zip(users.steps, users.values, devices.values)]
+            points = [
+                OperatingPoint(concurrency=int(c), interactivity=x, throughput=y)
+                for c, x, y in zip(users.steps, users.values, devices.values)
+            ]
             sweeps.setdefault(key, []).append((run, points))
     parts = []
     for key, entries in list(sweeps.items())[:MAX_PLOTS]:
         figure, axes = plt.subplots(figsize=(5.5, 3.2))
         for run, points in entries:
             front = pareto_front(points)
-            line, = axes.plot([p.interactivity for p in front], [p.throughput for p in front], "o-",
-                              label=f"{run.label} ({labels[run.source]})"[:60])
+            (line,) = axes.plot(
+                [p.interactivity for p in front],
+                [p.throughput for p in front],
+                "o-",
+                label=f"{run.label} ({labels[run.source]})"[:60],
+            )
             others = [p for p in points if p not in front]
-            axes.scatter([p.interactivity for p in others], [p.throughput for p in others], color=line.get_color(),
-                         marker="x")
+            axes.scatter(
+                [p.interactivity for p in others], [p.throughput for p in others], color=line.get_color(), marker="x"
+            )
             for point in points:
                 axes.annotate(f"c={point.concurrency}", (point.interactivity, point.throughput), fontsize=6)
         axes.set_xlabel("interactivity (tok/s/user)")
@@ -176,13 +199,15 @@ def build_report(runs: list[Run], *, baselines: Path | None) -> str:
     matplotlib.use("Agg")  # no display: render to PNG only
     runs = order_runs(runs)
     labels = stack_labels(runs)
-    body = "".join([
-        f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
-        summary_section(runs, labels),
-        throughput_section(runs, labels),
-        curves_section(runs, labels, baselines),
-        pareto_section(runs, labels),
-    ])
+    body = "".join(
+        [
+            f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
+            summary_section(runs, labels),
+            throughput_section(runs, labels),
+            curves_section(runs, labels, baselines),
+            pareto_section(runs, labels),
+        ]
+    )
     return html_page("gpuperf report", body)
 
 
@@ -190,8 +215,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise InputError("matplotlib is not installed; install the report extra: pip install "
-                         "'pytest-gpuperf[report]'") from None
+        raise InputError(
+            "matplotlib is not installed; install the report extra: pip install 'pytest-gpuperf[report]'"
+        ) from None
     runs = [run for path in args.paths for run in load_path(Path(path))]
     baselines = Path(args.baselines) if args.baselines else None
     if baselines is not None and not baselines.is_dir():

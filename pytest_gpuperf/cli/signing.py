@@ -26,8 +26,9 @@ def _crypto() -> Any:
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
-        raise InputError("the 'cryptography' package is needed to sign and verify: pip install "
-                         "'pytest-gpuperf[sign]'") from None
+        raise InputError(
+            "the 'cryptography' package is needed to sign and verify: pip install 'pytest-gpuperf[sign]'"
+        ) from None
     return ed25519
 
 
@@ -40,8 +41,11 @@ def bundle_files(paths: list[Path]) -> dict[str, Path]:
     files: dict[str, Path] = {}
     for path in paths:
         if path.is_dir():
-            found = {p.relative_to(path).as_posix(): p for p in sorted(path.rglob("*"))
-                     if p.is_file() and p.suffix.lower() in SUFFIXES}
+            found = {
+                p.relative_to(path).as_posix(): p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and p.suffix.lower() in SUFFIXES
+            }
         elif path.exists():
             found = {path.name: path}
         else:
@@ -85,13 +89,15 @@ def keygen(key_path: Path) -> int:
         if path.exists():
             raise InputError(f"{path}: already exists; refusing to overwrite a key")
     private = ed25519.Ed25519PrivateKey.generate()
-    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     descriptor = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(pem)
-    public_path.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM,
-                                                              serialization.PublicFormat.SubjectPublicKeyInfo))
+    public_path.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     print(f"private key: {key_path} (keep it secret)\npublic key: {public_path} (give it to the vendor)")
     return 0
 
@@ -102,11 +108,13 @@ def _load_key(path: Path, *, private: bool) -> Any:
 
     data = read_bytes(path)
     try:
-        key = (serialization.load_pem_private_key(data, password=None) if private
-               else serialization.load_pem_public_key(data))
+        key = (
+            serialization.load_pem_private_key(data, password=None)
+            if private
+            else serialization.load_pem_public_key(data)
+        )
     except (ValueError, TypeError) as error:
-        raise InputError(f"{path}: not a PEM {'private' if private else 'public'} key ({str(error)[:80]})") \
-            from None
+        raise InputError(f"{path}: not a PEM {'private' if private else 'public'} key ({str(error)[:80]})") from None
     wanted = ed25519.Ed25519PrivateKey if private else ed25519.Ed25519PublicKey
     if not isinstance(key, wanted):
         raise InputError(f"{path}: not an ed25519 key (make one with gpuperf keygen)")
@@ -119,9 +127,13 @@ def sign(paths: list[Path], key_path: Path, output: Path) -> int:
     key = _load_key(key_path, private=True)
     files = manifest(paths)
     public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    document = {"schema": SIGNATURE_SCHEMA, "algorithm": "ed25519", "files": files,
-                "public_key": base64.b64encode(public).decode(),
-                "signature": base64.b64encode(key.sign(canonical(files))).decode()}
+    document = {
+        "schema": SIGNATURE_SCHEMA,
+        "algorithm": "ed25519",
+        "files": files,
+        "public_key": base64.b64encode(public).decode(),
+        "signature": base64.b64encode(key.sign(canonical(files))).decode(),
+    }
     output.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"signed {len(files)} file(s): {output}")
     return 0
@@ -145,8 +157,11 @@ def verify(paths: list[Path], public_path: Path, signature_path: Path) -> int:
         print(f"INVALID: {signature_path} was not made by the key {public_path} (or the manifest was edited)")
         return 1
     current = manifest(paths)
-    problems = [f"{name}: changed since signing" for name in sorted(set(current) & set(signed_files))
-                if current[name] != signed_files[name]]
+    problems = [
+        f"{name}: changed since signing"
+        for name in sorted(set(current) & set(signed_files))
+        if current[name] != signed_files[name]
+    ]
     problems += [f"{name}: signed but missing" for name in sorted(set(signed_files) - set(current))]
     problems += [f"{name}: not covered by the signature" for name in sorted(set(current) - set(signed_files))]
     if problems:

@@ -22,8 +22,15 @@ def render(
 ) -> str:
     """``columns`` are (row key, heading) pairs; JSON carries every key of every row, the others the columns."""
     if fmt == "json":
-        return json.dumps({"title": title, "notes": list(notes), "rows": list(rows), **(extra or {})},
-                          indent=1, sort_keys=True, default=str) + "\n"
+        return (
+            json.dumps(
+                {"title": title, "notes": list(notes), "rows": list(rows), **(extra or {})},
+                indent=1,
+                sort_keys=True,
+                default=str,
+            )
+            + "\n"
+        )
     cells = [[cell_text(row.get(key)) for key, _ in columns] for row in rows]
     headings = [heading for _, heading in columns]
     if fmt == "md":
@@ -75,7 +82,7 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 
 def html_page(title: str, body: str) -> str:
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head>"
         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
     )

@@ -25,8 +25,13 @@ Z = 1.6448536269514722  # standard normal 95% quantile: the 90% two-sided interv
 DEFAULT_RUN_NOISE = 0.005
 
 COLUMNS = (
-    ("submission", "submission"), ("test", "test"), ("metric", "metric"), ("ratio", "ratio"),
-    ("interval", "90% interval"), ("verdict", "verdict"), ("clock_normalised", "clock-normalised"),
+    ("submission", "submission"),
+    ("test", "test"),
+    ("metric", "metric"),
+    ("ratio", "ratio"),
+    ("interval", "90% interval"),
+    ("verdict", "verdict"),
+    ("clock_normalised", "clock-normalised"),
     ("detail", "detail"),
 )
 
@@ -49,21 +54,32 @@ def equivalence(
         low, high = ratio_interval(current, ref_runs, run_sd, higher_is_better=higher, rules=rules)
     except OverflowError:  # samples spanning beyond float range
         return {"verdict": "INCONCLUSIVE", "detail": "samples span too wide a range to form a ratio"}
-    row: dict[str, Any] = {"ratio": ratio, "ci_low": low, "ci_high": high, "interval": f"[{low:.4f}, {high:.4f}]",
-                           "run_noise": run_sd}
+    row: dict[str, Any] = {
+        "ratio": ratio,
+        "ci_low": low,
+        "ci_high": high,
+        "interval": f"[{low:.4f}, {high:.4f}]",
+        "run_noise": run_sd,
+    }
     if 1 - tolerance <= low and high <= 1 + tolerance:
         row.update(verdict="PASS", detail=f"interval inside 1 ± {tolerance:.2%}")
     elif high < 1 - tolerance or low > 1 + tolerance:
-        row.update(verdict="FAIL", detail=f"interval entirely outside 1 ± {tolerance:.2%} "
-                                          f"({'worse' if high < 1 else 'better'} by {abs(ratio - 1):.2%})")
+        row.update(
+            verdict="FAIL",
+            detail=f"interval entirely outside 1 ± {tolerance:.2%} "
+            f"({'worse' if high < 1 else 'better'} by {abs(ratio - 1):.2%})",
+        )
     else:
-        row.update(verdict="INCONCLUSIVE", detail=repeats_to_decide(
-            ratio=ratio, low=low, high=high, tolerance=tolerance, run_sd=run_sd, repeats=len(current)))
+        row.update(
+            verdict="INCONCLUSIVE",
+            detail=repeats_to_decide(
+                ratio=ratio, low=low, high=high, tolerance=tolerance, run_sd=run_sd, repeats=len(current)
+            ),
+        )
     return row
 
 
-def repeats_to_decide(*, ratio: float, low: float, high: float, tolerance: float, run_sd: float,
-                      repeats: int) -> str:
+def repeats_to_decide(*, ratio: float, low: float, high: float, tolerance: float, run_sd: float, repeats: int) -> str:
     """How many repeats per run would shrink the interval enough to decide, if the ratio stayed where it is.
 
     On the log scale the half-width is z * sqrt(w / n + run_sd^2): w / n the within-run part (it shrinks with
@@ -72,15 +88,18 @@ def repeats_to_decide(*, ratio: float, low: float, high: float, tolerance: float
     centre = math.log(ratio)
     band_low, band_high = math.log(1 - tolerance), math.log(1 + tolerance)
     inside = band_low <= centre <= band_high
-    target = min(centre - band_low, band_high - centre) if inside else min(abs(centre - band_low),
-                                                                           abs(centre - band_high))
+    target = (
+        min(centre - band_low, band_high - centre) if inside else min(abs(centre - band_low), abs(centre - band_high))
+    )
     goal = "PASS" if inside else "FAIL"
     half = (math.log(high) - math.log(low)) / 2
     within = max((half / Z) ** 2 - run_sd**2, 0.0) * repeats
     room = (target / Z) ** 2 - run_sd**2
     if target <= 0 or room <= 0 or within == 0:
-        return (f"between-run noise ({run_sd:.2%}) alone is too wide to decide at this ratio; more runs of the "
-                "reference and the submission would")
+        return (
+            f"between-run noise ({run_sd:.2%}) alone is too wide to decide at this ratio; more runs of the "
+            "reference and the submission would"
+        )
     needed = math.ceil(within / room)
     return f"~{needed} repeats per run (now {repeats}) would decide it ({goal} if the ratio holds)"
 
@@ -101,8 +120,12 @@ def evaluate(reference: Side, submissions: list[Side], *, tolerance: float, run_
     for submission in submissions:
         for key in reference.keys():
             ref_runs, sub_runs = reference.metric_runs(key), submission.metric_runs(key)
-            row: dict[str, Any] = {"submission": str(submission.source), "test": ref_runs[0].test,
-                                   "metric": ref_runs[0].metric, "hardware": submission.hardware_slug}
+            row: dict[str, Any] = {
+                "submission": str(submission.source),
+                "test": ref_runs[0].test,
+                "metric": ref_runs[0].metric,
+                "hardware": submission.hardware_slug,
+            }
             if not sub_runs:
                 row.update(verdict="MISSING", detail="the submission has no such workload")
             else:
@@ -116,24 +139,37 @@ def run(args: argparse.Namespace) -> int:
     reference = load_side(Path(args.reference))
     submissions = [load_side(Path(path)) for path in args.submissions]
     stored = next((r.settings.get("run_noise") for r in reference.runs if r.settings.get("run_noise")), None)
-    run_noise = args.run_noise if args.run_noise is not None else (
-        float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else DEFAULT_RUN_NOISE)
+    run_noise = (
+        args.run_noise
+        if args.run_noise is not None
+        else (float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else DEFAULT_RUN_NOISE)
+    )
     rows = evaluate(reference, submissions, tolerance=args.tolerance, run_noise=run_noise)
-    within = [sub for sub in submissions
-              if all(row["verdict"] == "PASS" for row in rows if row["submission"] == str(sub.source))]
+    within = [
+        sub
+        for sub in submissions
+        if all(row["verdict"] == "PASS" for row in rows if row["submission"] == str(sub.source))
+    ]
     failing = {row["submission"] for row in rows if row["verdict"] == "FAIL"}
     summary = f"{len(within)} of {len(submissions)} submissions within {_pct(args.tolerance)} on all workloads"
     notes = [
         f"reference {reference.source}: {len(reference.runs)} run(s) on {reference.hardware_slug}; "
         f"{len(reference.keys())} workload(s); between-run noise prior {run_noise:.2%}; ratio < 1 is worse",
-        *[f"note: {sub.source} is on {sub.hardware_slug}, the reference on {reference.hardware_slug}"
-          for sub in submissions if sub.hardware_slug != reference.hardware_slug],
+        *[
+            f"note: {sub.source} is on {sub.hardware_slug}, the reference on {reference.hardware_slug}"
+            for sub in submissions
+            if sub.hardware_slug != reference.hardware_slug
+        ],
         summary,
     ]
-    text = render(title=f"gpuperf variance against {reference.source} (tolerance {_pct(args.tolerance)})",
-                  columns=COLUMNS, rows=rows, notes=notes, fmt=args.format,
-                  extra={"summary": summary, "within": [str(sub.source) for sub in within],
-                         "tolerance": args.tolerance})
+    text = render(
+        title=f"gpuperf variance against {reference.source} (tolerance {_pct(args.tolerance)})",
+        columns=COLUMNS,
+        rows=rows,
+        notes=notes,
+        fmt=args.format,
+        extra={"summary": summary, "within": [str(sub.source) for sub in within], "tolerance": args.tolerance},
+    )
     write_output(text, Path(args.output) if args.output else None)
     return 1 if failing else 0
 

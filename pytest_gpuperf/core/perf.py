@@ -94,8 +94,13 @@ class TelemetryWindow:
         reads the clocks from), or nothing."""
         if self.summary is not None:
             assert self._reader is not None
-            return {"telemetry": {**self.summary.to_dict(), "device_name": self._reader.device_name,
-                                  "backend": self._reader.backend}}
+            return {
+                "telemetry": {
+                    **self.summary.to_dict(),
+                    "device_name": self._reader.device_name,
+                    "backend": self._reader.backend,
+                }
+            }
         if self.error is not None:
             return {"telemetry_error": self.error}
         return {}
@@ -162,7 +167,11 @@ class Perf:
                 f"verdict compares ratios), got {bad[:4]}"
             )
         record = MetricRecord(
-            name=name, unit=unit, higher_is_better=higher_is_better, samples=values, rounds=rounds,
+            name=name,
+            unit=unit,
+            higher_is_better=higher_is_better,
+            samples=values,
+            rounds=rounds,
             context=dict(context or {}) | ({"unjudgeable": unjudgeable} if unjudgeable else {}),
             unjudgeable=unjudgeable,
         )
@@ -205,19 +214,23 @@ class Perf:
         if repeats < 3:
             raise ValueError(f"perf.measure({name!r}): repeats={repeats}; a verdict needs at least 3")
         if timer is None:
+
             def timer(call: Callable[[], object], count: int) -> list[float]:
                 return _time_calls(call, count, sync)
+
         for _ in range(warmup):
             fn()
         baseline_telemetry = self._baseline_telemetry(name)
         best: tuple[tuple[bool, float], list[float], dict[str, Any]] | None = None
         rounds = 0
-        for rounds in range(1, self.settings.remeasure + 2):
+        for rounds in range(1, self.settings.remeasure + 2):  # noqa: B007 (the count is reported after the loop)
             with self.watch() as window:
                 seconds = timer(fn, repeats)
             if len(seconds) != repeats or not all(math.isfinite(t) and t > 0 for t in seconds):
-                raise ValueError(f"perf.measure({name!r}): the timer returned {seconds[:4]}..., expected "
-                                 f"{repeats} positive durations in seconds")
+                raise ValueError(
+                    f"perf.measure({name!r}): the timer returned {seconds[:4]}..., expected "
+                    f"{repeats} positive durations in seconds"
+                )
             samples = [work / t for t in seconds] if work is not None else list(seconds)
             conditions = window.conditions(baseline_telemetry)
             spread = summarize(samples).spread
@@ -239,9 +252,9 @@ class Perf:
     def watch(self) -> TelemetryWindow:
         """Sample device telemetry around a block you time yourself; pass ``window.context`` to ``record``::
 
-            with perf.watch() as window:
-                samples = my_timed_loop()
-            perf.record("tokens_per_s", samples, unit="tok/s", higher_is_better=True, context=window.context)
+        with perf.watch() as window:
+            samples = my_timed_loop()
+        perf.record("tokens_per_s", samples, unit="tok/s", higher_is_better=True, context=window.context)
         """
         return TelemetryWindow(self._telemetry)
 
@@ -250,17 +263,21 @@ class Perf:
         for metric in self.metrics:
             if metric.name == name:
                 return metric
-        raise KeyError(f"no metric {name!r} recorded in {self.nodeid}; recorded: "
-                       f"{', '.join(m.name for m in self.metrics) or 'none'}")
+        raise KeyError(
+            f"no metric {name!r} recorded in {self.nodeid}; recorded: "
+            f"{', '.join(m.name for m in self.metrics) or 'none'}"
+        )
 
     def judge_elsewhere(self, name: str, *, rule: str, verdict: str, reason: str) -> None:
         """Give metric ``name`` (already recorded) the verdict another rule reached instead of the baseline
         comparison: a figure with a rule of its own (MLPerf's steps-to-target test) must not also be judged as a
         timing, or the two verdicts can disagree."""
         if verdict not in {v.value for v in EXTERNAL_VERDICTS}:
-            raise ValueError(f"judge_elsewhere({name!r}): verdict must be one of "
-                             f"{', '.join(v.value for v in EXTERNAL_VERDICTS)}, "
-                             f"got {verdict!r}")
+            raise ValueError(
+                f"judge_elsewhere({name!r}): verdict must be one of "
+                f"{', '.join(v.value for v in EXTERNAL_VERDICTS)}, "
+                f"got {verdict!r}"
+            )
         self.metric(name).judged_elsewhere = ExternalVerdict(rule=rule, verdict=Verdict(verdict), reason=reason)
 
     def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
@@ -268,9 +285,7 @@ class Perf:
         steps_list = [int(step) for step in steps]
         values_list = [float(value) for value in values]
         if len(steps_list) != len(values_list):
-            raise ValueError(
-                f"perf.record_curve({name!r}): {len(steps_list)} steps but {len(values_list)} values"
-            )
+            raise ValueError(f"perf.record_curve({name!r}): {len(steps_list)} steps but {len(values_list)} values")
         record = CurveRecord(name=name, steps=steps_list, values=values_list)
         self.curves.append(record)
         return record

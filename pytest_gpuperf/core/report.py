@@ -102,8 +102,17 @@ def summary_table(results: list[MetricResult]) -> list[str]:
             baseline = format_value(summarize([v for run in result.baseline_runs for v in run]).median, result.unit)
         ratio = f"{result.comparison.ratio:.3f}" if result.comparison.ratio is not None else "-"
         changes = "; ".join(result.stack_changes) if result.stack_changes else "-"
-        rows.append((result.test, result.metric, format_value(now.median, result.unit), baseline, ratio,
-                     result.verdict.value, changes))
+        rows.append(
+            (
+                result.test,
+                result.metric,
+                format_value(now.median, result.unit),
+                baseline,
+                ratio,
+                result.verdict.value,
+                changes,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     lines = []
     for row in rows:

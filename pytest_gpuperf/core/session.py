@@ -9,17 +9,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from dataclasses import dataclass, field, replace
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_gpuperf import __version__
-from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.core.perf import Perf
 from pytest_gpuperf.core.settings import Settings
 from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare, summarize
 from pytest_gpuperf.core.store import BaselineStore, Curve, MetricRun, NewCurve, NewMetric, write_atomic
+from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySummary, TelemetryUnavailable, judge_clocks
 
 TelemetryOpener = Callable[[str], "DeviceReader | TelemetryUnavailable | None"]
@@ -29,8 +29,7 @@ RESULTS_SCHEMA_VERSION = 1
 
 # Verdicts that fail a test: always, and additionally under --gpuperf-strict.
 FAILING = frozenset({Verdict.REGRESSED})
-FAILING_STRICT = frozenset({Verdict.REGRESSED, Verdict.NO_BASELINE, Verdict.NOISY, Verdict.AMBIGUOUS,
-                            Verdict.IMPROVED})
+FAILING_STRICT = frozenset({Verdict.REGRESSED, Verdict.NO_BASELINE, Verdict.NOISY, Verdict.AMBIGUOUS, Verdict.IMPROVED})
 
 
 @dataclass(slots=True, kw_only=True)
@@ -64,7 +63,9 @@ class MetricResult:
             "rounds": self.rounds,
             "summary": summarize(self.samples).as_dict(),
             "context": self.context,
-            "baseline": None if not self.baseline_runs else {
+            "baseline": None
+            if not self.baseline_runs
+            else {
                 "runs": self.baseline_runs,
                 "summary": summarize(pooled).as_dict(),
                 "stack": self.baseline_stack,
@@ -80,10 +81,16 @@ class MetricResult:
         comparison["verdict"] = Verdict(comparison["verdict"])
         baseline = data.get("baseline") or {}
         return cls(
-            test=data["test"], metric=data["metric"], unit=data["unit"],
-            higher_is_better=data["higher_is_better"], samples=data["samples"], rounds=data["rounds"],
-            context=data.get("context", {}), comparison=Comparison(**comparison),
-            baseline_runs=baseline.get("runs", []), baseline_stack=baseline.get("stack"),
+            test=data["test"],
+            metric=data["metric"],
+            unit=data["unit"],
+            higher_is_better=data["higher_is_better"],
+            samples=data["samples"],
+            rounds=data["rounds"],
+            context=data.get("context", {}),
+            comparison=Comparison(**comparison),
+            baseline_runs=baseline.get("runs", []),
+            baseline_stack=baseline.get("stack"),
             stack_changes=data.get("stack_changes", []),
         )
 
@@ -91,8 +98,9 @@ class MetricResult:
 class GpuperfSession:
     """Everything the plugin keeps for one pytest session (or one xdist worker)."""
 
-    def __init__(self, settings: Settings, *, extra_stack: dict[str, str] | None = None,
-                 telemetry: TelemetryOpener | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, extra_stack: dict[str, str] | None = None, telemetry: TelemetryOpener | None = None
+    ) -> None:
         self.settings = settings
         self._extra_stack = extra_stack or {}
         self._open_telemetry = telemetry
@@ -198,18 +206,25 @@ class GpuperfSession:
             context, conditions = self._check_conditions(perf.nodeid, metric.name, metric.context, bool(runs))
             if metric.unjudgeable:
                 conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
-            comparison = compare(metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules,
-                                 conditions=conditions)
+            comparison = compare(
+                metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules, conditions=conditions
+            )
             external = metric.judged_elsewhere
             if external is not None:  # its own rule decided; the comparison's figures stay for the report
-                comparison = replace(comparison, verdict=external.verdict,
-                                     reason=f"{external.rule}: {external.reason}")
+                comparison = replace(comparison, verdict=external.verdict, reason=f"{external.rule}: {external.reason}")
                 context = {**context, "judged_by": external.rule}
             baseline_stack = baseline.runs[-1].stack if baseline and runs else None
             result = MetricResult(
-                test=perf.nodeid, metric=metric.name, unit=metric.unit, higher_is_better=metric.higher_is_better,
-                samples=metric.samples, rounds=metric.rounds, context=context, comparison=comparison,
-                baseline_runs=runs, baseline_stack=baseline_stack,
+                test=perf.nodeid,
+                metric=metric.name,
+                unit=metric.unit,
+                higher_is_better=metric.higher_is_better,
+                samples=metric.samples,
+                rounds=metric.rounds,
+                context=context,
+                comparison=comparison,
+                baseline_runs=runs,
+                baseline_stack=baseline_stack,
                 stack_changes=stack_changes(baseline_stack, stack) if baseline_stack else [],
             )
             judged.append(result)
@@ -220,25 +235,38 @@ class GpuperfSession:
         stack = self.fingerprint.stack
         today = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         for metric in perf.metrics:
-            self._to_save.append(NewMetric(
-                test=perf.nodeid, name=metric.name, unit=metric.unit, higher_is_better=metric.higher_is_better,
-                run=MetricRun(samples=metric.samples, stack=stack, date=today,
-                              summary=summarize(metric.samples).as_dict(), context=metric.context),
-            ))
+            self._to_save.append(
+                NewMetric(
+                    test=perf.nodeid,
+                    name=metric.name,
+                    unit=metric.unit,
+                    higher_is_better=metric.higher_is_better,
+                    run=MetricRun(
+                        samples=metric.samples,
+                        stack=stack,
+                        date=today,
+                        summary=summarize(metric.samples).as_dict(),
+                        context=metric.context,
+                    ),
+                )
+            )
         for curve in perf.curves:
-            self.curves.append({"test": perf.nodeid, "name": curve.name, "steps": curve.steps,
-                                "values": curve.values})
-            self._curves_to_save.append(NewCurve(
-                test=perf.nodeid, name=curve.name,
-                curve=Curve(steps=curve.steps, values=curve.values, stack=stack, date=today),
-            ))
+            self.curves.append({"test": perf.nodeid, "name": curve.name, "steps": curve.steps, "values": curve.values})
+            self._curves_to_save.append(
+                NewCurve(
+                    test=perf.nodeid,
+                    name=curve.name,
+                    curve=Curve(steps=curve.steps, values=curve.values, stack=stack, date=today),
+                )
+            )
         self.results.extend(results)
 
     def suspects_regression(self, results: list[MetricResult]) -> bool:
         return not self.settings.save and any(result.verdict is Verdict.REGRESSED for result in results)
 
-    def _check_conditions(self, nodeid: str, name: str, context: dict[str, Any],
-                          has_baseline: bool) -> tuple[dict[str, Any], str | None]:
+    def _check_conditions(
+        self, nodeid: str, name: str, context: dict[str, Any], has_baseline: bool
+    ) -> tuple[dict[str, Any], str | None]:
         """The device conditions of a measurement against its baseline's: (context with the check, why not
         comparable or None). A measurement without telemetry is not checked."""
         stored = context.get("telemetry")
@@ -250,8 +278,10 @@ class GpuperfSession:
             return {**context, "clock_check": {"comparable": None, "detail": str(error)}}, None
         baseline = self.baseline_telemetry(nodeid, name) if has_baseline else None
         comparable, detail = judge_clocks(current, baseline)
-        return ({**context, "clock_check": {"comparable": comparable, "detail": detail}},
-                None if comparable else f"measured under different device conditions ({detail})")
+        return (
+            {**context, "clock_check": {"comparable": comparable, "detail": detail}},
+            None if comparable else f"measured under different device conditions ({detail})",
+        )
 
     def failing(self, results: list[MetricResult]) -> list[MetricResult]:
         if self.settings.save:
@@ -365,11 +395,20 @@ def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: i
             note = f" (confirmed in {attempt} attempts)"
             result.comparison = replace(result.comparison, reason=result.comparison.reason + note)
         elif now:
-            result.comparison = replace(result.comparison, verdict=Verdict.AMBIGUOUS, reason=(
-                f"REGRESSED in attempt {attempt} but not in attempt {attempt - 1}: not confirmed; "
-                + result.comparison.reason))
+            result.comparison = replace(
+                result.comparison,
+                verdict=Verdict.AMBIGUOUS,
+                reason=(
+                    f"REGRESSED in attempt {attempt} but not in attempt {attempt - 1}: not confirmed; "
+                    + result.comparison.reason
+                ),
+            )
         elif was:
-            result.comparison = replace(result.comparison, reason=(
-                f"attempt {attempt - 1} was REGRESSED, attempt {attempt} did not confirm it; "
-                + result.comparison.reason))
+            result.comparison = replace(
+                result.comparison,
+                reason=(
+                    f"attempt {attempt - 1} was REGRESSED, attempt {attempt} did not confirm it; "
+                    + result.comparison.reason
+                ),
+            )
     return latest

@@ -34,7 +34,8 @@ def gpuperf_session(config: pytest.Config) -> GpuperfSession:
         for found in config.hook.pytest_gpuperf_stack(config=config):
             extra.update({str(k): str(v) for k, v in (found or {}).items()})
         session = GpuperfSession(
-            get_settings(config), extra_stack=extra,
+            get_settings(config),
+            extra_stack=extra,
             telemetry=lambda device: config.hook.pytest_gpuperf_telemetry_reader(config=config, device=device),
         )
         config.stash[session_key] = session

@@ -273,9 +273,7 @@ def ratio_interval(
     rng = np.random.default_rng(rules.seed)
     b = rules.resamples
     current_medians = np.median(rng.choice(current, size=(b, current.size), replace=True), axis=1)
-    per_run = np.stack(
-        [np.median(rng.choice(run, size=(b, run.size), replace=True), axis=1) for run in runs], axis=1
-    )
+    per_run = np.stack([np.median(rng.choice(run, size=(b, run.size), replace=True), axis=1) for run in runs], axis=1)
     if len(runs) > 1:
         picks = rng.integers(0, len(runs), size=(b, len(runs)))
         per_run = np.take_along_axis(per_run, picks, axis=1)

@@ -171,7 +171,9 @@ def merge(document: dict[str, Any], metrics: list[NewMetric], curves: list[NewCu
             or any(old["stack"] != metric.run.stack for old in entry["runs"])
         ):
             metric_entries[metric.name] = {
-                "unit": metric.unit, "higher_is_better": metric.higher_is_better, "runs": [run],
+                "unit": metric.unit,
+                "higher_is_better": metric.higher_is_better,
+                "runs": [run],
             }
         else:
             entry["runs"] = (entry["runs"] + [run])[-keep_runs:]
@@ -179,8 +181,12 @@ def merge(document: dict[str, Any], metrics: list[NewMetric], curves: list[NewCu
     for curve in curves:
         key = (entry_key(curve.test), curve.name)
         curve_entries = tests.setdefault(key[0], {}).setdefault("curves", {})
-        run = {"steps": curve.curve.steps, "values": curve.curve.values, "stack": curve.curve.stack,
-               "date": curve.curve.date}
+        run = {
+            "steps": curve.curve.steps,
+            "values": curve.curve.values,
+            "stack": curve.curve.stack,
+            "date": curve.curve.date,
+        }
         # All curves of one name from this save replace the stored ones together (reference seeds of one run).
         if key not in fresh_curves:
             curve_entries[curve.name] = {"runs": []}
@@ -204,8 +210,11 @@ def read_document(path: Path) -> dict[str, Any]:
     try:
         document = json.loads(text, parse_constant=_reject_constant)
     except (json.JSONDecodeError, ValueError) as error:
-        detail = f"{error.msg} at line {error.lineno} column {error.colno}" if isinstance(
-            error, json.JSONDecodeError) else str(error)
+        detail = (
+            f"{error.msg} at line {error.lineno} column {error.colno}"
+            if isinstance(error, json.JSONDecodeError)
+            else str(error)
+        )
         raise StoreError(
             f"baseline file {path} is not valid JSON ({detail}); restore it from version control "
             "(git checkout -- FILE) or delete it and record new baselines with --gpuperf-save"
@@ -229,8 +238,10 @@ def validate(document: Any) -> str | None:
         return "the top level is not an object"
     version = document.get("schema")
     if version != SCHEMA_VERSION:
-        return (f"schema version {version!r} is not the supported version {SCHEMA_VERSION} "
-                "(written by another pytest-gpuperf version?)")
+        return (
+            f"schema version {version!r} is not the supported version {SCHEMA_VERSION} "
+            "(written by another pytest-gpuperf version?)"
+        )
     if not isinstance(document.get("hardware_key"), dict):
         return "'hardware_key' is missing or not an object"
     tests = document.get("tests")

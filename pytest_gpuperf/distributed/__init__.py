@@ -17,6 +17,20 @@ if TYPE_CHECKING:
     from pytest_gpuperf.distributed.pool import shutdown
     from pytest_gpuperf.distributed.rank import current_mesh
 
+__all__ = [
+    "assign_worker_devices",
+    "devices_for_worker",
+    "is_reporting_rank",
+    "torchrun_environment",
+    "FailureKind",
+    "LaunchError",
+    "RankFailed",
+    "RankFailure",
+    "launch",
+    "shutdown",
+    "current_mesh",
+]
+
 _WHERE = {
     "assign_worker_devices": "devices",
     "devices_for_worker": "devices",

@@ -132,8 +132,9 @@ def time_collective(op: str, max_bytes: int | None, repeats: int, warmup: int) -
         _call(op, source, target)
         sync()
         once = max(time.perf_counter() - start, 1e-7)
-        inner = torch.tensor([min(MAX_INNER, max(1, math.ceil(MIN_SAMPLE_S / once)))], dtype=torch.float64,
-                             device=device)
+        inner = torch.tensor(
+            [min(MAX_INNER, max(1, math.ceil(MIN_SAMPLE_S / once)))], dtype=torch.float64, device=device
+        )
         dist.all_reduce(inner, op=dist.ReduceOp.MAX)
         calls = int(inner.item())
         samples = torch.zeros(repeats, dtype=torch.float64)

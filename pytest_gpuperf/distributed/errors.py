@@ -117,9 +117,7 @@ class RankFailed(RuntimeError):
         ]
         others = [f for f in self.failures if f not in alike]
         if others:
-            lines.append(
-                "other ranks: " + "; ".join(f"rank {f.rank} {f.kind.value} ({f.summary})" for f in others)
-            )
+            lines.append("other ranks: " + "; ".join(f"rank {f.rank} {f.kind.value} ({f.summary})" for f in others))
         lines.append("The launcher killed the remaining ranks; the next launch starts fresh ones.")
         for f in self.failures:
             if f.detail:

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed import pool as pool_module
+from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed.environment import RankEnvironment, torchrun_environment
 from pytest_gpuperf.distributed.errors import FailureKind, LaunchError, RankFailed, RankFailure
 from pytest_gpuperf.distributed.rank import Task, init_process_group, run_task, validate_mesh
@@ -93,8 +93,9 @@ def launch(
     device_type = _resolve_device(device)
     backend = backend or ("nccl" if device_type == "cuda" else "gloo")
     if job is not None:
-        return _run_in_this_rank(task, job, world_size=world_size, timeout_s=timeout, backend=backend,
-                                 device_type=device_type)
+        return _run_in_this_rank(
+            task, job, world_size=world_size, timeout_s=timeout, backend=backend, device_type=device_type
+        )
     if device_type == "cuda":
         import torch
 

@@ -74,8 +74,7 @@ class MeshSpec:
         if self.world_size != world_size:
             names = self.names or tuple(f"dim{i}" for i in range(len(self.shape)))
             raise MeshError(
-                f"{' * '.join(names)} != world size "
-                f"({' * '.join(str(n) for n in self.shape)} != {world_size})"
+                f"{' * '.join(names)} != world size ({' * '.join(str(n) for n in self.shape)} != {world_size})"
             )
 
 
@@ -127,9 +126,7 @@ def parse_meshes(text: str) -> tuple[MeshSpec, ...]:
     return tuple(meshes)
 
 
-def unfit_reason(
-    mesh: MeshSpec, *, device: str, available: int, job_world_size: int | None = None
-) -> str | None:
+def unfit_reason(mesh: MeshSpec, *, device: str, available: int, job_world_size: int | None = None) -> str | None:
     """Why ``mesh`` cannot run here (a skip reason with the numbers), or None when it fits.
 
     ``available`` is the number of ranks the machine can host: visible CUDA/ROCm devices, or the CPU rank
@@ -143,9 +140,7 @@ def unfit_reason(
         return None
     if mesh.world_size > available:
         what = "visible CUDA/ROCm device(s)" if device == "cuda" else "CPU ranks allowed (--gpuperf-cpu-ranks)"
-        return (
-            f"mesh {mesh.label} needs {mesh.world_size} ranks but this machine has {available} {what}"
-        )
+        return f"mesh {mesh.label} needs {mesh.world_size} ranks but this machine has {available} {what}"
     return None
 
 
@@ -183,5 +178,12 @@ class MeshRequest:
         from pytest_gpuperf.distributed.launch import launch
 
         spec = self.spec.named(names) if names is not None else self.spec
-        return launch(fn, *args, world_size=spec.world_size, mesh_shape=spec.shape, mesh_dim_names=spec.names,
-                      timeout=timeout, device=self.device)
+        return launch(
+            fn,
+            *args,
+            world_size=spec.world_size,
+            mesh_shape=spec.shape,
+            mesh_dim_names=spec.names,
+            timeout=timeout,
+            device=self.device,
+        )

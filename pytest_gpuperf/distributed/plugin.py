@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.distributed.devices import assign_worker_devices
-from pytest_gpuperf.distributed.mesh import MeshError, MeshRequest, MeshSpec, parse_mesh, parse_meshes, unfit_reason
 from pytest_gpuperf.core.parametrize import parametrized_by_test
 from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_count, resolve
+from pytest_gpuperf.distributed.devices import assign_worker_devices
+from pytest_gpuperf.distributed.mesh import MeshError, MeshRequest, MeshSpec, parse_mesh, parse_meshes, unfit_reason
 
 
 def _parse_meshes(text: str) -> tuple[MeshSpec, ...]:
@@ -30,7 +30,7 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
     OptionSpec(
         name="mesh",
         help="meshes the tests using device_mesh run on, e.g. '2', '1,2,4', '2x2', 'dp=2,tp=2'; several "
-             "separated by spaces, ';' or (unnamed) commas parametrize the tests (default 2)",
+        "separated by spaces, ';' or (unnamed) commas parametrize the tests (default 2)",
         parse=_parse_meshes,
         default=(MeshSpec(shape=(2,)),),
         metavar="MESHES",
@@ -53,9 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "distributed: a multi-rank workload (strategies, collectives) (pytest-gpuperf)"
-    )
+    config.addinivalue_line("markers", "distributed: a multi-rank workload (strategies, collectives) (pytest-gpuperf)")
     # Resolved now so that a bad value stops the run before collection, naming the value and its source.
     config.stash[meshes_key] = resolve(config, OPTIONS[0])[0]
     config.stash[cpu_ranks_key] = resolve(config, OPTIONS[1])[0]
@@ -68,8 +66,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # A test that parametrizes device_mesh itself (indirect=True) keeps its own meshes.
     if "device_mesh" in metafunc.fixturenames and not parametrized_by_test(metafunc, "device_mesh"):
         meshes = metafunc.config.stash[meshes_key]
-        metafunc.parametrize("device_mesh", [m.label for m in meshes], indirect=True,
-                             ids=[f"mesh={m.label}" for m in meshes])
+        metafunc.parametrize(
+            "device_mesh", [m.label for m in meshes], indirect=True, ids=[f"mesh={m.label}" for m in meshes]
+        )
 
 
 @pytest.fixture
@@ -86,8 +85,8 @@ def device_mesh(request: pytest.FixtureRequest) -> MeshRequest:
             spec = parse_mesh(str(param))
         except MeshError as error:
             raise pytest.UsageError(f"device_mesh parameter {param!r} of {request.node.nodeid}: {error}") from None
-    from pytest_gpuperf.distributed.environment import torchrun_environment
     from pytest_gpuperf.core.state import gpuperf_session
+    from pytest_gpuperf.distributed.environment import torchrun_environment
 
     device = gpuperf_session(request.config).device
     job = torchrun_environment()
@@ -97,8 +96,9 @@ def device_mesh(request: pytest.FixtureRequest) -> MeshRequest:
         available = torch.cuda.device_count()
     else:
         available = request.config.stash[cpu_ranks_key]
-    reason = unfit_reason(spec, device=device, available=available,
-                          job_world_size=job.world_size if job is not None else None)
+    reason = unfit_reason(
+        spec, device=device, available=available, job_world_size=job.world_size if job is not None else None
+    )
     if reason is not None:
         pytest.skip(reason)
     return MeshRequest(spec=spec, device=device)

@@ -161,9 +161,7 @@ class RankPool:
             raise self._fail(failures, pending, function, timeout_s=timeout_s, startup=False)
         return [values[r] for r in range(self.key.world_size)]
 
-    def _collect(
-        self, deadline: float, *, startup: bool
-    ) -> tuple[dict[int, Any], list[RankFailure], set[int]]:
+    def _collect(self, deadline: float, *, startup: bool) -> tuple[dict[int, Any], list[RankFailure], set[int]]:
         """Wait for every rank's answer; stop early (after a short grace) once one rank failed."""
         pending = set(range(self.key.world_size))
         values: dict[int, Any] = {}
@@ -327,7 +325,7 @@ def _without_launcher_frames(dump: str) -> str:
     for line in dump.splitlines():
         stripped = line.strip()
         if stripped.startswith('File "'):
-            path = stripped[len('File "'):].split('"', 1)[0]
+            path = stripped[len('File "') :].split('"', 1)[0]
             if path == "<string>" or os.path.dirname(path) in (_OWN_DIR, _MULTIPROCESSING_DIR):
                 continue
         kept.append(line)

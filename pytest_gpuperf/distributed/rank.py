@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import datetime
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -108,9 +109,7 @@ def current_mesh() -> DeviceMesh:
     return _state.mesh
 
 
-def validate_mesh(
-    world_size: int, mesh_shape: tuple[int, ...] | None, mesh_dim_names: tuple[str, ...] | None
-) -> None:
+def validate_mesh(world_size: int, mesh_shape: tuple[int, ...] | None, mesh_dim_names: tuple[str, ...] | None) -> None:
     """Reject a mesh that cannot be built, with the numbers in the message."""
     if mesh_shape is None:
         if mesh_dim_names is not None:

@@ -61,8 +61,9 @@ class TrainJob:
 
     def __post_init__(self) -> None:
         if self.steps <= self.warmup_steps + 2:
-            raise ValueError(f"TrainJob: steps={self.steps} leaves fewer than 3 timed steps after "
-                             f"warmup_steps={self.warmup_steps}")
+            raise ValueError(
+                f"TrainJob: steps={self.steps} leaves fewer than 3 timed steps after warmup_steps={self.warmup_steps}"
+            )
 
 
 @dataclass(slots=True, kw_only=True)
@@ -112,8 +113,13 @@ def combine(reports: Sequence[RankReport]) -> CombinedRun:
     losses = [statistics.fmean(by_shard[d].losses[i] for d in range(dp_size)) for i in range(steps)]
     seconds = [max(r.step_seconds[i] for r in reports) for i in range(steps)]
     tokens = sum(by_shard[d].tokens_per_step for d in range(dp_size))
-    return CombinedRun(losses=losses, step_seconds=seconds, global_tokens_per_step=tokens,
-                       world_size=len(reports), threads=reports[0].threads)
+    return CombinedRun(
+        losses=losses,
+        step_seconds=seconds,
+        global_tokens_per_step=tokens,
+        world_size=len(reports),
+        threads=reports[0].threads,
+    )
 
 
 def tokens_per_s_per_device(run: CombinedRun, *, warmup_steps: int) -> list[float]:
@@ -135,8 +141,9 @@ def max_loss_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, 
     return abs(a[worst] - b[worst]), worst
 
 
-def loss_mismatch(losses: Sequence[float], reference: Sequence[float], *, tolerance: float,
-                  what: str = "the distributed run") -> str | None:
+def loss_mismatch(
+    losses: Sequence[float], reference: Sequence[float], *, tolerance: float, what: str = "the distributed run"
+) -> str | None:
     """Why ``losses`` does not match the single-rank ``reference`` within ``tolerance`` (nats), or None."""
     difference, step = max_loss_difference(losses, reference)
     if difference <= tolerance:
@@ -152,8 +159,9 @@ def loss_mismatch(losses: Sequence[float], reference: Sequence[float], *, tolera
 # --- torch side -------------------------------------------------------------------------------------------------
 
 
-def _batches(job: TrainJob, *, seq_len: int, vocab_size: int, dp_index: int, dp_size: int,
-             device: Any) -> Callable[[int], tuple[Any, Any]]:
+def _batches(
+    job: TrainJob, *, seq_len: int, vocab_size: int, dp_index: int, dp_size: int, device: Any
+) -> Callable[[int], tuple[Any, Any]]:
     from pytest_gpuperf.training.corpus import MarkovChain
 
     if job.global_batch % dp_size:
@@ -182,8 +190,7 @@ def train_rank(job: TrainJob) -> RankReport:
     mesh = current_mesh()
     strategy = get_strategy(job.strategy)
     if tuple(mesh.mesh_dim_names or ()) != strategy.dims:
-        raise ValueError(f"strategy {strategy.name} needs mesh dimensions {strategy.dims}, "
-                         f"got {mesh.mesh_dim_names}")
+        raise ValueError(f"strategy {strategy.name} needs mesh dimensions {strategy.dims}, got {mesh.mesh_dim_names}")
     if mesh.device_type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         sync: Callable[[], None] | None = torch.cuda.synchronize
@@ -192,20 +199,29 @@ def train_rank(job: TrainJob) -> RankReport:
     spec = get_spec(job.model)
     dp_index, dp_size = data_parallel_rank(mesh)
     model = spec.build(seed=job.seed, device="cpu")
-    prepared = strategy.prepare(model, mesh=mesh, device=device, lr=job.lr,
-                                batch_per_rank=job.global_batch // dp_size)
+    prepared = strategy.prepare(model, mesh=mesh, device=device, lr=job.lr, batch_per_rank=job.global_batch // dp_size)
     if job.after_prepare is not None:
         job.after_prepare(prepared, mesh)
     result = train(
-        prepared.model, loss_fn=spec.loss, optimizer=prepared.optimizer, steps=job.steps,
+        prepared.model,
+        loss_fn=spec.loss,
+        optimizer=prepared.optimizer,
+        steps=job.steps,
         step=prepared.step or default_step,
-        batches=_batches(job, seq_len=spec.seq_len, vocab_size=spec.vocab_size, dp_index=dp_index,
-                         dp_size=dp_size, device=device),
+        batches=_batches(
+            job, seq_len=spec.seq_len, vocab_size=spec.vocab_size, dp_index=dp_index, dp_size=dp_size, device=device
+        ),
         sync=sync,
     )
-    return RankReport(rank=dist.get_rank(), dp_index=dp_index, dp_size=dp_size, losses=result.losses,
-                      step_seconds=result.step_seconds, tokens_per_step=result.tokens_per_step,
-                      threads=torch.get_num_threads())
+    return RankReport(
+        rank=dist.get_rank(),
+        dp_index=dp_index,
+        dp_size=dp_size,
+        losses=result.losses,
+        step_seconds=result.step_seconds,
+        tokens_per_step=result.tokens_per_step,
+        threads=torch.get_num_threads(),
+    )
 
 
 def train_single(job: TrainJob, *, threads: int, device: str = "cpu") -> CombinedRun:
@@ -223,13 +239,21 @@ def train_single(job: TrainJob, *, threads: int, device: str = "cpu") -> Combine
     try:
         model = spec.build(seed=job.seed, device="cpu").to(target)
         result = train(
-            model, loss_fn=spec.loss, optimizer=torch.optim.AdamW(model.parameters(), lr=job.lr),
+            model,
+            loss_fn=spec.loss,
+            optimizer=torch.optim.AdamW(model.parameters(), lr=job.lr),
             steps=job.steps,
-            batches=_batches(job, seq_len=spec.seq_len, vocab_size=spec.vocab_size, dp_index=0, dp_size=1,
-                             device=target),
+            batches=_batches(
+                job, seq_len=spec.seq_len, vocab_size=spec.vocab_size, dp_index=0, dp_size=1, device=target
+            ),
             sync=torch.cuda.synchronize if target.type == "cuda" else None,
         )
     finally:
         torch.set_num_threads(previous)
-    return CombinedRun(losses=result.losses, step_seconds=result.step_seconds,
-                       global_tokens_per_step=result.tokens_per_step, world_size=1, threads=threads)
+    return CombinedRun(
+        losses=result.losses,
+        step_seconds=result.step_seconds,
+        global_tokens_per_step=result.tokens_per_step,
+        world_size=1,
+        threads=threads,
+    )

@@ -20,6 +20,7 @@ import signal
 import sys
 import traceback
 from typing import Any
+
 from pytest_gpuperf.distributed import wire
 
 DUMP_SIGNAL = signal.SIGUSR1
@@ -54,9 +55,11 @@ _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 def format_user_traceback(exc: BaseException) -> str:
     """The traceback of ``exc`` without the launcher's own leading frames: it starts in the user's function."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None and os.path.dirname(
-        os.path.abspath(tb.tb_frame.f_code.co_filename)
-    ) == _OWN_DIR:
+    while (
+        tb is not None
+        and tb.tb_next is not None
+        and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _OWN_DIR
+    ):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
@@ -126,8 +129,9 @@ def rank_main(
         try:
             task = wire.decode(task_bytes)
         except Exception as exc:  # fn or an argument is not importable here
-            _send(conn, ("error", f"the task could not be unpickled in the rank: {_summary(exc)}",
-                         traceback.format_exc()))
+            _send(
+                conn, ("error", f"the task could not be unpickled in the rank: {_summary(exc)}", traceback.format_exc())
+            )
             continue
         try:
             value = rank_state.run_task(task)

@@ -115,10 +115,12 @@ class LocalEngine:
         for request in requests:
             if len(request.prompt) + request.max_new_tokens > self.max_len:
                 completions[request.id] = Completion(
-                    id=request.id, prompt_tokens=len(request.prompt), requested_tokens=request.max_new_tokens,
+                    id=request.id,
+                    prompt_tokens=len(request.prompt),
+                    requested_tokens=request.max_new_tokens,
                     sent=time.perf_counter(),
                     error=f"prompt {len(request.prompt)} + {request.max_new_tokens} new tokens exceed the "
-                          f"engine's max_len {self.max_len}",
+                    f"engine's max_len {self.max_len}",
                 )
             else:
                 queue.append(request)
@@ -129,10 +131,16 @@ class LocalEngine:
                 for index, slot in enumerate(slots):
                     if slot is None and queue:
                         request = queue.popleft()
-                        active = _Active(request, index, Completion(
-                            id=request.id, prompt_tokens=len(request.prompt),
-                            requested_tokens=request.max_new_tokens, sent=time.perf_counter(),
-                        ))
+                        active = _Active(
+                            request,
+                            index,
+                            Completion(
+                                id=request.id,
+                                prompt_tokens=len(request.prompt),
+                                requested_tokens=request.max_new_tokens,
+                                sent=time.perf_counter(),
+                            ),
+                        )
                         slots[index] = active
                         joining.append(active)
                 if joining:
@@ -160,9 +168,12 @@ class LocalEngine:
         groups: list[list[_Active]] = []
         for active in sorted(joining, key=lambda a: a.slot):
             last = groups[-1][-1] if groups else None
-            if (last is not None and last.slot + 1 == active.slot
-                    and len(last.request.prompt) == len(active.request.prompt)
-                    and (len(groups[-1]) + 1) * len(active.request.prompt) <= self.max_prefill_tokens):
+            if (
+                last is not None
+                and last.slot + 1 == active.slot
+                and len(last.request.prompt) == len(active.request.prompt)
+                and (len(groups[-1]) + 1) * len(active.request.prompt) <= self.max_prefill_tokens
+            ):
                 groups[-1].append(active)
             else:
                 groups.append([active])
@@ -220,7 +231,7 @@ def sequential_greedy(model: nn.Module, prompt: Sequence[int], max_new_tokens: i
         for _ in range(max_new_tokens):
             logits = model(torch.tensor([tokens], dtype=torch.long, device=device))
             tokens.append(int(logits[0, -1].argmax()))
-    return tokens[len(prompt):]
+    return tokens[len(prompt) :]
 
 
 def make_prompts(*, count: int, length: int, vocab_size: int, seed: int) -> list[tuple[int, ...]]:

@@ -45,8 +45,7 @@ class SLO:
 
     def met_by(self, completion: Completion) -> bool:
         tpot = tpot_of(completion)
-        return completion.error is None and ttft_of(completion) <= self.ttft_s and (
-            tpot is None or tpot <= self.tpot_s)
+        return completion.error is None and ttft_of(completion) <= self.ttft_s and (tpot is None or tpot <= self.tpot_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,12 +179,19 @@ def run_metrics(completions: Iterable[Completion], *, devices: int = 1, slo: SLO
         "e2e": [e2e_of(c) for c in done],
     }
     latency = {
-        name: {p: Percentile(value=percentile(values, p), count=len(values), needed=min_samples(p / 100))
-               for p in PERCENTILES}
-        for name, values in series.items() if values
+        name: {
+            p: Percentile(value=percentile(values, p), count=len(values), needed=min_samples(p / 100))
+            for p in PERCENTILES
+        }
+        for name, values in series.items()
+        if values
     }
     return RunMetrics(
-        requests=len(done), devices=devices, wall_s=end - start,
-        output_tokens=sum(c.output_tokens for c in done), prompt_tokens=sum(c.prompt_tokens for c in done),
-        latency=latency, good_requests=None if slo is None else sum(slo.met_by(c) for c in done),
+        requests=len(done),
+        devices=devices,
+        wall_s=end - start,
+        output_tokens=sum(c.output_tokens for c in done),
+        prompt_tokens=sum(c.prompt_tokens for c in done),
+        latency=latency,
+        good_requests=None if slo is None else sum(slo.met_by(c) for c in done),
     )

@@ -58,23 +58,35 @@ class OpenAIEngine:
 
     def _one(self, request: Request) -> Completion:
         body = {
-            "model": self.model, "prompt": list(request.prompt), "max_tokens": request.max_new_tokens,
-            "min_tokens": request.max_new_tokens, "ignore_eos": True, "temperature": 0.0, "stream": True,
-            "stream_options": {"include_usage": True}, "logprobs": 1,
+            "model": self.model,
+            "prompt": list(request.prompt),
+            "max_tokens": request.max_new_tokens,
+            "min_tokens": request.max_new_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "logprobs": 1,
         }
         http_request = urllib.request.Request(
-            f"{self.url}/v1/completions", data=json.dumps(body).encode(), method="POST",
+            f"{self.url}/v1/completions",
+            data=json.dumps(body).encode(),
+            method="POST",
             headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
         )
-        done = Completion(id=request.id, prompt_tokens=len(request.prompt),
-                          requested_tokens=request.max_new_tokens, sent=time.perf_counter())
+        done = Completion(
+            id=request.id,
+            prompt_tokens=len(request.prompt),
+            requested_tokens=request.max_new_tokens,
+            sent=time.perf_counter(),
+        )
         try:
             with urllib.request.urlopen(http_request, timeout=self.timeout) as response:
                 for raw in response:
                     line = raw.decode("utf-8", errors="replace").strip()
                     if not line.startswith("data:"):
                         continue
-                    payload = line[len("data:"):].strip()
+                    payload = line[len("data:") :].strip()
                     if payload == "[DONE]":
                         break
                     now = time.perf_counter()

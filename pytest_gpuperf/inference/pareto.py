@@ -15,7 +15,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-
 # Curves a sweep records (x = concurrency): the median operating point per concurrency, and the fixed
 # interactivity targets its headline metrics are named after. `gpuperf report` draws fronts from the first two.
 INTERACTIVITY_CURVE = "pareto.interactivity"
@@ -68,8 +67,7 @@ def throughput_at(front: Sequence[OperatingPoint], targets: Sequence[float]) -> 
     return found
 
 
-def interactivity_targets(front: Sequence[OperatingPoint], fractions: Sequence[float] = (0.2, 0.4, 0.6)
-                          ) -> list[float]:
+def interactivity_targets(front: Sequence[OperatingPoint], fractions: Sequence[float] = (0.2, 0.4, 0.6)) -> list[float]:
     """Fixed interactivity points inside a (baseline's) front: at ``fractions`` of its range on a log scale,
     rounded to 3 significant digits so they read well in metric names. Lower fractions sit further from the
     front's fastest point, so a moderately slower stack still reaches them and is judged on throughput."""

@@ -82,8 +82,9 @@ def golden_key(*, device: str, precision: str, model: str, seed: int) -> str:
     return slugify(f"{model}-seed{seed}-{precision}-{hardware}")
 
 
-def teacher_forced_topk(model: nn.Module, prompt: Sequence[int], continuation: Sequence[int], *,
-                        k: int = TOP_K, autocast: Any = None) -> list[dict[str, Any]]:
+def teacher_forced_topk(
+    model: nn.Module, prompt: Sequence[int], continuation: Sequence[int], *, k: int = TOP_K, autocast: Any = None
+) -> list[dict[str, Any]]:
     """Top-k logits (ids, values, top1-top2 margin) at each position predicting a continuation token."""
     import contextlib
 
@@ -91,15 +92,23 @@ def teacher_forced_topk(model: nn.Module, prompt: Sequence[int], continuation: S
 
     device = next(model.parameters()).device
     tokens = torch.tensor([list(prompt) + list(continuation)[:-1]], dtype=torch.long, device=device)
-    with torch.inference_mode(), (autocast() if autocast is not None else contextlib.nullcontext()):
-        logits = model(tokens)[0, len(prompt) - 1:].float()
+    with torch.inference_mode(), autocast() if autocast is not None else contextlib.nullcontext():
+        logits = model(tokens)[0, len(prompt) - 1 :].float()
     values, ids = logits.topk(k, dim=-1)
-    return [{"ids": row_ids, "values": [round(v, 6) for v in row_values], "margin": row_values[0] - row_values[1]}
-            for row_ids, row_values in zip(ids.tolist(), values.tolist())]
+    return [
+        {"ids": row_ids, "values": [round(v, 6) for v in row_values], "margin": row_values[0] - row_values[1]}
+        for row_ids, row_values in zip(ids.tolist(), values.tolist())
+    ]
 
 
-def make_golden(model: nn.Module, *, prompts: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]],
-                key: str, autocast: Any = None) -> dict[str, Any]:
+def make_golden(
+    model: nn.Module,
+    *,
+    prompts: Sequence[Sequence[int]],
+    tokens: Sequence[Sequence[int]],
+    key: str,
+    autocast: Any = None,
+) -> dict[str, Any]:
     return {
         "schema": GOLDEN_SCHEMA,
         "key": key,
@@ -109,8 +118,9 @@ def make_golden(model: nn.Module, *, prompts: Sequence[Sequence[int]], tokens: S
     }
 
 
-def compare_to_golden(model: nn.Module, golden: dict[str, Any], greedy: Sequence[Sequence[int]], *,
-                      precision: str, autocast: Any = None) -> ParityReport:
+def compare_to_golden(
+    model: nn.Module, golden: dict[str, Any], greedy: Sequence[Sequence[int]], *, precision: str, autocast: Any = None
+) -> ParityReport:
     """Both checks of the module docstring; ``greedy`` are the tokens the engine produced for the prompts."""
     import contextlib
 
@@ -125,10 +135,11 @@ def compare_to_golden(model: nn.Module, golden: dict[str, Any], greedy: Sequence
     problems: list[str] = []
     tie = 2 * tolerance.max_abs
     for index, (prompt, golden_tokens, golden_topk, produced) in enumerate(
-            zip(golden["prompts"], golden["tokens"], golden["topk"], greedy)):
+        zip(golden["prompts"], golden["tokens"], golden["topk"], greedy)
+    ):
         tokens = torch.tensor([prompt + golden_tokens[:-1]], dtype=torch.long, device=device)
-        with torch.inference_mode(), (autocast() if autocast is not None else contextlib.nullcontext()):
-            logits = model(tokens)[0, len(prompt) - 1:].float().cpu()
+        with torch.inference_mode(), autocast() if autocast is not None else contextlib.nullcontext():
+            logits = model(tokens)[0, len(prompt) - 1 :].float().cpu()
         problems.extend(_engine_against_forward(index, logits, golden_tokens, produced, tie))
         for position, entry in enumerate(golden_topk):
             current = logits[position]
@@ -146,7 +157,8 @@ def compare_to_golden(model: nn.Module, golden: dict[str, Any], greedy: Sequence
                 if margin > tie:
                     problems.append(
                         f"prompt {index}: greedy token {position} is {got}, golden {want} (golden margin "
-                        f"{margin:.3g} > near-tie {tie:.3g})")
+                        f"{margin:.3g} > near-tie {tie:.3g})"
+                    )
                 matched += position
                 break
         else:
@@ -155,21 +167,32 @@ def compare_to_golden(model: nn.Module, golden: dict[str, Any], greedy: Sequence
                 problems.append(f"prompt {index}: {len(produced)} greedy tokens, golden has {len(golden_tokens)}")
     top1 = agree / counted if counted else 1.0
     if worst > tolerance.max_abs:
-        problems.append(f"teacher-forced logits differ by up to {worst:.3g} > {tolerance.max_abs:g} allowed for "
-                        f"{precision}")
+        problems.append(
+            f"teacher-forced logits differ by up to {worst:.3g} > {tolerance.max_abs:g} allowed for {precision}"
+        )
     if top1 < tolerance.min_top1:
-        problems.append(f"teacher-forced top-1 agreement {top1:.1%} < {tolerance.min_top1:.0%} for {precision} "
-                        f"({counted} positions, {ties} near-ties excused)")
-    return ParityReport(max_abs=worst, top1_agreement=top1, near_ties=ties, greedy_match=matched,
-                        greedy_total=total, problems=tuple(problems))
+        problems.append(
+            f"teacher-forced top-1 agreement {top1:.1%} < {tolerance.min_top1:.0%} for {precision} "
+            f"({counted} positions, {ties} near-ties excused)"
+        )
+    return ParityReport(
+        max_abs=worst,
+        top1_agreement=top1,
+        near_ties=ties,
+        greedy_match=matched,
+        greedy_total=total,
+        problems=tuple(problems),
+    )
 
 
-def _engine_against_forward(index: int, logits: Any, golden_tokens: Sequence[int], produced: Sequence[int],
-                            tie: float) -> list[str]:
+def _engine_against_forward(
+    index: int, logits: Any, golden_tokens: Sequence[int], produced: Sequence[int], tie: float
+) -> list[str]:
     """Problems where the engine's greedy token is not the argmax of ``logits`` (teacher-forced on the golden
     tokens), at the positions whose context the engine shared: up to and including its first departure."""
-    shared = next((i for i, (want, got) in enumerate(zip(golden_tokens, produced)) if want != got),
-                  len(golden_tokens) - 1)
+    shared = next(
+        (i for i, (want, got) in enumerate(zip(golden_tokens, produced)) if want != got), len(golden_tokens) - 1
+    )
     values, ids = logits.topk(2, dim=-1)
     problems = []
     for position in range(min(shared + 1, len(produced), len(golden_tokens))):
@@ -179,7 +202,8 @@ def _engine_against_forward(index: int, logits: Any, golden_tokens: Sequence[int
             problems.append(
                 f"prompt {index}: the engine's greedy token {position} is {produced[position]}, the plain forward's "
                 f"argmax is {expected} (margin {margin:.3g} > near-tie {tie:.3g}): the KV-cached, batched decode "
-                "disagrees with a forward over the whole sequence")
+                "disagrees with a forward over the whole sequence"
+            )
             break
     return problems
 
@@ -190,11 +214,14 @@ def load_golden(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise ValueError(f"golden {path} is unreadable ({error}); delete it and record it again with "
-                         "--gpuperf-save") from None
+        raise ValueError(
+            f"golden {path} is unreadable ({error}); delete it and record it again with --gpuperf-save"
+        ) from None
     if data.get("schema") != GOLDEN_SCHEMA:
-        raise ValueError(f"golden {path} has schema {data.get('schema')!r}, expected {GOLDEN_SCHEMA}; delete it "
-                         "and record it again with --gpuperf-save")
+        raise ValueError(
+            f"golden {path} has schema {data.get('schema')!r}, expected {GOLDEN_SCHEMA}; delete it "
+            "and record it again with --gpuperf-save"
+        )
     return data
 
 

@@ -26,24 +26,31 @@ def _parse_name(text: str) -> str:
 OPTIONS: tuple[OptionSpec[Any], ...] = (
     OptionSpec(
         name="inference-endpoint",
-        help="measure an external OpenAI-compatible server (vLLM, SGLang) at this URL instead of the in-process "
-             "engine",
-        parse=_parse_url, default=None, metavar="URL",
+        help="measure an external OpenAI-compatible server (vLLM, SGLang) at this URL instead of the in-process engine",
+        parse=_parse_url,
+        default=None,
+        metavar="URL",
     ),
     OptionSpec(
         name="inference-served-model",
         help="model name the external server serves (default: the suite's model name)",
-        parse=_parse_name, default=None, metavar="NAME",
+        parse=_parse_name,
+        default=None,
+        metavar="NAME",
     ),
     OptionSpec(
         name="inference-devices",
         help="accelerators behind the external server, the denominator of tok/s per device (default 1)",
-        parse=parse_count(1), default=1, metavar="N",
+        parse=parse_count(1),
+        default=1,
+        metavar="N",
     ),
     OptionSpec(
         name="inference-runs",
         help="repeated runs of every sweep point; each run is one sample of its metrics (default 3)",
-        parse=parse_count(3), default=3, metavar="N",
+        parse=parse_count(3),
+        default=3,
+        metavar="N",
     ),
 )
 
@@ -66,8 +73,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "inference: an inference workload: latency percentiles, throughput vs interactivity, output "
-                   "parity (pytest-gpuperf)"
+        "markers",
+        "inference: an inference workload: latency percentiles, throughput vs interactivity, output "
+        "parity (pytest-gpuperf)",
     )
     inference_settings(config)  # a bad value stops the run at once
 
@@ -77,8 +85,10 @@ def inference_settings(config: pytest.Config) -> InferenceSettings:
     if found is None:
         values = {spec.name: resolve(config, spec)[0] for spec in OPTIONS}
         found = InferenceSettings(
-            endpoint=values["inference-endpoint"], served_model=values["inference-served-model"],
-            devices=values["inference-devices"], runs=values["inference-runs"],
+            endpoint=values["inference-endpoint"],
+            served_model=values["inference-served-model"],
+            devices=values["inference-devices"],
+            runs=values["inference-runs"],
         )
         config.stash[_key] = found
     return found

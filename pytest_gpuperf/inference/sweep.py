@@ -13,12 +13,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.inference.requests import InferenceEngine, Request
-from pytest_gpuperf.inference.metrics import PERCENTILES, SLO, RunMetrics, run_metrics
-from pytest_gpuperf.inference.pareto import (INTERACTIVITY_CURVE, TARGETS_CURVE, THROUGHPUT_CURVE,
-                                             OperatingPoint, interactivity_targets, pareto_front,
-                                             throughput_at)
 from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.inference.metrics import PERCENTILES, SLO, RunMetrics, run_metrics
+from pytest_gpuperf.inference.pareto import (
+    INTERACTIVITY_CURVE,
+    TARGETS_CURVE,
+    THROUGHPUT_CURVE,
+    OperatingPoint,
+    interactivity_targets,
+    pareto_front,
+    throughput_at,
+)
+from pytest_gpuperf.inference.requests import InferenceEngine, Request
 
 LATENCY_SAMPLES = {"ttft": "requests", "tpot": "requests", "e2e": "requests", "itl": "token gaps"}
 
@@ -37,8 +43,9 @@ class SweepResult:
     """Per concurrency, the telemetry context of its last run."""
 
 
-def requests_for(*, isl: int, osl: int, concurrency: int, vocab_size: int, seed: int,
-                 per_client: int = 3, minimum: int = 6) -> list[Request]:
+def requests_for(
+    *, isl: int, osl: int, concurrency: int, vocab_size: int, seed: int, per_client: int = 3, minimum: int = 6
+) -> list[Request]:
     """The requests of one run: ``per_client`` per concurrent client, at least ``minimum`` (a p50 needs 6)."""
     from pytest_gpuperf.inference.engine import make_prompts
 
@@ -68,13 +75,30 @@ def run_sweep(
     returns a function that reads it (bytes), or None where the device cannot tell.
     """
     result = SweepResult(isl=isl, osl=osl)
-    engine.generate(requests_for(isl=isl, osl=min(osl, 8), concurrency=max(concurrencies), vocab_size=vocab_size,
-                                 seed=seed + 1, per_client=1, minimum=1), concurrency=max(concurrencies))
+    engine.generate(
+        requests_for(
+            isl=isl,
+            osl=min(osl, 8),
+            concurrency=max(concurrencies),
+            vocab_size=vocab_size,
+            seed=seed + 1,
+            per_client=1,
+            minimum=1,
+        ),
+        concurrency=max(concurrencies),
+    )
     energy_missing = ""
     for _ in range(runs):
         for concurrency in concurrencies:
-            requests = requests_for(isl=isl, osl=osl, concurrency=concurrency, vocab_size=vocab_size, seed=seed,
-                                    per_client=per_client, minimum=minimum)
+            requests = requests_for(
+                isl=isl,
+                osl=osl,
+                concurrency=concurrency,
+                vocab_size=vocab_size,
+                seed=seed,
+                per_client=per_client,
+                minimum=minimum,
+            )
             read_peak = peak_memory() if peak_memory is not None else None
             if watch is not None:
                 with watch() as window:
@@ -89,11 +113,12 @@ def run_sweep(
             if read_peak is not None:
                 result.peak_memory_bytes.setdefault(concurrency, []).append(read_peak())
             if summary is not None and summary.energy_j is not None and summary.energy_j > 0:
-                result.energy_j_per_token.setdefault(concurrency, []).append(
-                    summary.energy_j / metrics.output_tokens)
+                result.energy_j_per_token.setdefault(concurrency, []).append(summary.energy_j / metrics.output_tokens)
             else:
-                energy_missing = ("no hardware energy counter was read (no NVML/amdsmi reader on this device, "
-                                  "or it reported none): energy per token is left out, not estimated")
+                energy_missing = (
+                    "no hardware energy counter was read (no NVML/amdsmi reader on this device, "
+                    "or it reported none): energy per token is left out, not estimated"
+                )
     if energy_missing:
         result.energy_j_per_token = {}
         result.energy_note = energy_missing
@@ -105,8 +130,10 @@ def _percentile_reason(name: str, p: int, runs: list[RunMetrics]) -> str | None:
     needed = runs[0].latency[name][p].needed
     if min(counts) >= needed:
         return None
-    return (f"p{p} from {min(counts)} {LATENCY_SAMPLES[name]} per run; a p{p} needs >= {needed} for a "
-            f"distribution-free 95% interval (MLPerf LoadGen's minimum-count rule)")
+    return (
+        f"p{p} from {min(counts)} {LATENCY_SAMPLES[name]} per run; a p{p} needs >= {needed} for a "
+        f"distribution-free 95% interval (MLPerf LoadGen's minimum-count rule)"
+    )
 
 
 class LeftOut(UserWarning):
@@ -114,8 +141,9 @@ class LeftOut(UserWarning):
     reaches); the per-concurrency latency and rate metrics, judged as usual, carry the regression."""
 
 
-def record_sweep(perf: Any, sweep: SweepResult, *, slo: SLO | None = None,
-                 fractions: Sequence[float] = (0.2, 0.4, 0.6)) -> list[str]:
+def record_sweep(
+    perf: Any, sweep: SweepResult, *, slo: SLO | None = None, fractions: Sequence[float] = (0.2, 0.4, 0.6)
+) -> list[str]:
     """Record every metric of the sweep through ``perf``; returns (and warns about) the metrics left out.
 
     A metric that cannot be computed is left out rather than failing the test here: a test that raises is not
@@ -123,8 +151,13 @@ def record_sweep(perf: Any, sweep: SweepResult, *, slo: SLO | None = None,
     problems: list[str] = []
     for concurrency, runs in sorted(sweep.runs.items()):
         prefix = f"c{concurrency}."
-        context = {**sweep.contexts.get(concurrency, {}), "concurrency": concurrency, "isl": sweep.isl,
-                   "osl": sweep.osl, "requests_per_run": runs[0].requests}
+        context = {
+            **sweep.contexts.get(concurrency, {}),
+            "concurrency": concurrency,
+            "isl": sweep.isl,
+            "osl": sweep.osl,
+            "requests_per_run": runs[0].requests,
+        }
         if sweep.energy_note:
             context["energy"] = sweep.energy_note
         if concurrency not in sweep.peak_memory_bytes:
@@ -133,9 +166,14 @@ def record_sweep(perf: Any, sweep: SweepResult, *, slo: SLO | None = None,
             if name not in runs[0].latency:
                 continue
             for p in PERCENTILES:
-                perf.record(f"{prefix}{name}_p{p}", [run.latency[name][p].value for run in runs], unit="s",
-                            higher_is_better=False, context=context,
-                            unjudgeable=_percentile_reason(name, p, runs))
+                perf.record(
+                    f"{prefix}{name}_p{p}",
+                    [run.latency[name][p].value for run in runs],
+                    unit="s",
+                    higher_is_better=False,
+                    context=context,
+                    unjudgeable=_percentile_reason(name, p, runs),
+                )
         rates = {
             "output_tok_s": ([r.output_tok_s for r in runs], "tok/s"),
             "total_tok_s": ([r.total_tok_s for r in runs], "tok/s"),
@@ -150,17 +188,28 @@ def record_sweep(perf: Any, sweep: SweepResult, *, slo: SLO | None = None,
             goodput = [r.goodput or 0.0 for r in runs]
             slo_context = {**context, "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s}}
             if min(goodput) > 0:
-                perf.record(prefix + "goodput_req_s", goodput, unit="req/s", higher_is_better=True,
-                            context=slo_context)
+                perf.record(prefix + "goodput_req_s", goodput, unit="req/s", higher_is_better=True, context=slo_context)
             else:
-                problems.append(f"c{concurrency}.goodput_req_s left out: no request met the SLO (TTFT <= "
-                                f"{slo.ttft_s}s, TPOT <= {slo.tpot_s}s) in at least one run (goodput 0)")
+                problems.append(
+                    f"c{concurrency}.goodput_req_s left out: no request met the SLO (TTFT <= "
+                    f"{slo.ttft_s}s, TPOT <= {slo.tpot_s}s) in at least one run (goodput 0)"
+                )
         if concurrency in sweep.energy_j_per_token:
-            perf.record(prefix + "energy_j_per_output_token", sweep.energy_j_per_token[concurrency],
-                        unit="J/tok", higher_is_better=False, context=context)
+            perf.record(
+                prefix + "energy_j_per_output_token",
+                sweep.energy_j_per_token[concurrency],
+                unit="J/tok",
+                higher_is_better=False,
+                context=context,
+            )
         if concurrency in sweep.peak_memory_bytes:
-            perf.record(prefix + "peak_memory_bytes", sweep.peak_memory_bytes[concurrency], unit="B",
-                        higher_is_better=False, context=context)
+            perf.record(
+                prefix + "peak_memory_bytes",
+                sweep.peak_memory_bytes[concurrency],
+                unit="B",
+                higher_is_better=False,
+                context=context,
+            )
     problems.extend(_record_pareto(perf, sweep, fractions))
     for problem in problems:
         warnings.warn(LeftOut(problem), stacklevel=2)
@@ -172,13 +221,25 @@ def _record_pareto(perf: Any, sweep: SweepResult, fractions: Sequence[float]) ->
     if len(concurrencies) < 2:
         return []
     n_runs = min(len(sweep.runs[c]) for c in concurrencies)
-    fronts = [pareto_front(OperatingPoint(concurrency=c, interactivity=sweep.runs[c][r].interactivity,
-                                          throughput=sweep.runs[c][r].tok_s_per_device) for c in concurrencies)
-              for r in range(n_runs)]
-    medians = [OperatingPoint(concurrency=c,
-                              interactivity=summarize([r.interactivity for r in sweep.runs[c]]).median,
-                              throughput=summarize([r.tok_s_per_device for r in sweep.runs[c]]).median)
-               for c in concurrencies]
+    fronts = [
+        pareto_front(
+            OperatingPoint(
+                concurrency=c,
+                interactivity=sweep.runs[c][r].interactivity,
+                throughput=sweep.runs[c][r].tok_s_per_device,
+            )
+            for c in concurrencies
+        )
+        for r in range(n_runs)
+    ]
+    medians = [
+        OperatingPoint(
+            concurrency=c,
+            interactivity=summarize([r.interactivity for r in sweep.runs[c]]).median,
+            throughput=summarize([r.tok_s_per_device for r in sweep.runs[c]]).median,
+        )
+        for c in concurrencies
+    ]
     perf.record_curve(INTERACTIVITY_CURVE, concurrencies, [p.interactivity for p in medians])
     perf.record_curve(THROUGHPUT_CURVE, concurrencies, [p.throughput for p in medians])
     stored = perf.baseline_curves(TARGETS_CURVE)
@@ -192,12 +253,23 @@ def _record_pareto(perf: Any, sweep: SweepResult, fractions: Sequence[float]) ->
         name = f"pareto.tok_s_per_device@{target:g}_tok_s_user"
         if any(value is None for value in values):
             reached = max(front[-1].interactivity for front in fronts)
-            message = (f"{name} left out: the front reaches {reached:.4g} tok/s/user at most, below the fixed "
-                       f"interactivity point {target:g} of the baseline: every concurrency serves its users more "
-                       "slowly than the baseline's")
+            message = (
+                f"{name} left out: the front reaches {reached:.4g} tok/s/user at most, below the fixed "
+                f"interactivity point {target:g} of the baseline: every concurrency serves its users more "
+                "slowly than the baseline's"
+            )
             problems.append(message)
             continue
-        perf.record(name, values, unit="tok/s/device", higher_is_better=True,
-                    context={"interactivity_target": target, "isl": sweep.isl, "osl": sweep.osl,
-                             "front": [[p.concurrency, p.interactivity, p.throughput] for p in medians]})
+        perf.record(
+            name,
+            values,
+            unit="tok/s/device",
+            higher_is_better=True,
+            context={
+                "interactivity_target": target,
+                "isl": sweep.isl,
+                "osl": sweep.osl,
+                "front": [[p.concurrency, p.interactivity, p.throughput] for p in medians],
+            },
+        )
     return problems

@@ -296,9 +296,15 @@ def _read_nvidia_smi() -> tuple[dict[str, Any], dict[str, str]] | None:
         return None
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,compute_cap,driver_version,mig.mode.current",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True,
+            [
+                "nvidia-smi",
+                "--query-gpu=name,memory.total,compute_cap,driver_version,mig.mode.current",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None

@@ -34,14 +34,31 @@ DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 # "torch." prefix) and the usual long names. fp8 covers both e4m3 and e5m2 (same rate on all parts
 # listed); fp4 is the packed e2m1 type torch exposes.
 _DTYPE_ALIASES: Mapping[str, str] = {
-    "fp64": "fp64", "float64": "fp64", "double": "fp64",
-    "fp32": "fp32", "float32": "fp32", "float": "fp32",
-    "tf32": "tf32", "tensorfloat32": "tf32",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16",
-    "fp8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8",
-    "float8_e5m2fnuz": "fp8", "e4m3": "fp8", "e5m2": "fp8",
-    "fp4": "fp4", "float4_e2m1fn_x2": "fp4", "mxfp4": "fp4", "nvfp4": "fp4", "e2m1": "fp4",
+    "fp64": "fp64",
+    "float64": "fp64",
+    "double": "fp64",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "tf32": "tf32",
+    "tensorfloat32": "tf32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8",
+    "float8_e4m3fnuz": "fp8",
+    "float8_e5m2fnuz": "fp8",
+    "e4m3": "fp8",
+    "e5m2": "fp8",
+    "fp4": "fp4",
+    "float4_e2m1fn_x2": "fp4",
+    "mxfp4": "fp4",
+    "nvfp4": "fp4",
+    "e2m1": "fp4",
 }
 
 
@@ -114,14 +131,14 @@ def _nv_sparse(sheet: str, column: str, row: str, sparse: float) -> Peak:
     )
 
 
-def _printed(sheet: str, column: str, row: str, value: float, unit: str = "TFLOPS",
-             note: str = "") -> Peak:
+def _printed(sheet: str, column: str, row: str, value: float, unit: str = "TFLOPS", note: str = "") -> Peak:
     """A figure taken as the vendor prints it (dense already); `note` adds the sparse figure."""
     return Peak(value=value, source=f"{sheet}, {column}: {row} {value:,g} {unit}{note}")
 
 
-def _hopper(sheet: str, column: str, *, fp64_tc: float, fp32: float, tf32_sp: float,
-            bf16_sp: float, fp8_sp: float) -> dict[str, Peak]:
+def _hopper(
+    sheet: str, column: str, *, fp64_tc: float, fp32: float, tf32_sp: float, bf16_sp: float, fp8_sp: float
+) -> dict[str, Peak]:
     return {
         "fp64": _printed(sheet, column, "FP64 Tensor Core", fp64_tc),
         "fp32": _printed(sheet, column, "FP32", fp32),
@@ -132,15 +149,15 @@ def _hopper(sheet: str, column: str, *, fp64_tc: float, fp32: float, tf32_sp: fl
     }
 
 
-def _blackwell(column: str, *, fp64: float, fp32: float, tf32_sp: float, bf16_sp: float,
-               fp8_sp: float, fp4_sp: float) -> dict[str, Peak]:
+def _blackwell(
+    column: str, *, fp64: float, fp32: float, tf32_sp: float, bf16_sp: float, fp8_sp: float, fp4_sp: float
+) -> dict[str, Peak]:
     # The HGX page prints the per-GPU Tensor Core rows in PFLOPS, with sparsity (its footnote);
     # FP32 and FP64 are printed dense in TFLOPS.
     def sparse_pf(row: str, pflops: float) -> Peak:
         return Peak(
             value=pflops * 1000 / 2,
-            source=f"{_BLACKWELL_SHEET}, {column}: {row} {pflops:g} PFLOPS with sparsity;"
-                   " halved to dense",
+            source=f"{_BLACKWELL_SHEET}, {column}: {row} {pflops:g} PFLOPS with sparsity; halved to dense",
         )
 
     return {
@@ -159,14 +176,10 @@ def _cdna3(sheet: str) -> dict[str, Peak]:
     return {
         "fp64": _printed(sheet, "peak", "FP64 Matrix", 163.4),
         "fp32": _printed(sheet, "peak", "FP32 Matrix (same as FP32 Vector)", 163.4),
-        "tf32": _printed(sheet, "peak", "TF32 Matrix", 653.7,
-                         note=" (dense; 1,307.4 with sparsity)"),
-        "bf16": _printed(sheet, "peak", "BF16", 1307.4,
-                         note=" (dense; 2,614.9 with sparsity)"),
-        "fp16": _printed(sheet, "peak", "FP16", 1307.4,
-                         note=" (dense; 2,614.9 with sparsity)"),
-        "fp8": _printed(sheet, "peak", "FP8", 2614.9,
-                         note=" (dense; 5,229.8 with sparsity)"),
+        "tf32": _printed(sheet, "peak", "TF32 Matrix", 653.7, note=" (dense; 1,307.4 with sparsity)"),
+        "bf16": _printed(sheet, "peak", "BF16", 1307.4, note=" (dense; 2,614.9 with sparsity)"),
+        "fp16": _printed(sheet, "peak", "FP16", 1307.4, note=" (dense; 2,614.9 with sparsity)"),
+        "fp8": _printed(sheet, "peak", "FP8", 2614.9, note=" (dense; 5,229.8 with sparsity)"),
     }
 
 
@@ -176,63 +189,66 @@ def _cdna4(sheet: str) -> dict[str, Peak]:
     return {
         "fp64": _printed(sheet, "peak", "FP64 Matrix (same as FP64 Vector)", 78.6),
         "fp32": _printed(sheet, "peak", "FP32 Matrix (same as FP32 Vector)", 157.3),
-        "bf16": _printed(sheet, "peak", "BF16", 2516.6,
-                         note=" (dense; 5,033.2 with sparsity)"),
-        "fp16": _printed(sheet, "peak", "FP16", 2516.6,
-                         note=" (dense; 5,033.2 with sparsity)"),
-        "fp8": _printed(sheet, "peak", "FP8", 5033.2,
-                         note=" (dense; 10,066.3 with sparsity)"),
-        "fp4": _printed(sheet, "peak", "MXFP4", 10066.3,
-                         note=" (dense; 20,132.7 with sparsity)"),
+        "bf16": _printed(sheet, "peak", "BF16", 2516.6, note=" (dense; 5,033.2 with sparsity)"),
+        "fp16": _printed(sheet, "peak", "FP16", 2516.6, note=" (dense; 5,033.2 with sparsity)"),
+        "fp8": _printed(sheet, "peak", "FP8", 5033.2, note=" (dense; 10,066.3 with sparsity)"),
+        "fp4": _printed(sheet, "peak", "MXFP4", 10066.3, note=" (dense; 20,132.7 with sparsity)"),
     }
 
 
 def _entry(name: str, vendor: str, hbm: Peak, peaks: dict[str, Peak]) -> DevicePeaks:
     assert set(peaks) <= set(DTYPES), peaks.keys()
-    return DevicePeaks(name=name, vendor=vendor, hbm_tbps=hbm.value, hbm_source=hbm.source,
-                       peaks=MappingProxyType(peaks))
+    return DevicePeaks(
+        name=name, vendor=vendor, hbm_tbps=hbm.value, hbm_source=hbm.source, peaks=MappingProxyType(peaks)
+    )
 
 
 _H100_SXM = _entry(
-    "NVIDIA H100 SXM5", "nvidia",
+    "NVIDIA H100 SXM5",
+    "nvidia",
     _printed(_H100_SHEET, "H100 SXM", "GPU memory bandwidth", 3.35, "TB/s"),
     _hopper(_H100_SHEET, "H100 SXM", fp64_tc=67, fp32=67, tf32_sp=989, bf16_sp=1979, fp8_sp=3958),
 )
 _H100_PCIE = _entry(
-    "NVIDIA H100 PCIe", "nvidia",
+    "NVIDIA H100 PCIe",
+    "nvidia",
     _printed(_H100_SHEET, "H100 PCIe", "GPU memory bandwidth", 2.0, "TB/s"),
     _hopper(_H100_SHEET, "H100 PCIe", fp64_tc=51, fp32=51, tf32_sp=756, bf16_sp=1513, fp8_sp=3026),
 )
 _H200 = _entry(
-    "NVIDIA H200 SXM", "nvidia",
+    "NVIDIA H200 SXM",
+    "nvidia",
     _printed(_H200_SHEET, "H200 SXM", "GPU memory bandwidth", 4.8, "TB/s"),
     _hopper(_H200_SHEET, "H200 SXM", fp64_tc=67, fp32=67, tf32_sp=989, bf16_sp=1979, fp8_sp=3958),
 )
 _B200 = _entry(
-    "NVIDIA B200", "nvidia",
+    "NVIDIA B200",
+    "nvidia",
     # Earlier DGX B200 material said 8 TB/s per GPU (64 TB/s for 8); the current HGX table says 7.7.
     _printed(_BLACKWELL_SHEET, "HGX B200 per GPU", "GPU memory bandwidth", 7.7, "TB/s"),
-    _blackwell("HGX B200 per GPU", fp64=37, fp32=75, tf32_sp=2.2, bf16_sp=4.5, fp8_sp=9,
-               fp4_sp=18),
+    _blackwell("HGX B200 per GPU", fp64=37, fp32=75, tf32_sp=2.2, bf16_sp=4.5, fp8_sp=9, fp4_sp=18),
 )
 _GB200 = _entry(
-    "NVIDIA GB200 (one Blackwell GPU)", "nvidia",
+    "NVIDIA GB200 (one Blackwell GPU)",
+    "nvidia",
     _printed(_BLACKWELL_SHEET, "GB200 NVL72 per GPU", "GPU memory bandwidth", 8.0, "TB/s"),
-    _blackwell("GB200 NVL72 per GPU", fp64=40, fp32=80, tf32_sp=2.5, bf16_sp=5, fp8_sp=10,
-               fp4_sp=20),
+    _blackwell("GB200 NVL72 per GPU", fp64=40, fp32=80, tf32_sp=2.5, bf16_sp=5, fp8_sp=10, fp4_sp=20),
 )
 _MI300X = _entry(
-    "AMD Instinct MI300X", "amd",
+    "AMD Instinct MI300X",
+    "amd",
     _printed(_MI300X_SHEET, "peak", "HBM3 memory bandwidth", 5.3, "TB/s"),
     _cdna3(_MI300X_SHEET),
 )
 _MI325X = _entry(
-    "AMD Instinct MI325X", "amd",
+    "AMD Instinct MI325X",
+    "amd",
     _printed(_MI325X_SHEET, "peak", "HBM3E memory bandwidth", 6.0, "TB/s"),
     _cdna3(_MI325X_SHEET),
 )
 _MI355X = _entry(
-    "AMD Instinct MI355X", "amd",
+    "AMD Instinct MI355X",
+    "amd",
     _printed(_MI355X_SHEET, "peak", "HBM3E memory bandwidth", 8.0, "TB/s"),
     _cdna4(_MI355X_SHEET),
 )
@@ -245,12 +261,12 @@ _PATTERNS: tuple[tuple[re.Pattern[str], DevicePeaks], ...] = tuple(
     (re.compile(pattern), entry)
     for pattern, entry in (
         (r"H100( SXM5?)?( 80GB)?( HBM3)?", _H100_SXM),  # NVML: "NVIDIA H100 80GB HBM3"
-        (r"H100 PCIE( 80GB)?", _H100_PCIE),              # NVML: "NVIDIA H100 PCIe"
-        (r"H200( SXM5?)?( 141GB)?( HBM3E)?", _H200),      # NVML: "NVIDIA H200"
+        (r"H100 PCIE( 80GB)?", _H100_PCIE),  # NVML: "NVIDIA H100 PCIe"
+        (r"H200( SXM5?)?( 141GB)?( HBM3E)?", _H200),  # NVML: "NVIDIA H200"
         (r"B200( SXM6?)?( 180GB| 192GB)?( HBM3E)?", _B200),  # NVML: "NVIDIA B200"
-        (r"GB200", _GB200),                                   # NVML: "NVIDIA GB200"
+        (r"GB200", _GB200),  # NVML: "NVIDIA GB200"
         # ROCm guests under SR-IOV report a "VF" suffix; same silicon and clocks.
-        (r"MI300X( OAM)?( VF)?", _MI300X),                    # "AMD Instinct MI300X"
+        (r"MI300X( OAM)?( VF)?", _MI300X),  # "AMD Instinct MI300X"
         (r"MI325X( OAM)?( VF)?", _MI325X),
         (r"MI355X( OAM)?( VF)?", _MI355X),
     )

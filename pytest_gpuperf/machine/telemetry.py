@@ -67,8 +67,7 @@ and NVML reports the software power cap for as long as it does. They make a meas
 its baseline did not see them too (a lowered power limit, say); the clock floor against the baseline applies
 either way. Counting them as throttling would mark every heavy GPU workload NOISY, run after run."""
 
-_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "throttle_mask",
-           "energy_mj")
+_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "throttle_mask", "energy_mj")
 
 
 def decode_throttle_reasons(mask: int) -> tuple[str, ...]:
@@ -149,8 +148,7 @@ class TelemetrySummary:
         missing = names - kwargs.keys()
         if missing:
             raise ValueError(
-                f"stored telemetry summary lacks {', '.join(sorted(missing))}; re-save the"
-                " baseline with --gpuperf-save"
+                f"stored telemetry summary lacks {', '.join(sorted(missing))}; re-save the baseline with --gpuperf-save"
             )
         return cls(**kwargs)
 
@@ -257,10 +255,8 @@ def judge_clocks(
         problems.append(f"throttled during the measurement ({', '.join(throttled)})")
     pct = f"{min_fraction:.0%}"
     for label, now, then in (
-        ("SM clock", summary.sm_clock_mhz_median,
-         baseline.sm_clock_mhz_median if baseline else None),
-        ("memory clock", summary.mem_clock_mhz_median,
-         baseline.mem_clock_mhz_median if baseline else None),
+        ("SM clock", summary.sm_clock_mhz_median, baseline.sm_clock_mhz_median if baseline else None),
+        ("memory clock", summary.mem_clock_mhz_median, baseline.mem_clock_mhz_median if baseline else None),
     ):
         if now is None or then is None:
             continue
@@ -305,14 +301,15 @@ class _NvmlReader:
         name = nvml.nvmlDeviceGetName(handle)
         self.device_name = name.decode() if isinstance(name, bytes) else str(name)
         # Newer bindings name it "clocks event reasons"; older ones only have "throttle reasons".
-        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons = (
+            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         self._getters: dict[str, Callable[[], float | int]] = {
             "sm_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM),
             "mem_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM),
             "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,  # mW
-            "temperature_c": lambda: nvml.nvmlDeviceGetTemperature(handle,
-                                                                   nvml.NVML_TEMPERATURE_GPU),
+            "temperature_c": lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU),
             "throttle_mask": lambda: int(reasons(handle)),
             "energy_mj": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle),  # mJ
         }
@@ -354,8 +351,11 @@ class _AmdSmiReader:
         except (amdsmi.AmdSmiException, KeyError):
             self.device_name = "AMD GPU (name not reported)"
         temp_type = next(
-            (getattr(amdsmi.AmdSmiTemperatureType, t) for t in ("HOTSPOT", "JUNCTION", "EDGE")
-             if hasattr(amdsmi.AmdSmiTemperatureType, t)),
+            (
+                getattr(amdsmi.AmdSmiTemperatureType, t)
+                for t in ("HOTSPOT", "JUNCTION", "EDGE")
+                if hasattr(amdsmi.AmdSmiTemperatureType, t)
+            ),
             None,
         )
         self._getters: dict[str, Callable[[], float | int | None]] = {
@@ -365,8 +365,9 @@ class _AmdSmiReader:
             "energy_mj": self._energy,
         }
         if temp_type is not None:
-            self._getters["temperature_c"] = lambda: _number(amdsmi.amdsmi_get_temp_metric(
-                handle, temp_type, amdsmi.AmdSmiTemperatureMetric.CURRENT))
+            self._getters["temperature_c"] = lambda: _number(
+                amdsmi.amdsmi_get_temp_metric(handle, temp_type, amdsmi.AmdSmiTemperatureMetric.CURRENT)
+            )
         unsupported = ["throttle_mask"]  # amdsmi's throttle bits are not NVML's; not decoded yet
         for name_, getter in list(self._getters.items()):
             try:
@@ -440,15 +441,12 @@ def _nvml_index(device_index: int, environ: Mapping[str, str]) -> int | str:
         return device_index
     entries = [e.strip() for e in visible.split(",") if e.strip()]
     if device_index >= len(entries):
-        raise IndexError(
-            f"device index {device_index} is not among CUDA_VISIBLE_DEVICES={visible!r}"
-        )
+        raise IndexError(f"device index {device_index} is not among CUDA_VISIBLE_DEVICES={visible!r}")
     entry = entries[device_index]
     return int(entry) if entry.isdigit() else entry
 
 
-def _open_nvml(nvml: Any, device_index: int, environ: Mapping[str, str]) -> \
-        _NvmlReader | TelemetryUnavailable:
+def _open_nvml(nvml: Any, device_index: int, environ: Mapping[str, str]) -> _NvmlReader | TelemetryUnavailable:
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as error:
@@ -623,12 +621,15 @@ def traces_summary(traces: Iterable[TelemetryTrace]) -> TelemetrySummary:
         # Shift each window after the previous one; the counter jumps between windows are not
         # energy of the measurement, so energy is summed per window instead.
         samples.extend(
-            TelemetrySample(**{**asdict(s), "t_s": s.t_s + offset, "energy_mj": None})
-            for s in trace.samples
+            TelemetrySample(**{**asdict(s), "t_s": s.t_s + offset, "energy_mj": None}) for s in trace.samples
         )
         offset = samples[-1].t_s if samples else offset
-    merged = TelemetryTrace(device_name=traces[0].device_name, backend=traces[0].backend,
-                            samples=tuple(samples), unsupported=traces[0].unsupported).summary()
+    merged = TelemetryTrace(
+        device_name=traces[0].device_name,
+        backend=traces[0].backend,
+        samples=tuple(samples),
+        unsupported=traces[0].unsupported,
+    ).summary()
     fields_ = asdict(merged)
     fields_["throttle_reasons"] = merged.throttle_reasons
     fields_["energy_j"] = energy_j if energy_known else None

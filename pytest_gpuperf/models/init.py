@@ -44,8 +44,9 @@ def uniform_open(start: int, count: int, *, seed: int, key: str, device: torch.d
     return (bits.to(torch.float64) + 0.5) / 2.0**32
 
 
-def _fill(tensor: torch.Tensor, *, seed: int, key: str,
-          transform: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def _fill(
+    tensor: torch.Tensor, *, seed: int, key: str, transform: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
     """Element i of ``tensor`` (in memory order) gets ``transform`` of its uniform number."""
     if not tensor.is_contiguous():
         raise ValueError(f"{key}: stable init needs a contiguous tensor (element order is the memory order)")
@@ -54,14 +55,15 @@ def _fill(tensor: torch.Tensor, *, seed: int, key: str,
         for start in range(0, flat.numel(), _CHUNK):
             count = min(_CHUNK, flat.numel() - start)
             u = uniform_open(start, count, seed=seed, key=key, device=flat.device)
-            flat[start:start + count].copy_(transform(u))
+            flat[start : start + count].copy_(transform(u))
     return tensor
 
 
 def normal_(tensor: torch.Tensor, *, seed: int, key: str, std: float, truncate: float | None = None) -> torch.Tensor:
     """Fill ``tensor`` with N(0, std²), truncated to ±``truncate`` standard deviations when given."""
-    low, high = (-1.0, 1.0) if truncate is None else (-math.erf(truncate / math.sqrt(2)),
-                                                       math.erf(truncate / math.sqrt(2)))
+    low, high = (
+        (-1.0, 1.0) if truncate is None else (-math.erf(truncate / math.sqrt(2)), math.erf(truncate / math.sqrt(2)))
+    )
 
     def transform(u: torch.Tensor) -> torch.Tensor:
         return torch.erfinv(low + u * (high - low)) * (math.sqrt(2) * std)

@@ -113,7 +113,9 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", sin, persistent=False)
 
     def _tables(self, device: torch.device | None) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float64) / self.head_dim))
+        inv_freq = 1.0 / (
+            self.theta ** (torch.arange(0, self.head_dim, 2, device=device, dtype=torch.float64) / self.head_dim)
+        )
         angles = torch.outer(torch.arange(self.max_seq_len, device=device, dtype=torch.float64), inv_freq)
         return angles.cos().float(), angles.sin().float()
 
@@ -469,4 +471,3 @@ def init_rule(name: str, cfg: LlamaConfig) -> tuple[str, float]:
     if owner in _RESIDUAL_PROJECTIONS:
         return "truncated", std / math.sqrt(2 * cfg.n_layers)
     raise ValueError(f"init_rule: no initialisation rule for parameter {name!r}; add one to models/llama.py")
-

@@ -50,8 +50,9 @@ class LoRALinear(nn.Module):
 
         seed = torch.initial_seed() if seed is None else seed
         prefix = f"{self.name}." if self.name else ""
-        init.uniform_(self.lora_a.weight, seed=seed, key=f"{prefix}lora_a.weight",
-                      bound=1.0 / math.sqrt(self.base.in_features))
+        init.uniform_(
+            self.lora_a.weight, seed=seed, key=f"{prefix}lora_a.weight", bound=1.0 / math.sqrt(self.base.in_features)
+        )
         with torch.no_grad():
             self.lora_b.weight.zero_()
 

@@ -110,12 +110,22 @@ class ModelSpec:
     @property
     def param_count(self) -> int:
         """Exact number of parameters of the built module (adapters included, a tied matrix once)."""
-        return _embedding_params(self) + self.n_layers * _layer_params(self, active=False) + _head_params(self) + _lora_params(self)
+        return (
+            _embedding_params(self)
+            + self.n_layers * _layer_params(self, active=False)
+            + _head_params(self)
+            + _lora_params(self)
+        )
 
     @property
     def active_param_count(self) -> int:
         """Parameters one token passes through: for MoE only ``top_k`` experts per layer (plus the router)."""
-        return _embedding_params(self) + self.n_layers * _layer_params(self, active=True) + _head_params(self) + _lora_params(self)
+        return (
+            _embedding_params(self)
+            + self.n_layers * _layer_params(self, active=True)
+            + _head_params(self)
+            + _lora_params(self)
+        )
 
     @property
     def trainable_param_count(self) -> int:
@@ -184,9 +194,7 @@ class ModelSpec:
             tie_embeddings=self.tie_embeddings,
         )
 
-    def build(
-        self, *, seed: int, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
-    ) -> nn.Module:
+    def build(self, *, seed: int, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> nn.Module:
         """Random-initialised module: one seed gives the same weights on every device and in every torch release
         (:mod:`pytest_gpuperf.models.init`), so goldens recorded on one stack judge the next one.
 

@@ -143,14 +143,18 @@ def check_curve(
     worst = int(np.argmax(excess)) + warmup
     passed = outside == 0
     if passed:
-        message = (f"loss curve within the golden band at all {length - warmup} steps after warm-up {warmup} "
-                   f"(largest excursion {excess.max():.2f} of the band, at step {worst})")
+        message = (
+            f"loss curve within the golden band at all {length - warmup} steps after warm-up {warmup} "
+            f"(largest excursion {excess.max():.2f} of the band, at step {worst})"
+        )
     else:
         side = "above" if deviation[worst] > 0 else "below"
-        message = (f"loss curve left the golden band at {outside} of {length - warmup} steps after warm-up; worst "
-                   f"at step {worst}: mean loss {mean_cur[worst]:.4f} is {abs(deviation[worst]):.4f} {side} the "
-                   f"reference {mean_ref[worst]:.4f} (band ±{tolerance[worst]:.4f}: t quantile {k:.3g} x sd of "
-                   f"{len(reference)} reference seeds, floor {rel_floor:.1%}+{abs_floor:g})")
+        message = (
+            f"loss curve left the golden band at {outside} of {length - warmup} steps after warm-up; worst "
+            f"at step {worst}: mean loss {mean_cur[worst]:.4f} is {abs(deviation[worst]):.4f} {side} the "
+            f"reference {mean_ref[worst]:.4f} (band ±{tolerance[worst]:.4f}: t quantile {k:.3g} x sd of "
+            f"{len(reference)} reference seeds, floor {rel_floor:.1%}+{abs_floor:g})"
+        )
     return CurveCheck(passed=passed, worst_step=worst, deviation=float(deviation[worst]),
                       tolerance=float(tolerance[worst]), outside=outside, checked=length - warmup,
                       message=message)  # fmt: skip
@@ -203,10 +207,16 @@ def compare_steps(
     missing = [i for i, steps in enumerate(current) if steps is None]
     reached_ref = [float(s) for s in reference if s is not None]
     if len(reached_ref) < 2 or len(reached_ref) < len(reference):
-        return StepsCheck(verdict=StepsVerdict.NO_REFERENCE, current_mean=None, reference_mean=None,
-                          reference_sd=None, p_slower=None, p_faster=None,
-                          message=f"reference seeds reached the target in {len(reached_ref)} of {len(reference)} "
-                                  "runs: no reference convergence point to compare with (re-record the goldens)")  # fmt: skip
+        return StepsCheck(
+            verdict=StepsVerdict.NO_REFERENCE,
+            current_mean=None,
+            reference_mean=None,
+            reference_sd=None,
+            p_slower=None,
+            p_faster=None,
+            message=f"reference seeds reached the target in {len(reached_ref)} of {len(reference)} "
+            "runs: no reference convergence point to compare with (re-record the goldens)",
+        )
     mean_ref = float(np.mean(reached_ref))
     sd_ref = max(float(np.std(reached_ref, ddof=1)), sd_floor)
     if missing:
@@ -225,14 +235,32 @@ def compare_steps(
     figures = (f"olympic mean {mean_cur:.1f} steps vs reference {mean_ref:.1f} ± {sd_ref:.1f} "
                f"({len(reached_ref)} seeds; {change:+.1%})")  # fmt: skip
     if p_slower < alpha and change > min_effect:
-        return StepsCheck(verdict=StepsVerdict.SLOWER, current_mean=mean_cur, reference_mean=mean_ref,
-                          reference_sd=sd_ref, p_slower=p_slower, p_faster=p_faster,
-                          message=f"converges slower: {figures}, one-sided t-test p={p_slower:.2g} < {alpha}")
+        return StepsCheck(
+            verdict=StepsVerdict.SLOWER,
+            current_mean=mean_cur,
+            reference_mean=mean_ref,
+            reference_sd=sd_ref,
+            p_slower=p_slower,
+            p_faster=p_faster,
+            message=f"converges slower: {figures}, one-sided t-test p={p_slower:.2g} < {alpha}",
+        )
     if p_faster < alpha and change < -min_effect:
-        return StepsCheck(verdict=StepsVerdict.FASTER, current_mean=mean_cur, reference_mean=mean_ref,
-                          reference_sd=sd_ref, p_slower=p_slower, p_faster=p_faster,
-                          message=f"converges faster than the reference: {figures}, p={p_faster:.2g} < {alpha}; "
-                                  "the workload, data or loss may have changed (re-record the goldens if intended)")
-    return StepsCheck(verdict=StepsVerdict.PASS, current_mean=mean_cur, reference_mean=mean_ref,
-                      reference_sd=sd_ref, p_slower=p_slower, p_faster=p_faster,
-                      message=f"steps to target consistent with the reference: {figures}")
+        return StepsCheck(
+            verdict=StepsVerdict.FASTER,
+            current_mean=mean_cur,
+            reference_mean=mean_ref,
+            reference_sd=sd_ref,
+            p_slower=p_slower,
+            p_faster=p_faster,
+            message=f"converges faster than the reference: {figures}, p={p_faster:.2g} < {alpha}; "
+            "the workload, data or loss may have changed (re-record the goldens if intended)",
+        )
+    return StepsCheck(
+        verdict=StepsVerdict.PASS,
+        current_mean=mean_cur,
+        reference_mean=mean_ref,
+        reference_sd=sd_ref,
+        p_slower=p_slower,
+        p_faster=p_faster,
+        message=f"steps to target consistent with the reference: {figures}",
+    )

@@ -68,8 +68,13 @@ class MarkovChain:
         cycle = _random_cycle(rng, vocab_size)
         successors = np.stack([_row_successors(rng, cycle[i], vocab_size, branching) for i in range(vocab_size)])
         probs = rng.dirichlet(np.full(branching, concentration), size=vocab_size)
-        return cls(successors=successors, probs=probs, seed=seed, concentration=concentration, name=f"markov(V={vocab_size},k={branching},"
-                   f"alpha={concentration},seed={seed})")  # fmt: skip
+        return cls(
+            successors=successors,
+            probs=probs,
+            seed=seed,
+            concentration=concentration,
+            name=f"markov(V={vocab_size},k={branching},alpha={concentration},seed={seed})",
+        )
 
     def shifted(self, *, fraction: float = 0.5, seed: int | None = None) -> MarkovChain:
         """Same vocabulary and branching, with the rows of a random ``fraction`` of states redrawn.

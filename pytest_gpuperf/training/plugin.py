@@ -1,6 +1,6 @@
 """pytest plugin of the training workloads: ``--gpuperf-models``, ``--gpuperf-precisions``, ``--gpuperf-tier`` and
-the ``model``, ``precision``, ``training_tier`` and ``gpuperf_model_hook`` fixtures. No torch at import (the tier's device is resolved
-only when a collected test asks for these fixtures).
+the ``model``, ``precision``, ``training_tier`` and ``gpuperf_model_hook`` fixtures. No torch at import (the tier's
+device is resolved only when a collected test asks for these fixtures).
 
 ``model`` and ``precision`` are parametrized in ``pytest_generate_tests`` from the options (or the tier's
 defaults), so ``-k`` and node ids name them: ``test_pretrain[tiny-moe]``, ``test_precision_ladder[fp4]``. A test
@@ -156,8 +156,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("model", specs, ids=[spec.name for spec in specs], indirect=True)
         else:
             reason = f"no {'/'.join(sorted(kinds))} model among the selected models ({', '.join(names)})"
-            metafunc.parametrize("model", [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=["none"],
-                                indirect=True)
+            metafunc.parametrize(
+                "model", [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=["none"], indirect=True
+            )
     if "precision" in metafunc.fixturenames and not parametrized_by_test(metafunc, "precision"):
         names = selected_precisions(config)
         metafunc.parametrize("precision", names, ids=list(names), indirect=True)

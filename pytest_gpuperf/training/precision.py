@@ -252,11 +252,15 @@ def prepare(
     if spec.fp8_recipe is not None:
         converted = _convert_fp8(model, spec.fp8_recipe, keep_high)
         if dev == "cpu":
-            notes.append("fp8 values and scales are real (torch._scaled_mm), but the CPU multiplies them in wider arithmetic")
+            notes.append(
+                "fp8 values and scales are real (torch._scaled_mm), but the CPU multiplies them in wider arithmetic"
+            )
     elif spec.fp4_block_size is not None:
         converted = _convert_fp4(model, spec.fp4_block_size, keep_high)
-        notes.append(f"MXFP4 emulated: operands of forward and both backward matmuls are rounded to e2m1 with an "
-                     f"e8m0 scale per {spec.fp4_block_size} elements along the reduction dim; arithmetic in fp32")  # fmt: skip
+        notes.append(
+            f"MXFP4 emulated: operands of forward and both backward matmuls are rounded to e2m1 with an "
+            f"e8m0 scale per {spec.fp4_block_size} elements along the reduction dim; arithmetic in fp32"
+        )
     if spec.fp8_recipe is not None or spec.fp4_block_size is not None:
         if not converted:
             raise PrecisionUnsupported(f"{spec.name} on {dev}: no linear layer of the model could be converted")
@@ -334,6 +338,8 @@ def _torchao_float8_problem() -> str | None:
     except Exception as error:  # noqa: BLE001 - any failure of a third-party import means "cannot use it"
         import torch
 
-        return (f"torchao failed to import ({type(error).__name__}: {error}); install a torchao release built for "
-                f"torch {torch.__version__}")
+        return (
+            f"torchao failed to import ({type(error).__name__}: {error}); install a torchao release built for "
+            f"torch {torch.__version__}"
+        )
     return None

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.training import convergence
 from pytest_gpuperf.models.registry import ModelSpec
+from pytest_gpuperf.training import convergence
 from pytest_gpuperf.training.tiers import Budget
 from pytest_gpuperf.training.workload import SeedRun
 
@@ -65,7 +65,13 @@ def metric_name(base: str, tier: str, device: str) -> str:
 
 
 def record_throughput(
-    perf: Any, runs: Sequence[SeedRun], *, spec: ModelSpec, precision: str, timing_warmup: int, tier: str,
+    perf: Any,
+    runs: Sequence[SeedRun],
+    *,
+    spec: ModelSpec,
+    precision: str,
+    timing_warmup: int,
+    tier: str,
     seq_len: int | None = None,
 ) -> None:
     """tokens_per_s, step_time and (where honest) mfu from the steps after each seed's warm-up."""
@@ -79,13 +85,15 @@ def record_throughput(
                                "timing_warmup_steps": timing_warmup, "notes": list(runs[0].notes)}  # fmt: skip
     mfu_samples, mfu_context, why_not = _mfu(perf, runs[0], spec=spec, rates=rates, seq_len=seq_len)
     context["mfu"] = why_not or "recorded as metric 'mfu'"
-    perf.record(metric_name("tokens_per_s", tier, perf.device), rates, unit="tok/s", higher_is_better=True,
-                context=context)
+    perf.record(
+        metric_name("tokens_per_s", tier, perf.device), rates, unit="tok/s", higher_is_better=True, context=context
+    )
     perf.record(metric_name("step_time", tier, perf.device), seconds, unit="s", higher_is_better=False,
                 context={"precision": precision, "execution": execution})  # fmt: skip
     if mfu_samples is not None:
-        perf.record(metric_name("mfu", tier, perf.device), mfu_samples, unit="%", higher_is_better=True,
-                    context=mfu_context)
+        perf.record(
+            metric_name("mfu", tier, perf.device), mfu_samples, unit="%", higher_is_better=True, context=mfu_context
+        )
 
 
 def _mfu(
@@ -107,9 +115,14 @@ def _mfu(
         return None, {}, f"not reported: no dense {run.mfu_peak_dtype} peak for {name!r} in peaks.py"
     flops = spec.training_flops_per_token(seq_len)
     samples = [100.0 * flops * rate / (peak.value * 1e12) for rate in rates]
-    context = {"device": entry.name, "peak_tflops": peak.value, "peak_dtype": run.mfu_peak_dtype,
-               "peak_source": peak.source, "flops_per_token": flops,
-               "formula": "6N + 12*L*d*T per token (PaLM appendix B), N = matmul weights (active experts only)"}  # fmt: skip
+    context = {
+        "device": entry.name,
+        "peak_tflops": peak.value,
+        "peak_dtype": run.mfu_peak_dtype,
+        "peak_source": peak.source,
+        "flops_per_token": flops,
+        "formula": "6N + 12*L*d*T per token (PaLM appendix B), N = matmul weights (active experts only)",
+    }
     return samples, context, None
 
 
@@ -133,10 +146,16 @@ def record_memory(perf: Any, runs: Sequence[SeedRun], *, tier: str, skip_steps: 
                 metric.context["peak_memory"] = {
                     "kind": f"process RSS high-water (getrusage ru_maxrss), reset before each {per}",
                     "max_mib": round(max(mib), 1),
-                    "judged": "no: on a CPU it includes everything the process held before this test"}
+                    "judged": "no: on a CPU it includes everything the process held before this test",
+                }
         return
-    perf.record(metric_name("peak_memory", tier, perf.device), mib, unit="MiB", higher_is_better=False,
-                context={"kind": f"device allocator peak (torch.cuda.max_memory_allocated), reset before each {per}"})
+    perf.record(
+        metric_name("peak_memory", tier, perf.device),
+        mib,
+        unit="MiB",
+        higher_is_better=False,
+        context={"kind": f"device allocator peak (torch.cuda.max_memory_allocated), reset before each {per}"},
+    )
 
 
 def record_convergence(
@@ -151,11 +170,17 @@ def record_convergence(
     if all(s is not None for s in steps) and len(runs) >= 3:
         reached = [s for s in steps if s is not None]
         context = {**target.as_dict(), "window": budget.window, "budget_steps": budget.steps}
-        perf.record(metric_name("steps_to_target", tier, perf.device), reached, unit="steps", higher_is_better=False,
-                    context=context)
+        perf.record(
+            metric_name("steps_to_target", tier, perf.device),
+            reached,
+            unit="steps",
+            higher_is_better=False,
+            context=context,
+        )
         times = [sum(run.step_seconds[:s]) for run, s in zip(runs, reached)]
-        perf.record(metric_name("time_to_target", tier, perf.device), times, unit="s", higher_is_better=False,
-                    context=context)
+        perf.record(
+            metric_name("time_to_target", tier, perf.device), times, unit="s", higher_is_better=False, context=context
+        )
     return steps
 
 
@@ -165,8 +190,15 @@ seeds could disagree with it, so that one is not applied (``Perf.judge_elsewhere
 
 
 def judge_convergence(
-    perf: Any, runs: Sequence[SeedRun], steps: Sequence[int | None], *, target: Target, budget: Budget,
-    precision: str, tier: str, curve: str = "loss",
+    perf: Any,
+    runs: Sequence[SeedRun],
+    steps: Sequence[int | None],
+    *,
+    target: Target,
+    budget: Budget,
+    precision: str,
+    tier: str,
+    curve: str = "loss",
 ) -> list[str]:
     """Check the curves and steps to target against the stored reference seeds; fail the test on a
     regression (unless baselines are being recorded). Returns what was found, for the report."""
@@ -190,14 +222,20 @@ def judge_convergence(
         steps_check = convergence.compare_steps(steps, ref_steps)
         findings.append(steps_check.message)
         if recorded:  # this rule, not the timing comparison, judges steps to target
-            perf.judge_elsewhere(steps_metric, rule=STEPS_RULE, verdict="PASS" if steps_check.passed else "REGRESSED",
-                                 reason=steps_check.message)
+            perf.judge_elsewhere(
+                steps_metric,
+                rule=STEPS_RULE,
+                verdict="PASS" if steps_check.passed else "REGRESSED",
+                reason=steps_check.message,
+            )
         if not steps_check.passed:
             failures.append(f"{precision}: steps to target {target.loss:.4f}: {steps_check.message}")
     missed = [run.seed for run, s in zip(runs, steps) if s is None]
     if missed and len(reference) < 2:
-        failures.append(f"{precision}: seed(s) {missed} did not reach the target loss {target.loss:.4f} "
-                        f"(floor {target.floor:.4f} + margin {target.margin:.4f}) within {budget.steps} steps")
+        failures.append(
+            f"{precision}: seed(s) {missed} did not reach the target loss {target.loss:.4f} "
+            f"(floor {target.floor:.4f} + margin {target.margin:.4f}) within {budget.steps} steps"
+        )
     for metric in perf.metrics:  # keep the verdicts with the results (results JSON, report)
         if metric.name == metric_name("tokens_per_s", tier, perf.device):
             metric.context["convergence"] = {"target": target.as_dict(), "findings": findings, "failures": failures}

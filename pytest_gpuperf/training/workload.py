@@ -11,13 +11,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-
 import torch
 from torch import nn
 
 from pytest_gpuperf.models.registry import ModelSpec
-from pytest_gpuperf.training.precision import PreparedModel, prepare
 from pytest_gpuperf.training.loop import Batch, train
+from pytest_gpuperf.training.precision import PreparedModel, prepare
 
 ModelHook = Callable[[nn.Module], None]
 """Called on each built model before its precision is prepared (instrumentation; the must-catch tests inject
@@ -83,7 +82,12 @@ def sync_for(device: str) -> Callable[[], None] | None:
 
 
 def build_prepared(
-    spec: ModelSpec, *, seed: int, precision: str, device: str, hook: ModelHook | None = None,
+    spec: ModelSpec,
+    *,
+    seed: int,
+    precision: str,
+    device: str,
+    hook: ModelHook | None = None,
     state: dict[str, torch.Tensor] | None = None,
 ) -> PreparedModel:
     """Build ``spec`` with ``seed`` (for LoRA: the base from ``state``, adapters seeded by ``seed``), apply the
@@ -150,5 +154,3 @@ def pretrain_state(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     train(model, loss_fn=spec.loss, optimizer=optimizer, batches=batches, steps=steps, sync=sync_for(device))
     return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-
-

@@ -58,8 +58,9 @@ class Strategy:
         """Make ``model`` parallel over ``mesh`` (``batch_per_rank``: rows each rank trains on; DeepSpeed's
         config states it)."""
         module = importlib.import_module(f"{__name__}.{self.module}")
-        return module.prepare(model, mesh=mesh, device=device, lr=lr, batch_per_rank=batch_per_rank,
-                              **dict(self.options))
+        return module.prepare(
+            model, mesh=mesh, device=device, lr=lr, batch_per_rank=batch_per_rank, **dict(self.options)
+        )
 
     def missing(self) -> str | None:
         """Why this strategy cannot run in this environment, or None."""
@@ -83,8 +84,14 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy(name="zero1", dims=("dp",), module="zero", needs="deepspeed", options=(("stage", 1),)),
         Strategy(name="zero2", dims=("dp",), module="zero", needs="deepspeed", options=(("stage", 2),)),
         Strategy(name="zero3", dims=("dp",), module="zero", needs="deepspeed", options=(("stage", 3),)),
-        Strategy(name="zero2_offload", dims=("dp",), module="zero", needs="deepspeed",
-                 options=(("stage", 2), ("offload", True)), compiles=True),
+        Strategy(
+            name="zero2_offload",
+            dims=("dp",),
+            module="zero",
+            needs="deepspeed",
+            options=(("stage", 2), ("offload", True)),
+            compiles=True,
+        ),
     )
 }
 

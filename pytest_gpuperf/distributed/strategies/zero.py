@@ -69,8 +69,11 @@ def prepare(
     cfg = config(stage=stage, micro_batch=batch_per_rank, dp=dp, lr=lr, offload=offload)
     optimizer = None if offload else torch.optim.AdamW(model.parameters(), lr=lr)
     engine, engine_optimizer, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, model_parameters=model.parameters() if offload else None,
-        config=cfg, dist_init_required=False,
+        model=model,
+        optimizer=optimizer,
+        model_parameters=model.parameters() if offload else None,
+        config=cfg,
+        dist_init_required=False,
     )
 
     def step(loss: torch.Tensor, _optimizer: Any) -> None:
