@@ -382,7 +382,7 @@ def test_bad_input_is_one_line_and_exit_2(
         (bad / "slug").mkdir()
         (bad / "slug" / "m.json").write_text("{")
         argv = ["baselines", "diff", str(bad), str(bad)]
-        expected = "is not valid JSON"
+        expected = "is truncated, the JSON ends early"
     code, out, err = gpuperf(capsys, *argv)
     assert code == 2
     assert err.count("\n") == 1 and expected in err and err.startswith("gpuperf "), err

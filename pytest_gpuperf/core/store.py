@@ -13,19 +13,26 @@ A run's ``context`` is optional (files written before it existed stay valid): wh
 such as the device telemetry summary (clocks, throttling) that a later run's clocks are compared with.
 
 Writes are atomic (temporary file, fsync, rename) and merge under an inter-process lock, so concurrent
-writers (pytest-xdist workers) lose nothing. A file that cannot be read is reported and never overwritten.
-Data is only ever parsed as JSON.
+writers (pytest-xdist workers) lose nothing. Each file is saved on its own: one that cannot be read or written
+is reported with the reason and left alone, and the others are still written. The lock of ``<file>.json`` is
+``<file>.json.lock`` beside it (gitignored), never followed through a symbolic link (filelock opens it with
+O_NOFOLLOW); a temporary file is ``.<file>.json.<pid>.<random>.tmp`` (gitignored too), and one whose writer is
+gone (killed mid-write) is removed at the next save or session start.
+
+File names are injective: a plain module path keeps its readable name (``suites/test_micro.py`` ->
+``suites__test_micro.json``); any other path (non-ASCII, ``__`` inside a part, separators or dots that the
+plain form would drop) gets the readable part plus ``~`` and a hash of the exact path, so two modules never
+share a file. Data is only ever parsed as JSON, strictly (schema.py: duplicate keys are an error).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-import math
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +40,40 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from pytest_gpuperf.core import schema
+from pytest_gpuperf.core.schema import SchemaError
+
 SCHEMA_VERSION = 1
 LOCK_TIMEOUT_S = 120.0
+STALE_TEMPORARY_S = 10.0
+"""A temporary file of a process that is gone is removed once this old (a writer on another host of a shared
+filesystem has a pid this host cannot see, and its write takes milliseconds)."""
+ABANDONED_TEMPORARY_S = 3600.0
+"""A temporary file this old is abandoned whoever wrote it."""
+_TEMPORARY = re.compile(r"\.(?P<name>.+\.json)\.(?P<pid>[0-9]+)\.[^.]+\.tmp")
 
 
 class StoreError(Exception):
     """A baseline file that cannot be used; the message names the file, the problem and the next step."""
+
+
+class BaselineFileError(StoreError):
+    """One baseline file that cannot be read or is not a baseline; ``problem`` says why, without the path."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"baseline file {path} {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class SaveError(StoreError):
+    """Some files of a save were not written (the others were); each with the reason."""
+
+    def __init__(self, written: list[Path], failed: list[tuple[Path, str]], *, interrupted: bool = False) -> None:
+        self.written = written
+        self.failed = failed
+        self.interrupted = interrupted
+        super().__init__("; ".join(f"{path}: {reason}" for path, reason in failed))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,13 +123,25 @@ class NewCurve:
     curve: Curve
 
 
+_PLAIN_PART = re.compile(r"[A-Za-z0-9.-]+(?:_[A-Za-z0-9.-]+)*")
+"""A path part that comes out of the readable form unchanged and unambiguous: ASCII letters, digits, dots and
+dashes, single underscores between them (``__`` joins parts), no leading or trailing dot."""
+
+
 def module_file_name(nodeid: str) -> str:
-    """'suites/test_micro.py::test_gemm[bf16]' -> 'suites__test_micro.json' (no separators, no traversal)."""
+    """'suites/test_micro.py::test_gemm[bf16]' -> 'suites__test_micro.json'; injective, no separators, no
+    traversal. A path the readable form would change gets '~' and 16 hex digits of its hash (see the module
+    docstring); '~' never appears in a plain name, so hashed and plain names never meet."""
     module = nodeid.split("::", 1)[0]
-    module = module.removesuffix(".py")
-    parts = [part for part in re.split(r"[\\/]+", module) if part not in ("", ".", "..")]
+    stem = module.removesuffix(".py")
+    raw_parts = stem.split("/")
+    if stem and module.endswith(".py") and all(_PLAIN_PART.fullmatch(part) and part[0] != "." for part in raw_parts):
+        if not any(part.endswith(".") for part in raw_parts):
+            return "__".join(raw_parts) + ".json"
+    parts = [part for part in re.split(r"[\\/]+", stem) if part not in ("", ".", "..")]
     name = "__".join(re.sub(r"[^A-Za-z0-9_.-]+", "_", part).strip(".") or "_" for part in parts)
-    return (name or "unnamed") + ".json"
+    digest = hashlib.sha256(module.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{(name or 'unnamed')[:100]}~{digest}.json"
 
 
 def entry_key(nodeid: str) -> str:
@@ -136,21 +183,47 @@ class BaselineStore:
         return self._cache[path]
 
     def save(self, metrics: Iterable[NewMetric], curves: Iterable[NewCurve], *, keep_runs: int) -> list[Path]:
-        """Merge new runs into the files under a lock; returns the files written."""
+        """Merge new runs into the files, each under its lock; returns the files written.
+
+        Each file is saved on its own: when some cannot be (unreadable, not a baseline, a filesystem error, the
+        lock not had) the others are still written and SaveError lists both. Ctrl-C stops the save between or
+        inside files (a file is written whole or not at all) and is a SaveError with ``interrupted`` set."""
         by_file: dict[Path, tuple[list[NewMetric], list[NewCurve]]] = {}
         for metric in metrics:
             by_file.setdefault(self.path_for(metric.test), ([], []))[0].append(metric)
         for curve in curves:
             by_file.setdefault(self.path_for(curve.test), ([], []))[1].append(curve)
-        written = []
-        for path, (new_metrics, new_curves) in sorted(by_file.items()):
-            with _lock_for(path):
-                document = read_document(path) if path.exists() else empty_document(self.hardware_key)
-                merge(document, new_metrics, new_curves, keep_runs=keep_runs)
-                write_atomic(path, document)
-            self._cache.pop(path, None)
-            written.append(path)
+        remove_stale_temporaries(self.folder)
+        written: list[Path] = []
+        failed: list[tuple[Path, str]] = []
+        pending = sorted(by_file)
+        for index, path in enumerate(pending):
+            new_metrics, new_curves = by_file[path]
+            try:
+                self._save_file(path, new_metrics, new_curves, keep_runs=keep_runs)
+            except KeyboardInterrupt:
+                failed.extend((other, "interrupted (Ctrl-C) before it was written") for other in pending[index:])
+                raise SaveError(written, failed, interrupted=True) from None
+            except BaselineFileError as error:
+                failed.append((path, error.problem))
+            except OSError as error:
+                failed.append((path, os_reason(error, path)))
+            except (StoreError, SchemaError) as error:
+                failed.append((path, str(error)))
+            else:
+                written.append(path)
+            finally:
+                self._cache.pop(path, None)
+        if failed:
+            raise SaveError(written, failed)
         return written
+
+    def _save_file(self, path: Path, metrics: list[NewMetric], curves: list[NewCurve], *, keep_runs: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _lock_for(path):
+            document = read_document(path) if os.path.lexists(path) else empty_document(self.hardware_key)
+            merge(document, metrics, curves, keep_runs=keep_runs)
+            write_atomic(path, document)
 
 
 def empty_document(hardware_key: dict[str, Any]) -> dict[str, Any]:
@@ -202,100 +275,94 @@ def _run_dict(run: MetricRun) -> dict[str, Any]:
 
 
 def read_document(path: Path) -> dict[str, Any]:
-    """Parse and validate one baseline file, or raise StoreError naming it."""
+    """Parse and validate one baseline file, or raise BaselineFileError naming it."""
+    restore = (
+        "restore it from version control (git checkout -- FILE) or delete it and record new baselines with "
+        "--gpuperf-save"
+    )
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise StoreError(f"baseline file {path} cannot be read ({error}); fix its permissions or remove it") from None
-    try:
-        document = json.loads(text, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, ValueError) as error:
-        detail = (
-            f"{error.msg} at line {error.lineno} column {error.colno}"
-            if isinstance(error, json.JSONDecodeError)
-            else str(error)
-        )
-        raise StoreError(
-            f"baseline file {path} is not valid JSON ({detail}); restore it from version control "
-            "(git checkout -- FILE) or delete it and record new baselines with --gpuperf-save"
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise BaselineFileError(path, "is a folder where a baseline file should be; move it away") from None
+    except OSError as error:
+        raise BaselineFileError(
+            path, f"cannot be read ({os_reason(error, path)}); fix its permissions or remove it"
         ) from None
-    problem = validate(document)
-    if problem:
-        raise StoreError(
-            f"baseline file {path} is not a gpuperf baseline: {problem}; restore it from version control "
-            "or delete it and record new baselines with --gpuperf-save"
-        )
+    try:
+        document = schema.loads(data)
+    except SchemaError as error:
+        raise BaselineFileError(path, f"is {error}; {restore}") from None
+    try:
+        check_document(document)
+    except SchemaError as error:
+        raise BaselineFileError(path, f"is not a gpuperf baseline: {error}; {restore}") from None
     return document
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number a baseline may hold")
 
 
 def validate(document: Any) -> str | None:
     """The first structural problem of a baseline document, or None."""
+    try:
+        check_document(document)
+    except SchemaError as error:
+        return str(error)
+    return None
+
+
+def check_document(document: Any) -> None:
+    """Raise SchemaError with the first problem of a baseline document (the rules of each field: schema.py)."""
     if not isinstance(document, dict):
-        return "the top level is not an object"
+        raise SchemaError(f"the top level is {schema.kind(document)}, not an object")
     version = document.get("schema")
     if version != SCHEMA_VERSION:
-        return (
-            f"schema version {version!r} is not the supported version {SCHEMA_VERSION} "
+        raise SchemaError(
+            f"schema version {schema.quote(version)} is not the supported version {SCHEMA_VERSION} "
             "(written by another pytest-gpuperf version?)"
         )
-    if not isinstance(document.get("hardware_key"), dict):
-        return "'hardware_key' is missing or not an object"
-    tests = document.get("tests")
-    if not isinstance(tests, dict):
-        return "'tests' is missing or not an object"
+    schema.require_object(document.get("hardware_key"), "the document", "hardware_key")
+    tests = schema.require_object(document.get("tests"), "the document", "tests")
     for test, entry in tests.items():
-        if not isinstance(entry, dict):
-            return f"test {test!r} is not an object"
-        for name, metric in (entry.get("metrics") or {}).items():
-            where = f"test {test!r} metric {name!r}"
-            if not isinstance(metric, dict) or not isinstance(metric.get("unit"), str):
-                return f"{where} has no unit"
-            if not isinstance(metric.get("higher_is_better"), bool):
-                return f"{where} has no boolean 'higher_is_better'"
-            runs = metric.get("runs")
-            if not isinstance(runs, list) or not runs:
-                return f"{where} has no runs"
-            for run in runs:
-                problem = _check_run(run, ("samples", "summary", "stack", "date"), optional=("context",))
-                if problem:
-                    return f"{where}: {problem}"
-                if not isinstance(run.get("context", {}), dict):
-                    return f"{where}: a run's 'context' is not an object"
-                if not _numbers(run["samples"]):
-                    return f"{where}: samples must be a non-empty list of finite numbers"
-        for name, curve in (entry.get("curves") or {}).items():
-            where = f"test {test!r} curve {name!r}"
-            if not isinstance(curve, dict) or not isinstance(curve.get("runs"), list):
-                return f"{where} has no runs"
-            for run in curve["runs"]:
-                problem = _check_run(run, ("steps", "values", "stack", "date"))
-                if problem:
-                    return f"{where}: {problem}"
-                if len(run["steps"]) != len(run["values"]) or not _numbers(run["values"], allow_empty=True):
-                    return f"{where}: steps and values must be equal-length lists of numbers"
-    return None
+        where = f"test {schema.quote(test)}"
+        schema.require_object(entry, where, "test")
+        for name, metric in schema.require_object(entry.get("metrics", {}), where, "metrics").items():
+            _check_metric(metric, f"{where} metric {schema.quote(name)}")
+        for name, curve in schema.require_object(entry.get("curves", {}), where, "curves").items():
+            curve_where = f"{where} curve {schema.quote(name)}"
+            runs = schema.require_list(
+                schema.require_object(curve, curve_where, "curve").get("runs"), curve_where, "runs"
+            )
+            for index, run in enumerate(runs):
+                run_where = f"{curve_where} run {index}"
+                schema.require_object(run, run_where, "run")
+                schema.only_fields(run, run_where, ("steps", "values", "stack", "date"))
+                schema.curve(run["steps"], run["values"], run_where)
+                schema.stack(run["stack"], run_where)
+                schema.text(run["date"], run_where, "date", empty=True)
 
 
-def _check_run(run: Any, fields: tuple[str, ...], *, optional: tuple[str, ...] = ()) -> str | None:
-    if not isinstance(run, dict):
-        return "a run is not an object"
-    missing = [name for name in fields if name not in run]
-    if missing:
-        return f"a run lacks {', '.join(missing)}"
-    extra = sorted(set(run) - set(fields) - set(optional))
-    if extra:
-        return f"a run has unknown fields {', '.join(extra)}"
-    return None
+def _check_metric(metric: Any, where: str) -> None:
+    schema.require_object(metric, where, "metric")
+    schema.text(metric.get("unit"), where, "unit")
+    schema.flag(metric.get("higher_is_better"), where, "higher_is_better")
+    runs = schema.require_list(metric.get("runs"), where, "runs")
+    if not runs:
+        raise SchemaError(f"{where} has no runs")
+    for index, run in enumerate(runs):
+        run_where = f"{where} run {index}"
+        schema.require_object(run, run_where, "run")
+        schema.only_fields(run, run_where, ("samples", "summary", "stack", "date"), optional=("context",))
+        schema.samples(run["samples"], run_where)
+        schema.require_object(run["summary"], run_where, "summary")
+        schema.stack(run["stack"], run_where)
+        schema.text(run["date"], run_where, "date", empty=True)
+        schema.require_object(run.get("context", {}), run_where, "context")
 
 
-def _numbers(values: Any, *, allow_empty: bool = False) -> bool:
-    if not isinstance(values, list) or (not values and not allow_empty):
-        return False
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+def os_reason(error: OSError, path: Path | None = None) -> str:
+    """An OSError in a few words: 'Permission denied', 'Not a directory (baselines/cpu-x)'."""
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.filename is not None and (path is None or str(error.filename) != str(path)):
+        reason += f" ({error.filename})"
+    return reason
 
 
 def _umask() -> int:
@@ -305,10 +372,12 @@ def _umask() -> int:
 
 
 def write_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write JSON so a reader sees the old file or the new one, never half of either."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n"
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write JSON so a reader sees the old file or the new one, never half of either.
+
+    The temporary file's name carries this process's id, so a file left by a killed writer is recognised and
+    removed later (remove_stale_temporaries)."""
+    text = schema.dumps(document)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(handle, 0o666 & ~_umask())  # mkstemp's 0600 would make shared baselines unreadable to others
         with os.fdopen(handle, "w", encoding="utf-8") as out:
@@ -317,26 +386,57 @@ def write_atomic(path: Path, document: dict[str, Any]) -> None:
             os.fsync(out.fileno())
         os.replace(temporary, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
-        except FileNotFoundError:
-            pass
         raise
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove ``.<file>.json.<pid>.*.tmp`` files whose writer is gone; returns them. Never fails a run."""
+    removed = []
+    try:
+        candidates = list(folder.iterdir())
+    except OSError:
+        return []
+    now = time.time()
+    for path in candidates:
+        match = _TEMPORARY.fullmatch(path.name)
+        if match is None:
+            continue
+        try:
+            age = now - path.lstat().st_mtime
+            if age > ABANDONED_TEMPORARY_S or (age > STALE_TEMPORARY_S and not _alive(int(match["pid"]))):
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process (or a number no process can have: keep the file, age decides)
+    return True
 
 
 @contextlib.contextmanager
 def _lock_for(path: Path) -> Iterator[None]:
-    """An inter-process lock per baseline file, kept outside the baselines folder so it never gets committed."""
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
-    folder = Path(tempfile.gettempdir()) / "gpuperf-locks"
-    folder.mkdir(exist_ok=True)
-    lock = FileLock(str(folder / f"{digest}.lock"), timeout=LOCK_TIMEOUT_S)
+    """An inter-process lock per baseline file: ``<file>.lock`` beside it, gitignored. filelock opens it with
+    O_NOFOLLOW, so a planted symbolic link fails the lock (reported) instead of truncating what it points to."""
+    lock_path = path.with_name(path.name + ".lock")
+    if lock_path.is_symlink():
+        raise StoreError(f"its lock {lock_path} is a symbolic link; remove it (gpuperf never follows one)")
+    lock = FileLock(str(lock_path), timeout=LOCK_TIMEOUT_S)  # its default mode follows the umask, as the data
     try:
         lock.acquire()
     except Timeout:
         raise StoreError(
-            f"could not lock baseline file {path} within {LOCK_TIMEOUT_S:.0f} s; another process holds "
-            f"{lock.lock_file}: wait for it, or remove that lock file if no pytest is running"
+            f"could not lock it within {LOCK_TIMEOUT_S:.0f} s; another process holds {lock_path}: wait for it, "
+            "or remove that lock file if no pytest is running"
         ) from None
     try:
         yield
@@ -345,8 +445,12 @@ def _lock_for(path: Path) -> Iterator[None]:
 
 
 def check_folder(root: Path) -> None:
-    """Validate every baseline file under ``root`` (a clear error at session start rather than mid-run)."""
+    """Validate every baseline file under ``root`` (a clear error at session start rather than mid-run), and
+    remove the temporary files of writers that were killed."""
     if not root.is_dir():
         return
+    for folder in sorted(root.iterdir()):
+        if folder.is_dir():
+            remove_stale_temporaries(folder)
     for path in sorted(root.glob("*/*.json")):
         read_document(path)

@@ -1,0 +1,243 @@
+"""The one validator of what gpuperf's JSON documents may hold: strict parsing and the rules for each field.
+
+Baseline files (store.py) and results files (results.py) share their parts: samples, curves, the stack, text and
+flags. Each document's shape is checked by its owner module with these rules, so the plugin (at session start)
+and the command line (every ``gpuperf`` subcommand) accept and refuse exactly the same files.
+
+Parsing is strict where Python's ``json`` is lenient: a key given twice is an error (not "the last wins", which
+silently drops the other copy's runs at the next save), ``NaN``/``Infinity`` and numbers beyond float range
+are refused, and nesting deeper than the parser can follow is an error, never a ``RecursionError``.
+
+Own code rather than a JSON Schema library: the messages must name the exact entry ("test 't' metric 'm':
+samples must be positive") in one line, and the number rules (range, digits) are not JSON Schema's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, TypeGuard
+
+SAMPLE_MIN = 1e-100
+SAMPLE_MAX = 1e100
+"""Samples are positive times, rates or sizes. Within [1e-100, 1e100] every ratio, product and sum of millions
+of them stays finite in float64, so the statistics cannot overflow; no physical measurement comes near."""
+VALUE_MAX = 1e100
+"""Largest magnitude of a curve value (losses, throughputs) for the same reason."""
+MAX_INTEGER_DIGITS = 100
+SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]*")
+"""A hardware slug names a folder under the baselines root: lower-case words and dashes, nothing else."""
+
+
+class SchemaError(ValueError):
+    """What is wrong with a document, in one line; the caller adds the file's name."""
+
+
+# -- strict JSON ------------------------------------------------------------------------------------------------
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON strictly (see the module docstring); raises SchemaError with the position of the problem."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise SchemaError(f"not UTF-8 text (byte {error.start})") from None
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+        )
+    except json.JSONDecodeError as error:
+        tail = text[error.pos :].rstrip()
+        ends_early = error.pos >= len(text.rstrip()) - 1 or (error.msg.startswith("Unterminated") and "\n" not in tail)
+        what = "truncated, the JSON ends early" if ends_early else "not valid JSON"
+        raise SchemaError(f"{what} ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except RecursionError:
+        raise SchemaError("not valid JSON: nested too deeply to read") from None
+
+
+def dumps(document: Any) -> str:
+    """The text written to disk: sorted and indented (diffable), never NaN or Infinity."""
+    try:
+        return json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    except ValueError as error:
+        where = non_finite(document)
+        raise SchemaError(f"holds a value JSON cannot carry{f' at {where}' if where else ''} ({error})") from None
+    except RecursionError:
+        raise SchemaError("nested too deeply to write") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise SchemaError(f"not valid JSON: key {quote(key)} appears twice in one object")
+        document[key] = value
+    return document
+
+
+def _reject_constant(name: str) -> None:
+    raise SchemaError(f"not valid JSON: {name} is not a number a gpuperf file may hold")
+
+
+def _parse_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INTEGER_DIGITS:
+        raise SchemaError(f"not valid JSON: an integer of {digits} digits is beyond any figure gpuperf stores")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise SchemaError(f"not valid JSON: {text[:30]} is beyond the range of a float")
+    return value
+
+
+def non_finite(value: Any) -> str | None:
+    """Where a nested value holds NaN or infinity ("peak.mib", "values[3]"), or None. Iterative: any depth."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return where or "the value"
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{key}" if where else str(key), child) for key, child in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{where}[{index}]", child) for index, child in enumerate(item))
+    return None
+
+
+# -- field rules --------------------------------------------------------------------------------------------------
+
+
+def is_number(value: Any) -> TypeGuard[int | float]:
+    """A JSON number: int or float, never a boolean, finite (a huge int counts as not finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) <= 1.7e308
+
+
+def samples(raw: Any, where: str) -> list[float]:
+    """Repeated samples of one metric: a non-empty list of positive numbers within [SAMPLE_MIN, SAMPLE_MAX]."""
+    values = require_list(raw, where, "samples")
+    if not values:
+        raise SchemaError(f"{where}: samples must be a non-empty list of numbers")
+    for index, value in enumerate(values):
+        if not is_number(value):
+            raise SchemaError(f"{where}: samples[{index}] is {kind(value)}; samples must be finite numbers")
+        if value <= 0:
+            raise SchemaError(f"{where}: samples[{index}] is {value!r}; samples must be positive (times, rates, sizes)")
+        if not SAMPLE_MIN <= value <= SAMPLE_MAX:
+            raise SchemaError(
+                f"{where}: samples[{index}] is {float(value):.4g}; samples must be between "
+                f"{SAMPLE_MIN:g} and {SAMPLE_MAX:g}"
+            )
+    return [float(value) for value in values]
+
+
+def sample_problem(values: list[float]) -> tuple[int, str] | None:
+    """For a recorder: the first sample that is no number the verdict can use, as (index, why), or None."""
+    for index, value in enumerate(values):
+        if not math.isfinite(value):
+            return index, f"is {value}"
+        if value > 0 and not SAMPLE_MIN <= value <= SAMPLE_MAX:
+            return index, f"is {value:.4g}, beyond what the statistics can hold ({SAMPLE_MIN:g} to {SAMPLE_MAX:g})"
+    return None
+
+
+def curve(steps: Any, values: Any, where: str) -> tuple[list[int], list[float]]:
+    """A curve: whole-number steps and finite values of equal length."""
+    step_list = require_list(steps, where, "steps")
+    value_list = require_list(values, where, "values")
+    if len(step_list) != len(value_list):
+        raise SchemaError(f"{where}: {len(step_list)} steps but {len(value_list)} values; they must pair up")
+    for index, step in enumerate(step_list):
+        if not is_number(step) or float(step) != int(step):
+            raise SchemaError(f"{where}: steps[{index}] is {quote(step)}; steps must be whole numbers")
+    for index, value in enumerate(value_list):
+        if not is_number(value) or abs(value) > VALUE_MAX:
+            raise SchemaError(
+                f"{where}: values[{index}] is {quote(value)}; values must be numbers within +-{VALUE_MAX:g}"
+            )
+    return [int(step) for step in step_list], [float(value) for value in value_list]
+
+
+def value_problem(values: list[float]) -> tuple[int, str] | None:
+    """For a recorder: the first curve value that is not finite or beyond VALUE_MAX, as (index, why), or None."""
+    for index, value in enumerate(values):
+        if not math.isfinite(value):
+            return index, f"{value}"
+        if abs(value) > VALUE_MAX:
+            return index, f"{value:.4g} (beyond +-{VALUE_MAX:g})"
+    return None
+
+
+def stack(raw: Any, where: str) -> dict[str, str]:
+    """Component versions: an object of names to text (numbers are read as text)."""
+    data = require_object(raw, where, "stack")
+    for name, version in data.items():
+        if isinstance(version, bool) or not isinstance(version, (str, int, float)):
+            raise SchemaError(
+                f"{where}: 'stack' entry {quote(name)} is {kind(version)}; a stack is an object of component versions"
+            )
+    return {str(name): str(version) for name, version in data.items()}
+
+
+def text(raw: Any, where: str, name: str, *, empty: bool = False) -> str:
+    if not isinstance(raw, str) or (not raw and not empty):
+        raise SchemaError(f"{where}: {quote(name)} is {kind(raw)}, not {'a' if empty else 'a non-empty'} string")
+    return raw
+
+
+def flag(raw: Any, where: str, name: str) -> bool:
+    if not isinstance(raw, bool):
+        raise SchemaError(f"{where}: {quote(name)} is {kind(raw)}, not true/false")
+    return raw
+
+
+def require_object(raw: Any, where: str, name: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise SchemaError(f"{where}: {quote(name)} is {kind(raw)}, not an object")
+    return raw
+
+
+def require_list(raw: Any, where: str, name: str) -> list[Any]:
+    if not isinstance(raw, list):
+        raise SchemaError(f"{where}: {quote(name)} is {kind(raw)}, not a list")
+    return raw
+
+
+def only_fields(data: dict[str, Any], where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise SchemaError(f"{where} lacks {', '.join(missing)}")
+    extra = sorted(set(data) - set(required) - set(optional))
+    if extra:
+        raise SchemaError(f"{where} has unknown fields {', '.join(extra)}")
+
+
+def slug(raw: Any, where: str) -> str:
+    if not isinstance(raw, str) or not SLUG_PATTERN.fullmatch(raw):
+        raise SchemaError(f"{where}: 'hardware_slug' is {quote(raw)}, not a slug (lower-case letters, digits, dashes)")
+    return raw
+
+
+# -- message parts ------------------------------------------------------------------------------------------------
+
+
+def quote(value: Any, limit: int = 60) -> str:
+    """A value for a one-line message: its repr, cut to ``limit`` characters."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def kind(value: Any) -> str:
+    if value is None:
+        return "missing"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
