@@ -128,7 +128,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if state is not None and state.settings.save:
         try:
-            state.save_baselines()
+            state.save_baselines()  # a file that cannot be written is kept in save_failures, the others saved
         except StoreError as error:
             _report_error(config, str(error))
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -139,18 +139,25 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if state is not None and state.settings.results_path is not None:
         state.write_results()
+    if state is not None and state.save_interrupted:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    elif state is not None and state.end_failed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     payload = getattr(node, "workeroutput", {}).get("gpuperf")
-    if payload and (payload["results"] or payload["curves"] or payload["saved_files"] or payload.get("telemetry_note")):
+    keys = ("results", "curves", "saved_files", "save_failures", "telemetry_note")
+    if payload and any(payload.get(key) for key in keys):
         gpuperf_session(node.config).absorb_worker(payload)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(session_key, None)
-    if state is None or not (state.results or state.saved_files or state.telemetry_note) or not reporting(config):
+    if not reporting(config) or state is None:
+        return
+    if not (state.results or state.saved_files or state.telemetry_note or state.end_failed):
         return
     from pytest_gpuperf.core.report import summary_table
 
@@ -162,9 +169,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"hardware: {fingerprint.slug}")
         for line in summary_table(state.results):
             terminalreporter.write_line(line)
+    if state.save_interrupted:
+        terminalreporter.write_line("gpuperf: interrupted while saving baselines (Ctrl-C)", red=True)
     for path in sorted(set(state.saved_files)):
         terminalreporter.write_line(f"baselines saved: {path}")
-    if state.settings.results_path is not None:
+    for path, reason in state.save_failures:
+        terminalreporter.write_line(f"gpuperf: baselines not saved: {path}: {reason}", red=True)
+    if state.results_failure is not None:
+        terminalreporter.write_line(f"gpuperf: results not written: {state.results_failure}", red=True)
+    elif state.settings.results_path is not None:
         terminalreporter.write_line(f"results written: {state.settings.results_path}")
 
 

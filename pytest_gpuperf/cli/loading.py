@@ -3,26 +3,32 @@
 Every problem becomes an ``InputError`` whose one-line message names the file and what is wrong, so the CLI
 can print it and exit 2 without a traceback. Nothing here judges; commands do that with ``stats``.
 
-JUnit XML carries each metric as ``gpuperf.<metric>.*`` testcase properties (report.junit_properties) and,
+JUnit XML carries each metric as ``gpuperf.<metric>.*`` testcase properties (results.junit_properties) and,
 since the plugin's junit_fingerprint module, the run's fingerprint as the testsuite property
 ``gpuperf.fingerprint``. Files written without it load with an unknown hardware key and an empty stack.
+
+The results format and its validation belong to core/results.py (the rules of each field: core/schema.py, the
+same the plugin applies to baseline files); this module turns a validated document into Runs.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 from xml.etree import ElementTree
+
+from pytest_gpuperf.core import results as results_format
+from pytest_gpuperf.core import schema
+from pytest_gpuperf.core.results import FINGERPRINT_PROPERTY
+from pytest_gpuperf.core.schema import SchemaError, quote
 
 MAX_BYTES = 256 * 1024 * 1024
 """Larger inputs are refused rather than read into memory."""
 UNKNOWN_HARDWARE = "unknown-hardware"
-FINGERPRINT_PROPERTY = "gpuperf.fingerprint"
 SUFFIXES = (".json", ".xml")
+__all__ = ["FINGERPRINT_PROPERTY", "InputError", "Run", "Side", "load_file", "load_path", "load_side", "quote"]
 
 
 class InputError(Exception):
@@ -196,135 +202,62 @@ def check_one_hardware(runs: list[Run], where: Path | str) -> None:
 
 
 def parse_results_json(data: bytes | str, source: Path) -> Run:
-    """A document written by ``--gpuperf-results`` (session.results_document, schema 1)."""
+    """A document written by ``--gpuperf-results``, validated by its owner (results.parse_document)."""
     try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-        document = json.loads(text, parse_constant=_reject_constant)
-    except UnicodeDecodeError as error:
-        raise InputError(f"{source}: not UTF-8 text (byte {error.start}); is this a results JSON file?") from None
-    except json.JSONDecodeError as error:
-        tail = text[error.pos :].rstrip()
-        ends_early = error.pos >= len(text.rstrip()) - 1 or (error.msg.startswith("Unterminated") and "\n" not in tail)
-        what = "truncated, the JSON ends early" if ends_early else "not valid JSON"
-        raise InputError(f"{source}: {what} ({error.msg} at line {error.lineno} column {error.colno})") from None
-    except (ValueError, RecursionError) as error:
-        raise InputError(f"{source}: not valid JSON ({_short(error)})") from None
-    if not isinstance(document, dict):
-        raise InputError(f"{source}: the top level is {_kind(document)}, not a gpuperf results object")
-    if document.get("schema") != 1:
-        raise InputError(
-            f"{source}: schema {quote(document.get('schema'))} is not the supported results schema 1 "
-            "(written by another pytest-gpuperf version, or not a --gpuperf-results file)"
-        )
-    created = document.get("created", "")
-    if not isinstance(created, str):
-        raise InputError(f"{source}: 'created' is {_kind(created)}, not a timestamp string")
+        document = results_format.parse_document(data, where=str(source))
+    except SchemaError as error:
+        raise InputError(str(error)) from None
     hardware_key, slug, stack = _fingerprint(document.get("fingerprint"), source, "'fingerprint'")
-    settings = document.get("settings") or {}
-    if not isinstance(settings, dict):
-        raise InputError(f"{source}: 'settings' is {_kind(settings)}, not an object")
-    results = document.get("results")
-    if not isinstance(results, list):
-        raise InputError(f"{source}: 'results' is {_kind(results)}, not a list")
     metrics: dict[tuple[str, str], MetricData] = {}
-    for index, entry in enumerate(results):
-        metric = _metric_from_json(entry, f"{source}: results[{index}]")
+    for entry in document["results"]:
+        verdict = entry.get("verdict")
+        metric = MetricData(
+            test=entry["test"],
+            key=junit_address(entry["test"]),
+            metric=entry["metric"],
+            unit=entry["unit"],
+            higher_is_better=entry["higher_is_better"],
+            samples=tuple(float(value) for value in entry["samples"]),
+            verdict=verdict if isinstance(verdict, str) else None,
+            context=entry.get("context", {}),
+        )
         key = (metric.key, metric.metric)
-        if key in metrics:
-            raise InputError(
-                f"{source}: results[{index}]: test {quote(metric.test)} metric {quote(metric.metric)} appears twice"
-            )
+        if key in metrics:  # two node ids with one JUnit address
+            raise InputError(f"{source}: test {quote(metric.test)} metric {quote(metric.metric)} appears twice")
         metrics[key] = metric
-    curves_raw = document.get("curves", [])
-    if not isinstance(curves_raw, list):
-        raise InputError(f"{source}: 'curves' is {_kind(curves_raw)}, not a list")
-    curves = tuple(_curve_from_json(entry, f"{source}: curves[{index}]") for index, entry in enumerate(curves_raw))
+    curves = tuple(
+        CurveData(
+            test=entry["test"],
+            key=junit_address(entry["test"]),
+            name=entry["name"],
+            steps=tuple(float(step) for step in entry["steps"]),
+            values=tuple(float(value) for value in entry["values"]),
+        )
+        for entry in document.get("curves", [])
+    )
     return Run(
         source=source,
-        created=created,
+        created=document.get("created", ""),
         hardware_key=hardware_key,
         hardware_slug=slug,
         stack=stack,
-        settings=settings,
+        settings=document.get("settings") or {},
         metrics=metrics,
         curves=curves,
     )
 
 
-def _metric_from_json(entry: Any, where: str) -> MetricData:
-    if not isinstance(entry, dict):
-        raise InputError(f"{where} is {_kind(entry)}, not an object")
-    test, name, unit = (_text_field(entry, field_name, where) for field_name in ("test", "metric", "unit"))
-    higher = entry.get("higher_is_better")
-    if not isinstance(higher, bool):
-        raise InputError(f"{where}: 'higher_is_better' is {_kind(higher)}, not true/false")
-    samples = _samples(entry.get("samples"), f"{where} ({quote(test)} {quote(name)})")
-    context = entry.get("context", {})
-    if not isinstance(context, dict):
-        raise InputError(f"{where}: 'context' is {_kind(context)}, not an object")
-    verdict = entry.get("verdict")
-    return MetricData(
-        test=test,
-        key=junit_address(test),
-        metric=name,
-        unit=unit,
-        higher_is_better=higher,
-        samples=samples,
-        verdict=verdict if isinstance(verdict, str) else None,
-        context=context,
-    )
-
-
-def _curve_from_json(entry: Any, where: str) -> CurveData:
-    if not isinstance(entry, dict):
-        raise InputError(f"{where} is {_kind(entry)}, not an object")
-    test, name = _text_field(entry, "test", where), _text_field(entry, "name", where)
-    steps, values = entry.get("steps"), entry.get("values")
-    if not (_number_list(steps) and _number_list(values)) or len(steps) != len(values):
-        raise InputError(
-            f"{where} ({quote(test)} {quote(name)}): 'steps' and 'values' must be equal-length lists of finite numbers"
-        )
-    return CurveData(
-        test=test,
-        key=junit_address(test),
-        name=name,
-        steps=tuple(float(s) for s in steps),
-        values=tuple(float(v) for v in values),
-    )
-
-
 def _fingerprint(raw: Any, source: Path, what: str) -> tuple[dict[str, Any] | None, str, dict[str, str]]:
-    if raw is None:
-        return None, UNKNOWN_HARDWARE, {}
-    if not isinstance(raw, dict):
-        raise InputError(f"{source}: {what} is {_kind(raw)}, not an object")
-    key, slug, stack = raw.get("hardware_key"), raw.get("hardware_slug"), raw.get("stack")
-    if not isinstance(key, dict):
-        raise InputError(f"{source}: {what} has no 'hardware_key' object")
-    if not isinstance(slug, str) or not slug:
-        raise InputError(f"{source}: {what} has no 'hardware_slug' text")
-    if not isinstance(stack, dict) or not all(isinstance(v, (str, int, float)) for v in stack.values()):
-        raise InputError(f"{source}: {what} 'stack' is not an object of component versions")
-    return key, slug, {str(k): str(v) for k, v in sorted(stack.items())}
+    try:
+        key, slug, stack = results_format.read_fingerprint(raw, what)
+    except SchemaError as error:
+        raise InputError(f"{source}: {error}") from None
+    return key, slug or UNKNOWN_HARDWARE, stack
 
 
 # -- JUnit XML -------------------------------------------------------------------------------------------------
 
-_METRIC_FIELDS = (
-    "verdict",
-    "unit",
-    "higher_is_better",
-    "median",
-    "spread",
-    "n",
-    "samples",
-    "baseline_median",
-    "ratio",
-    "ci_low",
-    "ci_high",
-    "p_worse",
-    "stack_changes",
-)
+_METRIC_FIELDS = results_format.JUNIT_METRIC_FIELDS
 
 
 def parse_junit_xml(data: bytes, source: Path) -> Run:
@@ -353,8 +286,8 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
         for prop in suite.properties():
             if prop.name == FINGERPRINT_PROPERTY and hardware_key is None:
                 try:
-                    raw = json.loads(prop.value or "", parse_constant=_reject_constant)
-                except (ValueError, RecursionError):
+                    raw = schema.loads(prop.value or "")
+                except SchemaError:
                     raise InputError(f"{source}: testsuite property {FINGERPRINT_PROPERTY} is not valid JSON") from None
                 hardware_key, slug, stack = _fingerprint(raw, source, f"testsuite property {FINGERPRINT_PROPERTY}")
         for case in suite:
@@ -418,52 +351,18 @@ def _metrics_from_case(classname: str, name: str, pairs: list[tuple[str, str]], 
     return found
 
 
-# -- field checks ----------------------------------------------------------------------------------------------
+# -- field checks (the rules themselves: core/schema.py) ----------------------------------------------------------
 
 
 def _samples(raw: Any, where: str) -> tuple[float, ...]:
-    if not _number_list(raw) or not raw:
-        raise InputError(f"{where}: samples must be a non-empty list of finite numbers")
-    if any(value <= 0 for value in raw):
-        # the plugin never records these: verdicts compare ratios of positive times and rates
-        raise InputError(f"{where}: samples must be positive numbers, found {min(raw)!r}")
-    return tuple(float(value) for value in raw)
-
-
-def _text_field(entry: dict[str, Any], name: str, where: str) -> str:
-    value = entry.get(name)
-    if not isinstance(value, str) or not value:
-        raise InputError(f"{where}: {quote(name)} is {_kind(value)}, not a non-empty string")
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return False
     try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer beyond float range
-        return False
+        return tuple(schema.samples(raw, where))
+    except SchemaError as error:
+        raise InputError(str(error)) from None
 
 
-def _number_list(values: Any) -> bool:
-    return isinstance(values, list) and all(_is_number(value) for value in values)
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number a results file may hold")
-
-
-def quote(value: Any, limit: int = 60) -> str:
-    """A value for a one-line message: its repr, cut to ``limit`` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "missing"
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return schema.is_number(value)
 
 
 def _short(error: BaseException) -> str:

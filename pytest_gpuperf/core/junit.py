@@ -1,7 +1,8 @@
 """Puts the run's fingerprint into ``--junitxml`` output, so `gpuperf` commands can read a JUnit file's stack.
 
 JUnit testcase properties carry each metric (report.junit_properties) but nothing says where the run was taken.
-This adds one testsuite property, ``gpuperf.fingerprint``: the JSON of ``Fingerprint.as_dict()``.
+This adds one testsuite property, ``gpuperf.fingerprint`` (results.FINGERPRINT_PROPERTY, the format's owner):
+the JSON of ``Fingerprint.as_dict()``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import json
 
 import pytest
 
+from pytest_gpuperf.core.results import FINGERPRINT_PROPERTY
 from pytest_gpuperf.core.state import session_key
 
-FINGERPRINT_PROPERTY = "gpuperf.fingerprint"
+__all__ = ["FINGERPRINT_PROPERTY", "pytest_sessionfinish"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml's own sessionfinish writes the file

@@ -6,11 +6,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+import pytest
+
+from pytest_gpuperf.core import schema
 from pytest_gpuperf.core.stats import Verdict, summarize
 from pytest_gpuperf.core.store import Curve
-from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, judge_clocks
+from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 
 Timer = Callable[[Callable[[], object], int], list[float]]
 """Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say)."""
@@ -109,8 +112,7 @@ class TelemetryWindow:
         """Why this window's device conditions make it incomparable with the baseline's, or None."""
         if self.summary is None:
             return None
-        comparable, why = judge_clocks(self.summary, baseline)
-        return None if comparable else why
+        return check_conditions(self.summary, baseline).problem
 
 
 class Perf:
@@ -152,9 +154,20 @@ class Perf:
         """Record a metric with its repeated samples (several values, so the verdict can judge noise).
 
         ``unjudgeable`` says why the samples, though valid, cannot support a verdict (for example "p99 of 24
-        requests; a p99 needs >= 299"): the metric is then stored and reported, and judged NOISY."""
+        requests; a p99 needs >= 299"): the metric is then stored and reported, and judged NOISY.
+
+        A sample that is NaN, infinite or beyond what the statistics can hold (schema.SAMPLE_MAX), or such a value
+        in ``context``, fails the test at once (the measurement diverged): that is a verdict on this test, and
+        nothing of it reaches the baselines or the results, which stay writable for every other test."""
         self._check_name(name)
         values = [float(value) for value in samples]
+        problem = schema.sample_problem(values)
+        if problem is not None:
+            index, why = problem
+            _diverged(f"metric {name!r} sample {index} {why}: the measurement diverged")
+        where = schema.non_finite(context or {})
+        if where is not None:
+            _diverged(f"metric {name!r} context {where!r} is not a finite number (nan or inf)")
         if len(values) < 3:
             raise ValueError(
                 f"perf.record({name!r}): {len(values)} sample(s) given; a verdict needs at least 3 repeated "
@@ -281,11 +294,17 @@ class Perf:
         self.metric(name).judged_elsewhere = ExternalVerdict(rule=rule, verdict=Verdict(verdict), reason=reason)
 
     def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
-        """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks."""
+        """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks.
+
+        A NaN or infinite value (a diverged run) fails the test at once, naming the curve and the step."""
         steps_list = [int(step) for step in steps]
         values_list = [float(value) for value in values]
         if len(steps_list) != len(values_list):
             raise ValueError(f"perf.record_curve({name!r}): {len(steps_list)} steps but {len(values_list)} values")
+        problem = schema.value_problem(values_list)
+        if problem is not None:
+            index, shown = problem
+            _diverged(f"{name} diverged at step {steps_list[index]}: {shown}")
         record = CurveRecord(name=name, steps=steps_list, values=values_list)
         self.curves.append(record)
         return record
@@ -299,6 +318,11 @@ class Perf:
             raise ValueError(f"metric name must be a non-empty string, got {name!r}")
         if any(metric.name == name for metric in self.metrics):
             raise ValueError(f"metric {name!r} recorded twice in {self.nodeid}; give each metric its own name")
+
+
+def _diverged(message: str) -> NoReturn:
+    """Fail the running test with a verdict, not a traceback: its figures are not numbers a baseline can hold."""
+    pytest.fail(f"gpuperf: {message}", pytrace=False)
 
 
 def _time_calls(fn: Callable[[], object], repeats: int, sync: Callable[[], object] | None) -> list[float]:

@@ -1,11 +1,15 @@
-"""Rendering judged results: the failure message of one test, JUnit properties, the session's summary table."""
+"""Rendering judged results: the failure message of one test and the session's summary table."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pytest_gpuperf.core.session import MetricResult
+from pytest_gpuperf.core.results import MetricResult, junit_properties
 from pytest_gpuperf.core.stats import summarize
+
+__all__ = ["describe", "failure_message", "format_value", "junit_properties", "summary_table"]
+"""``junit_properties`` belongs to the results format (results.py); it is named here too, beside the other
+renderings a test's report is made of."""
 
 
 def format_value(value: float, unit: str) -> str:
@@ -61,34 +65,6 @@ def failure_message(results: Iterable[MetricResult], *, strict: bool) -> str:
     body = "\n".join(describe(r) for r in results)
     mode = " (--gpuperf-strict)" if strict else ""
     return f"{head}{mode}\n{body}\n" + "".join(f"hint: {hint}\n" for hint in hints)
-
-
-def junit_properties(result: MetricResult) -> list[tuple[str, object]]:
-    """Name/value pairs for record_property, so --junitxml carries every metric and verdict."""
-    prefix = f"gpuperf.{result.metric}"
-    now = summarize(result.samples)
-    comparison = result.comparison
-    properties: list[tuple[str, object]] = [
-        (f"{prefix}.verdict", comparison.verdict.value),
-        (f"{prefix}.unit", result.unit),
-        (f"{prefix}.higher_is_better", result.higher_is_better),
-        (f"{prefix}.median", now.median),
-        (f"{prefix}.spread", round(now.spread, 6)),
-        (f"{prefix}.n", now.n),
-        (f"{prefix}.samples", ",".join(f"{value:.9g}" for value in result.samples)),
-    ]
-    if comparison.ratio is not None:
-        pooled = summarize([value for run in result.baseline_runs for value in run])
-        properties += [
-            (f"{prefix}.baseline_median", pooled.median),
-            (f"{prefix}.ratio", round(comparison.ratio, 6)),
-            (f"{prefix}.ci_low", round(comparison.ci_low or 0.0, 6)),
-            (f"{prefix}.ci_high", round(comparison.ci_high or 0.0, 6)),
-            (f"{prefix}.p_worse", comparison.p_worse),
-        ]
-    if result.stack_changes:
-        properties.append((f"{prefix}.stack_changes", "; ".join(result.stack_changes)))
-    return properties
 
 
 def summary_table(results: list[MetricResult]) -> list[str]:

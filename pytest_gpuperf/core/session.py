@@ -10,89 +10,45 @@ import datetime as dt
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pytest_gpuperf import __version__
+from pytest_gpuperf.core import results as results_format
 from pytest_gpuperf.core.perf import Perf
+from pytest_gpuperf.core.results import MetricResult
+from pytest_gpuperf.core.schema import SchemaError
 from pytest_gpuperf.core.settings import Settings
-from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare, summarize
-from pytest_gpuperf.core.store import BaselineStore, Curve, MetricRun, NewCurve, NewMetric, write_atomic
+from pytest_gpuperf.core.stats import Rules, Verdict, compare, summarize
+from pytest_gpuperf.core.store import (
+    BaselineStore,
+    Curve,
+    MetricRun,
+    NewCurve,
+    NewMetric,
+    SaveError,
+    os_reason,
+    write_atomic,
+)
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
-from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySummary, TelemetryUnavailable, judge_clocks
+from pytest_gpuperf.machine.telemetry import (
+    DeviceReader,
+    TelemetrySummary,
+    TelemetryUnavailable,
+    check_conditions,
+    stored_summary,
+)
+
+__all__ = ["GpuperfSession", "MetricResult", "confirm", "resolve_device"]
+"""MetricResult belongs to the results format (results.py); it is named here for the hooks that receive it."""
 
 TelemetryOpener = Callable[[str], "DeviceReader | TelemetryUnavailable | None"]
 """Given the device ("cpu"/"cuda"): a telemetry reader, why there is none, or None where none is expected."""
 
-RESULTS_SCHEMA_VERSION = 1
-
 # Verdicts that fail a test: always, and additionally under --gpuperf-strict.
 FAILING = frozenset({Verdict.REGRESSED})
 FAILING_STRICT = frozenset({Verdict.REGRESSED, Verdict.NO_BASELINE, Verdict.NOISY, Verdict.AMBIGUOUS, Verdict.IMPROVED})
-
-
-@dataclass(slots=True, kw_only=True)
-class MetricResult:
-    """One judged metric: what was measured, what it was compared with, and the verdict."""
-
-    test: str
-    metric: str
-    unit: str
-    higher_is_better: bool
-    samples: list[float]
-    rounds: int
-    context: dict[str, Any]
-    comparison: Comparison
-    baseline_runs: list[list[float]] = field(default_factory=list)
-    baseline_stack: dict[str, str] | None = None
-    stack_changes: list[str] = field(default_factory=list)
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.comparison.verdict
-
-    def as_dict(self) -> dict[str, Any]:
-        pooled = [value for run in self.baseline_runs for value in run]
-        return {
-            "test": self.test,
-            "metric": self.metric,
-            "unit": self.unit,
-            "higher_is_better": self.higher_is_better,
-            "samples": self.samples,
-            "rounds": self.rounds,
-            "summary": summarize(self.samples).as_dict(),
-            "context": self.context,
-            "baseline": None
-            if not self.baseline_runs
-            else {
-                "runs": self.baseline_runs,
-                "summary": summarize(pooled).as_dict(),
-                "stack": self.baseline_stack,
-            },
-            "comparison": self.comparison.as_dict(),
-            "verdict": self.verdict.value,
-            "stack_changes": self.stack_changes,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MetricResult:
-        comparison = dict(data["comparison"])
-        comparison["verdict"] = Verdict(comparison["verdict"])
-        baseline = data.get("baseline") or {}
-        return cls(
-            test=data["test"],
-            metric=data["metric"],
-            unit=data["unit"],
-            higher_is_better=data["higher_is_better"],
-            samples=data["samples"],
-            rounds=data["rounds"],
-            context=data.get("context", {}),
-            comparison=Comparison(**comparison),
-            baseline_runs=baseline.get("runs", []),
-            baseline_stack=baseline.get("stack"),
-            stack_changes=data.get("stack_changes", []),
-        )
 
 
 class GpuperfSession:
@@ -116,6 +72,12 @@ class GpuperfSession:
         self._to_save: list[NewMetric] = []
         self._curves_to_save: list[NewCurve] = []
         self.saved_files: list[Path] = []
+        self.save_failures: list[tuple[Path, str]] = []
+        """Baseline files that could not be written, with the reason (the others were written)."""
+        self.save_interrupted = False
+        """Ctrl-C stopped the save: save_failures lists what was not saved."""
+        self.results_failure: str | None = None
+        """Why ``--gpuperf-results`` could not be written, naming the file."""
 
     # -- lazily resolved context (needs torch; never touched by sessions without perf tests) --
 
@@ -161,10 +123,7 @@ class GpuperfSession:
         for run in reversed(baseline.runs if baseline else []):
             stored = run.context.get("telemetry")
             if isinstance(stored, dict):
-                try:
-                    return TelemetrySummary.from_dict(stored)
-                except (ValueError, TypeError):
-                    return None  # written by another version: the clocks cannot be compared, the figures can
+                return stored_summary(stored)  # None when written by another version: clocks not compared
         return None
 
     def rules(self) -> Rules:
@@ -272,15 +231,12 @@ class GpuperfSession:
         stored = context.get("telemetry")
         if not isinstance(stored, dict):
             return context, None
-        try:
-            current = TelemetrySummary.from_dict(stored)
-        except (ValueError, TypeError) as error:
-            return {**context, "clock_check": {"comparable": None, "detail": str(error)}}, None
         baseline = self.baseline_telemetry(nodeid, name) if has_baseline else None
-        comparable, detail = judge_clocks(current, baseline)
+        check = check_conditions(stored, baseline)
+        problem = check.problem
         return (
-            {**context, "clock_check": {"comparable": comparable, "detail": detail}},
-            None if comparable else f"measured under different device conditions ({detail})",
+            {**context, "clock_check": check.as_dict()},
+            None if problem is None else f"measured under different device conditions ({problem})",
         )
 
     def failing(self, results: list[MetricResult]) -> list[MetricResult]:
@@ -292,9 +248,16 @@ class GpuperfSession:
     # -- end of session --
 
     def save_baselines(self) -> list[Path]:
+        """Save every file that can be; the ones that cannot (and a Ctrl-C) are kept in save_failures for the
+        report, so one unwritable file never costs the others."""
         if not (self._to_save or self._curves_to_save):
             return []
-        written = self.store.save(self._to_save, self._curves_to_save, keep_runs=self.settings.baseline_runs)
+        try:
+            written = self.store.save(self._to_save, self._curves_to_save, keep_runs=self.settings.baseline_runs)
+        except SaveError as error:
+            written = error.written
+            self.save_failures.extend(error.failed)
+            self.save_interrupted = self.save_interrupted or error.interrupted
         self.saved_files.extend(written)
         self._to_save, self._curves_to_save = [], []
         return written
@@ -310,6 +273,8 @@ class GpuperfSession:
             "fingerprint": self.fingerprint.as_dict() if self.measured_anything() else None,
             "device": self._device,
             "saved_files": [str(path) for path in self.saved_files],
+            "save_failures": [[str(path), reason] for path, reason in self.save_failures],
+            "save_interrupted": self.save_interrupted,
             "telemetry_note": self.telemetry_note,
         }
 
@@ -317,6 +282,8 @@ class GpuperfSession:
         self.results.extend(MetricResult.from_dict(data) for data in payload.get("results", []))
         self.curves.extend(payload.get("curves", []))
         self.saved_files.extend(Path(path) for path in payload.get("saved_files", []))
+        self.save_failures.extend((Path(path), reason) for path, reason in payload.get("save_failures", []))
+        self.save_interrupted = self.save_interrupted or bool(payload.get("save_interrupted"))
         self.telemetry_note = self.telemetry_note or payload.get("telemetry_note")
         if payload.get("fingerprint") and self._fingerprint is None:
             fingerprint = payload["fingerprint"]
@@ -326,32 +293,46 @@ class GpuperfSession:
             self._device = payload.get("device")
 
     def results_document(self) -> dict[str, Any]:
-        return {
-            "schema": RESULTS_SCHEMA_VERSION,
-            "tool": {"name": "pytest-gpuperf", "version": __version__},
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "fingerprint": self.fingerprint.as_dict() if self.measured_anything() else None,
-            "telemetry_note": self.telemetry_note,
-            "settings": {
+        device = self._device or "cpu"
+        return results_format.build_document(
+            version=__version__,
+            created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            fingerprint=self.fingerprint.as_dict() if self.measured_anything() else None,
+            telemetry_note=self.telemetry_note,
+            settings={
                 "device": self._device,
-                "threshold": self.settings.for_device(self._device or "cpu", "threshold"),
-                "noise_limit": self.settings.for_device(self._device or "cpu", "noise_limit"),
-                "run_noise": self.settings.for_device(self._device or "cpu", "run_noise"),
+                "threshold": self.settings.for_device(device, "threshold"),
+                "noise_limit": self.settings.for_device(device, "noise_limit"),
+                "run_noise": self.settings.for_device(device, "run_noise"),
                 "repeats": self.settings.repeats,
                 "warmup": self.settings.warmup,
                 "strict": self.settings.strict,
                 "saved": self.settings.save,
             },
-            "results": [result.as_dict() for result in sorted(self.results, key=lambda r: (r.test, r.metric))],
-            "curves": sorted(self.curves, key=lambda c: (c["test"], c["name"])),
-        }
+            results=self.results,
+            curves=self.curves,
+        )
 
     def write_results(self) -> Path | None:
+        """Write ``--gpuperf-results``; a failure is kept in results_failure (reported, exit status non-zero)."""
         path = self.settings.results_path
         if path is None:
             return None
-        write_atomic(path, self.results_document())
-        return path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, self.results_document())
+        except OSError as error:
+            self.results_failure = f"{path}: {os_reason(error, path)}"
+        except SchemaError as error:
+            self.results_failure = f"{path}: {error}"
+        except KeyboardInterrupt:
+            self.results_failure = f"{path}: interrupted (Ctrl-C) before it was written"
+        return None if self.results_failure else path
+
+    @property
+    def end_failed(self) -> bool:
+        """Whether something of the session's end (a baseline file, the results) could not be written."""
+        return bool(self.save_failures or self.results_failure)
 
 
 def resolve_device(request: str) -> str:

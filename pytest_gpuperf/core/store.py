@@ -449,8 +449,14 @@ def check_folder(root: Path) -> None:
     remove the temporary files of writers that were killed."""
     if not root.is_dir():
         return
-    for folder in sorted(root.iterdir()):
-        if folder.is_dir():
-            remove_stale_temporaries(folder)
-    for path in sorted(root.glob("*/*.json")):
+    try:
+        folders = sorted(folder for folder in root.iterdir() if folder.is_dir())
+        files = sorted(root.glob("*/*.json"))
+    except OSError as error:
+        raise StoreError(
+            f"baselines folder {root} cannot be read ({os_reason(error, root)}); fix its permissions"
+        ) from None
+    for folder in folders:
+        remove_stale_temporaries(folder)
+    for path in files:
         read_document(path)

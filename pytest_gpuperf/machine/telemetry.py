@@ -32,14 +32,17 @@ from typing import Any, Protocol
 __all__ = [
     "BENIGN_THROTTLE_REASONS",
     "LOAD_THROTTLE_REASONS",
+    "ClockCheck",
     "DeviceReader",
     "TelemetrySample",
     "TelemetrySampler",
     "TelemetrySummary",
     "TelemetryTrace",
     "TelemetryUnavailable",
+    "check_conditions",
     "decode_throttle_reasons",
     "judge_clocks",
+    "stored_summary",
     "open_reader",
     "traces_summary",
 ]
@@ -273,6 +276,48 @@ def judge_clocks(
     else:
         notes.append("no throttling" if summary.throttle_known else "throttle reasons not reported")
     return True, "; ".join(notes)
+
+
+@dataclass(frozen=True, slots=True)
+class ClockCheck:
+    """The clock check of one measurement against its baseline, as the verdict and the results keep it."""
+
+    comparable: bool | None
+    """False: incomparable conditions (the verdict is NOISY); None: the stored summary could not be read."""
+    detail: str
+
+    @property
+    def problem(self) -> str | None:
+        """Why the conditions make the measurement incomparable with its baseline, or None."""
+        return self.detail if self.comparable is False else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"comparable": self.comparable, "detail": self.detail}
+
+
+def stored_summary(data: Any) -> TelemetrySummary | None:
+    """A summary kept in a run's context (``context["telemetry"]``), or None when there is none or it was written
+    by a version whose fields differ (its clocks then cannot be compared; the figures still can)."""
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        return TelemetrySummary.from_dict(data)
+    except (ValueError, TypeError):
+        return None
+
+
+def check_conditions(
+    current: TelemetrySummary | Mapping[str, Any], baseline: TelemetrySummary | None, *, min_fraction: float = 0.9
+) -> ClockCheck:
+    """The one clock check: ``judge_clocks`` on a live summary or one read back from a context; a stored summary
+    that cannot be read is reported (comparable None), never an error."""
+    if not isinstance(current, TelemetrySummary):
+        try:
+            current = TelemetrySummary.from_dict(current)
+        except (ValueError, TypeError) as error:
+            return ClockCheck(None, str(error))
+    comparable, detail = judge_clocks(current, baseline, min_fraction=min_fraction)
+    return ClockCheck(comparable, detail)
 
 
 # --- readers ----------------------------------------------------------------------------------

@@ -1,0 +1,230 @@
+"""The results format, in one place: a judged metric (MetricResult), the ``--gpuperf-results`` document that
+holds a session's judged metrics and curves (build, parse, validate), and the names it has in JUnit XML (the
+``gpuperf.<metric>.<field>`` testcase properties and the ``gpuperf.fingerprint`` testsuite property).
+
+The session builds and writes the document, xdist workers send their MetricResults in the same form, the
+command line (cli/loading.py) parses it with ``parse_document``; the field rules are schema.py's, shared with
+the baseline files. Schema 1::
+
+    {"schema": 1, "tool": {"name": "pytest-gpuperf", "version": "..."}, "created": "<ISO time>",
+     "fingerprint": {"hardware_key": {...}, "hardware_slug": "...", "stack": {...}} | null,
+     "telemetry_note": "..." | null, "settings": {...},
+     "results": [{"test", "metric", "unit", "higher_is_better", "samples", "rounds", "summary", "context",
+                  "baseline", "comparison", "verdict", "stack_changes"}, ...],
+     "curves": [{"test", "name", "steps", "values"}, ...]}
+
+Readers need only ``test``, ``metric``, ``unit``, ``higher_is_better`` and ``samples`` of a result (the rest is
+optional, so a results file may be written by hand or by another tool).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_gpuperf.core import schema
+from pytest_gpuperf.core.schema import SchemaError
+
+if TYPE_CHECKING:  # stats needs numpy and scipy; the plugin imports this module before any test runs
+    from pytest_gpuperf.core.stats import Comparison, Verdict
+
+SCHEMA_VERSION = 1
+FINGERPRINT_PROPERTY = "gpuperf.fingerprint"
+"""The JUnit testsuite property holding the run's fingerprint (the JSON of ``Fingerprint.as_dict()``)."""
+JUNIT_METRIC_FIELDS = (
+    "verdict",
+    "unit",
+    "higher_is_better",
+    "median",
+    "spread",
+    "n",
+    "samples",
+    "baseline_median",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "p_worse",
+    "stack_changes",
+)
+"""The fields of a metric's ``gpuperf.<metric>.<field>`` JUnit testcase properties (junit_properties)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class MetricResult:
+    """One judged metric: what was measured, what it was compared with, and the verdict."""
+
+    test: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    samples: list[float]
+    rounds: int
+    context: dict[str, Any]
+    comparison: Comparison
+    baseline_runs: list[list[float]] = field(default_factory=list)
+    baseline_stack: dict[str, str] | None = None
+    stack_changes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.comparison.verdict
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its entry of the results document (and of an xdist worker's payload)."""
+        from pytest_gpuperf.core.stats import summarize
+
+        pooled = [value for run in self.baseline_runs for value in run]
+        return {
+            "test": self.test,
+            "metric": self.metric,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+            "samples": self.samples,
+            "rounds": self.rounds,
+            "summary": summarize(self.samples).as_dict(),
+            "context": self.context,
+            "baseline": None
+            if not self.baseline_runs
+            else {
+                "runs": self.baseline_runs,
+                "summary": summarize(pooled).as_dict(),
+                "stack": self.baseline_stack,
+            },
+            "comparison": self.comparison.as_dict(),
+            "verdict": self.verdict.value,
+            "stack_changes": self.stack_changes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MetricResult:
+        """Back from ``as_dict`` (an xdist worker's results, in the controller)."""
+        from pytest_gpuperf.core.stats import Comparison, Verdict
+
+        comparison = dict(data["comparison"])
+        comparison["verdict"] = Verdict(comparison["verdict"])
+        baseline = data.get("baseline") or {}
+        return cls(
+            test=data["test"],
+            metric=data["metric"],
+            unit=data["unit"],
+            higher_is_better=data["higher_is_better"],
+            samples=data["samples"],
+            rounds=data["rounds"],
+            context=data.get("context", {}),
+            comparison=Comparison(**comparison),
+            baseline_runs=baseline.get("runs", []),
+            baseline_stack=baseline.get("stack"),
+            stack_changes=data.get("stack_changes", []),
+        )
+
+
+def build_document(
+    *,
+    version: str,
+    created: str,
+    fingerprint: dict[str, Any] | None,
+    telemetry_note: str | None,
+    settings: dict[str, Any],
+    results: list[MetricResult],
+    curves: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ``--gpuperf-results`` document of a session, results and curves in a stable order."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "tool": {"name": "pytest-gpuperf", "version": version},
+        "created": created,
+        "fingerprint": fingerprint,
+        "telemetry_note": telemetry_note,
+        "settings": settings,
+        "results": [result.as_dict() for result in sorted(results, key=lambda r: (r.test, r.metric))],
+        "curves": sorted(curves, key=lambda c: (c["test"], c["name"])),
+    }
+
+
+def parse_document(data: bytes | str, *, where: str) -> dict[str, Any]:
+    """Parse and validate a results document; SchemaError's one-line message starts with ``where``."""
+    try:
+        document = schema.loads(data)
+        check_document(document)
+    except SchemaError as error:
+        raise SchemaError(f"{where}: {error}") from None
+    return document
+
+
+def check_document(document: Any) -> None:
+    """Raise SchemaError with the first problem of a results document."""
+    if not isinstance(document, dict):
+        raise SchemaError(f"the top level is {schema.kind(document)}, not a gpuperf results object")
+    if document.get("schema") != SCHEMA_VERSION:
+        raise SchemaError(
+            f"schema {schema.quote(document.get('schema'))} is not the supported results schema {SCHEMA_VERSION} "
+            "(written by another pytest-gpuperf version, or not a --gpuperf-results file)"
+        )
+    schema.text(document.get("created", ""), "the document", "created", empty=True)
+    read_fingerprint(document.get("fingerprint"), "'fingerprint'")
+    schema.require_object(document.get("settings") or {}, "the document", "settings")
+    seen: set[tuple[str, str]] = set()
+    for index, entry in enumerate(schema.require_list(document.get("results"), "the document", "results")):
+        where = f"results[{index}]"
+        schema.require_object(entry, where, "result")
+        test = schema.text(entry.get("test"), where, "test")
+        name = schema.text(entry.get("metric"), where, "metric")
+        schema.text(entry.get("unit"), where, "unit")
+        schema.flag(entry.get("higher_is_better"), where, "higher_is_better")
+        schema.samples(entry.get("samples"), f"{where} ({schema.quote(test)} {schema.quote(name)})")
+        schema.require_object(entry.get("context", {}), where, "context")
+        if (test, name) in seen:
+            raise SchemaError(f"{where}: test {schema.quote(test)} metric {schema.quote(name)} appears twice")
+        seen.add((test, name))
+    for index, entry in enumerate(schema.require_list(document.get("curves", []), "the document", "curves")):
+        where = f"curves[{index}]"
+        schema.require_object(entry, where, "curve")
+        test = schema.text(entry.get("test"), where, "test")
+        name = schema.text(entry.get("name"), where, "name")
+        schema.curve(entry.get("steps"), entry.get("values"), f"{where} ({schema.quote(test)} {schema.quote(name)})")
+
+
+def read_fingerprint(raw: Any, what: str) -> tuple[dict[str, Any] | None, str | None, dict[str, str]]:
+    """(hardware key, slug, stack) of a stored fingerprint; (None, None, {}) when there is none."""
+    if raw is None:
+        return None, None, {}
+    if not isinstance(raw, dict):
+        raise SchemaError(f"{what} is {schema.kind(raw)}, not an object")
+    key = raw.get("hardware_key")
+    if not isinstance(key, dict):
+        raise SchemaError(f"{what} has no 'hardware_key' object")
+    slug = schema.slug(raw.get("hardware_slug"), what)
+    if not isinstance(raw.get("stack"), dict):
+        raise SchemaError(f"{what} 'stack' is not an object of component versions")
+    stack = schema.stack(raw["stack"], what)
+    return key, slug, dict(sorted(stack.items()))
+
+
+def junit_properties(result: MetricResult) -> list[tuple[str, object]]:
+    """Name/value pairs for record_property, so --junitxml carries every metric and verdict."""
+    from pytest_gpuperf.core.stats import summarize
+
+    prefix = f"gpuperf.{result.metric}"
+    now = summarize(result.samples)
+    comparison = result.comparison
+    properties: list[tuple[str, object]] = [
+        (f"{prefix}.verdict", comparison.verdict.value),
+        (f"{prefix}.unit", result.unit),
+        (f"{prefix}.higher_is_better", result.higher_is_better),
+        (f"{prefix}.median", now.median),
+        (f"{prefix}.spread", round(now.spread, 6)),
+        (f"{prefix}.n", now.n),
+        (f"{prefix}.samples", ",".join(f"{value:.9g}" for value in result.samples)),
+    ]
+    if comparison.ratio is not None:
+        pooled = summarize([value for run in result.baseline_runs for value in run])
+        properties += [
+            (f"{prefix}.baseline_median", pooled.median),
+            (f"{prefix}.ratio", round(comparison.ratio, 6)),
+            (f"{prefix}.ci_low", round(comparison.ci_low or 0.0, 6)),
+            (f"{prefix}.ci_high", round(comparison.ci_high or 0.0, 6)),
+            (f"{prefix}.p_worse", comparison.p_worse),
+        ]
+    if result.stack_changes:
+        properties.append((f"{prefix}.stack_changes", "; ".join(result.stack_changes)))
+    return properties
