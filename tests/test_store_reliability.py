@@ -168,6 +168,23 @@ def test_a_slug_path_that_is_a_file_is_a_reported_failure_in_a_session(pytester:
     assert (pytester.path / "run.json").exists()
 
 
+def test_xdist_workers_save_failures_reach_the_controller(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_a=TWO_TESTS.replace("{bad}", "1.0"), test_b=TWO_TESTS.replace("{bad}", "1.0"))
+    run_project(pytester, "--gpuperf-save").assert_outcomes(passed=4)
+    [folder] = (pytester.path / "baselines").iterdir()
+    (folder / "test_b.json.lock").unlink()
+    (folder / "test_b.json.lock").mkdir()  # where its lock should go, a folder
+    result = pytester.runpytest_subprocess("-n", "2", "-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-save")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([f"*gpuperf: baselines not saved: {folder / 'test_b.json'}: Is a directory*"])
+    assert f"baselines saved: {folder / 'test_a.json'}" in result.stdout.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    # both workers merged into test_a.json under its lock: every test's entry holds this run too
+    runs = [entry["metrics"]["t"]["runs"] for entry in read_document(folder / "test_a.json")["tests"].values()]
+    assert [len(r) for r in runs] == [2, 2]
+
+
 def test_results_that_cannot_be_written_are_reported(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_two=TWO_TESTS.replace("{bad}", "1.0"))
     (pytester.path / "out").write_text("a file where the results folder should be")
@@ -175,20 +192,6 @@ def test_results_that_cannot_be_written_are_reported(pytester: pytest.Pytester) 
     result.stdout.fnmatch_lines(["*gpuperf: results not written: *out/run.json*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert result.ret != 0
-
-
-def test_xdist_save_into_a_fresh_folder_loses_nothing(pytester: pytest.Pytester) -> None:
-    pytest.importorskip("xdist")
-    body = "".join(
-        f"@pytest.mark.perf\ndef test_{n}(perf):\n    perf.record('m', [1.0, 1.1, 0.9], unit='s', "
-        f"higher_is_better=False)\n"
-        for n in range(8)
-    )
-    pytester.makepyfile(test_a="import pytest\n" + body, test_b="import pytest\n" + body)
-    result = pytester.runpytest_subprocess("-n", "2", "-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu")
-    result.assert_outcomes(passed=16)
-    files = sorted((pytester.path / "baselines").glob("*/*.json"))
-    assert [len(read_document(path)["tests"]) for path in files] == [8, 8]
 
 
 # -- 3. injective file names, duplicate keys ------------------------------------------------------------------
