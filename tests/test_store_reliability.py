@@ -135,6 +135,19 @@ def test_permission_errors_are_reported_per_file(tmp_path: Path, monkeypatch: py
     assert not list((tmp_path / "cpu-x").glob(".*.tmp"))
 
 
+def test_a_read_only_baseline_file_is_left_alone_and_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = BaselineStore(tmp_path, "cpu-x", KEY)
+    store.save([new_metric("a.py::t"), new_metric("b.py::t")], [], keep_runs=3)
+    before = (tmp_path / "cpu-x" / "a.json").read_bytes()
+    real_access = os.access
+    # chmod 0444 does not stop root (these tests run as root), so the check is asked the answer a user gets
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p).name != "a.json" and real_access(p, mode))
+    with pytest.raises(SaveError, match=r"a\.json: the file is read-only") as raised:
+        store.save([new_metric("a.py::u"), new_metric("b.py::u")], [], keep_runs=3)
+    assert [path.name for path in raised.value.written] == ["b.json"]
+    assert (tmp_path / "cpu-x" / "a.json").read_bytes() == before
+
+
 def test_locks_live_next_to_the_data_and_never_follow_a_planted_symlink(tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")

@@ -28,6 +28,7 @@ share a file. Data is only ever parsed as JSON, strictly (schema.py: duplicate k
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -170,12 +171,12 @@ class BaselineStore:
         return MetricBaseline(
             unit=entry["unit"],
             higher_is_better=entry["higher_is_better"],
-            runs=[MetricRun(**run) for run in entry["runs"]],
+            runs=[MetricRun(**{**run, "stack": schema.stack(run["stack"], nodeid)}) for run in entry["runs"]],
         )
 
     def curves(self, nodeid: str, name: str) -> list[Curve]:
         entry = self._document(self.path_for(nodeid))["tests"].get(entry_key(nodeid), {}).get("curves", {}).get(name)
-        return [Curve(**run) for run in entry["runs"]] if entry else []
+        return [Curve(**{**run, "stack": schema.stack(run["stack"], nodeid)}) for run in entry["runs"]] if entry else []
 
     def _document(self, path: Path) -> dict[str, Any]:
         if path not in self._cache:
@@ -221,7 +222,10 @@ class BaselineStore:
     def _save_file(self, path: Path, metrics: list[NewMetric], curves: list[NewCurve], *, keep_runs: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _lock_for(path):
-            document = read_document(path) if os.path.lexists(path) else empty_document(self.hardware_key)
+            exists = os.path.lexists(path)
+            if exists and not os.access(path, os.W_OK):  # the rename could replace it; its owner said not to
+                raise PermissionError(errno.EACCES, "the file is read-only; make it writable to save into it")
+            document = read_document(path) if exists else empty_document(self.hardware_key)
             merge(document, metrics, curves, keep_runs=keep_runs)
             write_atomic(path, document)
 
