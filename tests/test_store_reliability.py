@@ -105,6 +105,26 @@ def test_a_non_finite_context_value_fails_its_test() -> None:
     assert perf.metrics == []
 
 
+def test_a_non_finite_value_added_after_recording_fails_its_test_only(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_late="""
+        import pytest
+        @pytest.mark.perf
+        def test_late(perf):
+            perf.record("t", [1.0, 1.01, 0.99], unit="s", higher_is_better=False)
+            perf.metric("t").context["t_statistic"] = float("nan")  # a workload's own statistics, added later
+        @pytest.mark.perf
+        def test_fine(perf):
+            perf.record("t", [1.0, 1.01, 0.99], unit="s", higher_is_better=False)
+        """
+    )
+    result = run_project(pytester, "--gpuperf-save", "--gpuperf-results", "run.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["gpuperf: metric 't' context 't_statistic' is not a finite number (nan or inf)"])
+    document = json.loads((pytester.path / "run.json").read_text())
+    assert [r["test"] for r in document["results"]] == ["test_late.py::test_fine"]
+
+
 # -- 2. filesystem errors: each file on its own, failures named with the OS reason ----------------------------
 
 

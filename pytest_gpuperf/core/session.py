@@ -18,7 +18,7 @@ from pytest_gpuperf import __version__
 from pytest_gpuperf.core import results as results_format
 from pytest_gpuperf.core.perf import Perf
 from pytest_gpuperf.core.results import MetricResult
-from pytest_gpuperf.core.schema import SchemaError
+from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
 from pytest_gpuperf.core.stats import Rules, Verdict, compare, summarize
 from pytest_gpuperf.core.store import (
@@ -27,6 +27,7 @@ from pytest_gpuperf.core.store import (
     MetricRun,
     NewCurve,
     NewMetric,
+    NotStorable,
     SaveError,
     os_reason,
     write_atomic,
@@ -190,7 +191,19 @@ class GpuperfSession:
         return judged
 
     def accept(self, perf: Perf, results: list[MetricResult]) -> None:
-        """Keep a test's final results for the report, and its measurements as runs to save."""
+        """Keep a test's final results for the report, and its measurements as runs to save.
+
+        Raises NotStorable, keeping nothing of the test, when a figure is NaN or infinite: perf.record checks
+        what it is given, but a workload may add to a metric's context afterwards (perf.metric(name).context),
+        and one such value must fail its own test rather than the save or the results of every test."""
+        for metric in perf.metrics:
+            where = non_finite(metric.context)
+            if where is not None:
+                raise NotStorable(f"metric {metric.name!r} context {where!r} is not a finite number (nan or inf)")
+        for curve in perf.curves:
+            where = non_finite(curve.values)
+            if where is not None:
+                raise NotStorable(f"curve {curve.name!r} {where} is not a finite number: the run diverged")
         stack = self.fingerprint.stack
         today = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         for metric in perf.metrics:

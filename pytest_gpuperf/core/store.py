@@ -67,6 +67,10 @@ class BaselineFileError(StoreError):
         self.problem = problem
 
 
+class NotStorable(StoreError):
+    """A test's figures hold a value no baseline or results file can (NaN, infinity): a verdict on that test."""
+
+
 class SaveError(StoreError):
     """Some files of a save were not written (the others were); each with the reason."""
 
