@@ -159,7 +159,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(state.telemetry_note)
     if state.results:
         fingerprint = state.fingerprint
-        terminalreporter.write_line(f"hardware: {fingerprint.slug}")
+        cpu_name = fingerprint.labels.get("cpu")
+        terminalreporter.write_line(f"hardware: {fingerprint.slug}" + (f" ({cpu_name})" if cpu_name else ""))
         for line in summary_table(state.results):
             terminalreporter.write_line(line)
     for path in sorted(set(state.saved_files)):
