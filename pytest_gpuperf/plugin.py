@@ -24,7 +24,7 @@ pytest_plugins: tuple[str, ...] = (
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.inference.plugin",
     "pytest_gpuperf.core.junit",
-    "pytest_gpuperf.machine.plugin",
+    "pytest_gpuperf.core.sizing",
     "pytest_gpuperf.micro.plugin",
     "pytest_gpuperf.training.plugin",
 )

@@ -1,5 +1,7 @@
 """pytest plugin of machine-aware sizing: the ``--gpuperf-sizing-budget`` option and the ``gpuperf_sizing``
-fixture that CPU-tier suites size their heavy tests with (``machine/capability.py`` says how). No torch at import.
+fixture that CPU-tier suites size their heavy tests with. The probe and the plans are pure functions in
+``machine/capability.py`` (machine/ imports nothing of core/); this module turns them into skips, warnings and
+metric context. No torch at import.
 """
 
 from __future__ import annotations
