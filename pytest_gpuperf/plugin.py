@@ -24,6 +24,7 @@ pytest_plugins: tuple[str, ...] = (
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.inference.plugin",
     "pytest_gpuperf.core.junit",
+    "pytest_gpuperf.core.sizing",
     "pytest_gpuperf.micro.plugin",
     "pytest_gpuperf.training.plugin",
 )
@@ -166,7 +167,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(state.telemetry_note)
     if state.results:
         fingerprint = state.fingerprint
-        terminalreporter.write_line(f"hardware: {fingerprint.slug}")
+        cpu_name = fingerprint.labels.get("cpu")
+        terminalreporter.write_line(f"hardware: {fingerprint.slug}" + (f" ({cpu_name})" if cpu_name else ""))
         for line in summary_table(state.results):
             terminalreporter.write_line(line)
     if state.save_interrupted:

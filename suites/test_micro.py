@@ -9,11 +9,17 @@
 On a GPU each call is timed with CUDA events and L2 is flushed between repetitions (``device_timer``); "% of
 peak" is taken against the vendor datasheet figure of ``pytest_gpuperf.machine.peaks`` and each metric's context says
 so ("kind": "datasheet") with the figure's source. The CPU tier uses small shapes and has no peak.
+
+On CPU each GEMM is sized by this machine (``gpuperf_sizing``, pytest_gpuperf/machine/capability.py): its time
+is estimated from its FLOPs at the rate a short probe measured for its dtype, and a GEMM that would exceed
+``--gpuperf-sizing-budget`` takes fewer repeats or is skipped with the figures (a CPU without avx512_bf16 runs a
+bf16 GEMM ~400x slower than the one this tier was sized on).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -173,14 +179,17 @@ def _gemm(precision: str, m: int, k: int, n: int, device: str) -> Any:
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_gemm(perf: Any, device_timer: Any, cpu_threads: None, precision: str, shape: str) -> None:
+def test_gemm(perf: Any, device_timer: Any, cpu_threads: None, gpuperf_sizing: Any, precision: str, shape: str) -> None:
     import torch
 
     m, k, n = _skip_or_shape(perf, precision, shape)
+    flops = 2 * m * n * k
+    gpuperf_sizing.measure(precision, flops_per_call=flops)  # skips what the probe says would run for minutes
     capability = torch.cuda.get_device_capability() if perf.device == "cuda" else None
     skip_on_error = gemm_errors_skip(precision, perf.device, capability, bool(torch.version.hip))
     with matmul_precision(precision):
         call = _gemm(precision, m, k, n, perf.device)
+        started = time.perf_counter()
         try:
             out = call()
         except (RuntimeError, NotImplementedError, ValueError) as error:
@@ -188,9 +197,15 @@ def test_gemm(perf: Any, device_timer: Any, cpu_threads: None, precision: str, s
                 pytest.skip(f"{skip_on_error}: {error}")
             raise
         assert tuple(out.shape) == (m, n)
-        perf.measure("tflops", call, unit="TFLOP/s", work=2 * m * n * k / 1e12, timer=device_timer)
+        # Planned again from that call: a fallback kernel is slower on a large shape than on the probe's.
+        plan = gpuperf_sizing.measure(
+            precision, flops_per_call=flops, extra_calls=0, observed_s=time.perf_counter() - started
+        )
+        perf.measure("tflops", call, unit="TFLOP/s", work=flops / 1e12, timer=device_timer,
+                     warmup=plan.warmup, repeats=plan.repeats)  # fmt: skip
     attach_peak(perf, "tflops", dtype=precision)
     perf.metric("tflops").context["shape"] = {"m": m, "k": k, "n": n}
+    gpuperf_sizing.annotate(perf.metric("tflops"))
 
 
 @pytest.mark.parametrize("kind", ["copy", "read"])

@@ -13,6 +13,10 @@
 
 Targets are the corpus's exact loss floor plus a margin (a fraction of the distance from a uniform guess to the
 floor), never a guessed loss. Tiers and budgets: ``pytest_gpuperf/training/tiers.py``; docs/training.md.
+
+On CPU each test first estimates its time from its model FLOPs at this machine's probed GEMM rate for its
+precision (``gpuperf_sizing``) and is skipped, with the figures, when that exceeds ``--gpuperf-sizing-budget``: a
+step budget is what a convergence test asserts, so it is never cut.
 """
 
 from __future__ import annotations
@@ -47,6 +51,21 @@ def _run(perf: Any, spec: Any, *, precision: str, budget: Any, batches: Any, hoo
             for seed in range(budget.seeds)]  # fmt: skip
 
 
+def _size(
+    sizing: Any, spec: Any, precision: str, *, steps: int, batch_size: int, seq_len: int, extra_fp32_steps: int = 0
+) -> None:
+    """Skip here, with the figures, a run this machine would take longer than the budget over (CPU only)."""
+    from pytest_gpuperf.training.tiers import GEMM_DTYPE, training_flops
+
+    per_token = spec.training_flops_per_token(seq_len)
+    flops = training_flops(per_token, steps=steps, batch_size=batch_size, seq_len=seq_len)
+    if extra_fp32_steps:  # LoRA's base pretraining runs in fp32 first
+        sizing.run(
+            "fp32", flops=training_flops(per_token, steps=extra_fp32_steps, batch_size=batch_size, seq_len=seq_len)
+        )
+    sizing.run(GEMM_DTYPE.get(precision, "fp32"), flops=flops)  # fmt: skip
+
+
 def _record_all(perf: Any, runs: list, *, spec: Any, precision: str, budget: Any, tier: Any, target: Any) -> list:
     from pytest_gpuperf.training import record
 
@@ -57,11 +76,15 @@ def _record_all(perf: Any, runs: list, *, spec: Any, precision: str, budget: Any
 
 
 @pytest.mark.training_models("pretrain")
-def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None) -> None:
+def test_pretrain(
+    perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None, gpuperf_sizing: Any
+) -> None:
     from pytest_gpuperf.training.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
 
     budget, precision = training_tier.pretrain, training_tier.convergence_precision
+    _size(gpuperf_sizing, model, precision, steps=budget.seeds * budget.steps, batch_size=budget.batch_size,
+          seq_len=model.seq_len)  # fmt: skip
     chain = MarkovChain.random(vocab_size=model.vocab_size, seed=0)
     target = _target(chain, model.seq_len, PRETRAIN_MARGIN, "pretraining")
     runs = _run(perf, model, precision=precision, budget=budget, hook=gpuperf_model_hook,
@@ -73,12 +96,16 @@ def test_pretrain(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook:
 
 
 @pytest.mark.training_models("lora")
-def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None) -> None:
+def test_lora_finetune(
+    perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None, gpuperf_sizing: Any
+) -> None:
     from pytest_gpuperf.training.corpus import MarkovChain
     from pytest_gpuperf.training.record import judge_convergence
     from pytest_gpuperf.training.workload import pretrain_state
 
     budget, precision = training_tier.finetune, training_tier.convergence_precision
+    _size(gpuperf_sizing, model, precision, steps=budget.seeds * budget.steps, batch_size=budget.batch_size,
+          seq_len=model.seq_len, extra_fp32_steps=training_tier.pretrain.steps)  # fmt: skip
     source = MarkovChain.random(vocab_size=model.vocab_size, seed=0)
     shifted = source.shifted(fraction=0.5)
     state = pretrain_state(model.base_spec(), seed=0, device=perf.device, steps=training_tier.pretrain.steps,
@@ -95,7 +122,7 @@ def test_lora_finetune(perf: Any, model: Any, training_tier: Any, gpuperf_model_
 
 
 def test_precision_ladder(
-    perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None
+    perf: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None, gpuperf_sizing: Any
 ) -> None:
     from pytest_gpuperf.models.registry import get_spec
     from pytest_gpuperf.training.corpus import SecondOrderMarkovChain
@@ -104,6 +131,8 @@ def test_precision_ladder(
 
     spec = get_spec("tiny-llama")
     budget = training_tier.ladder
+    _size(gpuperf_sizing, spec, precision, steps=budget.seeds * budget.steps, batch_size=budget.batch_size,
+          seq_len=spec.seq_len)  # fmt: skip
     chain = SecondOrderMarkovChain.random(vocab_size=32, branching=2, concentration=0.5, seed=0)
     target = _target(chain, spec.seq_len, LADDER_MARGIN, "precision ladder, fixed step budget")
     runs = _run(perf, spec, precision=precision, budget=budget, hook=gpuperf_model_hook,
@@ -125,7 +154,13 @@ def test_precision_ladder(
 
 @pytest.mark.gpu_tier
 def test_throughput(
-    perf: Any, model: Any, precision: str, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None
+    perf: Any,
+    model: Any,
+    precision: str,
+    training_tier: Any,
+    gpuperf_model_hook: Any,
+    cpu_threads: None,
+    gpuperf_sizing: Any,
 ) -> None:
     from pytest_gpuperf.training.corpus import MarkovChain
     from pytest_gpuperf.training.record import record_memory, record_throughput
@@ -134,6 +169,8 @@ def test_throughput(
     tier = training_tier
     # A model given with --gpuperf-models may cover fewer positions than the tier's sequence (tiny-llama: 128).
     seq_len = min(tier.throughput_seq_len or model.seq_len, model.max_seq_len)
+    _size(gpuperf_sizing, model, precision, steps=tier.throughput_warmup + tier.throughput_steps,
+          batch_size=tier.throughput_batch, seq_len=seq_len)  # fmt: skip
     chain = MarkovChain.random(vocab_size=min(model.vocab_size, 4096), seed=0)
     runs = [run_seed(model, seed=0, precision=precision, device=perf.device, hook=gpuperf_model_hook, lr=1e-4,
                      steps=tier.throughput_warmup + tier.throughput_steps, memory_per_step=True,

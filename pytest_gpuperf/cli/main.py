@@ -25,6 +25,8 @@ def cmd_env(args: argparse.Namespace) -> int:
     print(f"hardware key: {fingerprint.slug}")
     for name, value in fingerprint.hardware_key.items():
         print(f"  {name}: {json.dumps(value, sort_keys=True)}")
+    for name, value in fingerprint.labels.items():
+        print(f"  {name} name (not keyed): {value}")
     print("stack:")
     for name, value in fingerprint.stack.items():
         print(f"  {name}: {value}")
@@ -177,6 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("new", metavar="NEW")
     _add_format(diff)
     diff.set_defaults(run=lazy("baselines"))
+    rekey = baseline_commands.add_parser(
+        "rekey",
+        help="move this machine's baselines from its former hardware key (CPU model name) to its current one",
+        description="Renames <baselines>/<former key>/ to <baselines>/<current key>/ (git mv in a git work tree) "
+        "and writes the current key into each file. Run it on the machine that recorded them (docs/baselines.md).",
+    )
+    rekey.add_argument("--baselines", default="baselines", metavar="DIR", help="baseline folder (default baselines)")
+    rekey.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    rekey.add_argument("--dry-run", action="store_true", help="say what would move, move nothing")
+    rekey.set_defaults(run=lazy("rekey"))
 
     keygen = commands.add_parser(
         "keygen",

@@ -301,7 +301,11 @@ class GpuperfSession:
         if payload.get("fingerprint") and self._fingerprint is None:
             fingerprint = payload["fingerprint"]
             lazy = LazyFingerprint(payload.get("device") or "cpu")
-            lazy._value = Fingerprint(hardware_key=fingerprint["hardware_key"], stack=fingerprint["stack"])
+            lazy._value = Fingerprint(
+                hardware_key=fingerprint["hardware_key"],
+                stack=fingerprint["stack"],
+                labels=fingerprint.get("labels") or {},
+            )
             self._fingerprint = lazy
             self._device = payload.get("device")
 

@@ -70,7 +70,8 @@ class LocalEngine:
     is caught); ``autocast`` wraps the forwards (mixed precision). ``max_prefill_tokens`` caps the tokens of one
     prefill forward, as serving engines cap a batch's tokens: the forward returns logits for every position, so
     8 prompts of 8k tokens with a 128k vocabulary would otherwise ask for 16 GB of logits at once. The model
-    must be in eval mode already.
+    must be in eval mode already. ``clock`` gives the request and token times (``time.perf_counter`` unless a
+    test injects one whose time passes as it says, so a timing verdict does not depend on the machine's load).
     """
 
     name = "in-process"
@@ -84,6 +85,7 @@ class LocalEngine:
         autocast: Callable[[], object] | None = None,
         decode_hook: Callable[[], None] | None = None,
         max_prefill_tokens: int = 16384,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
@@ -93,6 +95,7 @@ class LocalEngine:
         self.devices = devices
         self._autocast = autocast
         self._decode_hook = decode_hook
+        self._clock = clock
         self._cache: KVCache | None = None
         self.trace = SchedulerTrace()
 
@@ -118,7 +121,7 @@ class LocalEngine:
                     id=request.id,
                     prompt_tokens=len(request.prompt),
                     requested_tokens=request.max_new_tokens,
-                    sent=time.perf_counter(),
+                    sent=self._clock(),
                     error=f"prompt {len(request.prompt)} + {request.max_new_tokens} new tokens exceed the "
                     f"engine's max_len {self.max_len}",
                 )
@@ -138,7 +141,7 @@ class LocalEngine:
                                 id=request.id,
                                 prompt_tokens=len(request.prompt),
                                 requested_tokens=request.max_new_tokens,
-                                sent=time.perf_counter(),
+                                sent=self._clock(),
                             ),
                         )
                         slots[index] = active
@@ -182,7 +185,7 @@ class LocalEngine:
             view = cache.rows(group[0].slot, group[-1].slot + 1)
             logits = self.model(tokens, cache=view, start_pos=0, last_only=True)
             first = logits[:, -1].argmax(dim=-1).tolist()
-            now = time.perf_counter()
+            now = self._clock()
             for active, token in zip(group, first):
                 active.done.tokens.append(int(token))
                 active.done.token_times.append(now)
@@ -204,7 +207,7 @@ class LocalEngine:
         following = logits[:, -1].argmax(dim=-1).tolist()
         if self._decode_hook is not None:
             self._decode_hook()
-        now = time.perf_counter()
+        now = self._clock()
         advanced = 0
         for slot, token in zip(slots[:rows], following):
             if slot is not None:

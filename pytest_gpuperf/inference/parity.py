@@ -70,15 +70,20 @@ class ParityReport:
 
 
 def golden_key(*, device: str, precision: str, model: str, seed: int) -> str:
-    """File stem of a golden: model, seed, precision and the hardware type it was recorded on."""
-    from pytest_gpuperf.machine.fingerprint import _short_cpu, read_cpu, slugify
+    """File stem of a golden: model, seed, precision and the hardware type it was recorded on.
+
+    On CPU the type is the hardware key's CPU type (vendor, family/model, vector ISA; not cores or RAM, which do
+    not change the numerics): two CPUs that share a name but not an ISA take different kernels, so different
+    summation orders, and must not share a golden.
+    """
+    from pytest_gpuperf.machine.fingerprint import cpu_type_slug, read_cpu, slugify
 
     if device == "cuda":
         import torch
 
         hardware = torch.cuda.get_device_name()
     else:
-        hardware = "cpu-" + _short_cpu(str(read_cpu()["model"]))
+        hardware = "cpu-" + cpu_type_slug(read_cpu()[0])
     return slugify(f"{model}-seed{seed}-{precision}-{hardware}")
 
 

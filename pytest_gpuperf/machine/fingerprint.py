@@ -4,6 +4,12 @@ The hardware key must match for two measurements to be compared. The stack (driv
 recorded and diffed to attribute a change, never used as a key. Hostname, GPU UUID, temperatures and current
 clocks are never keyed.
 
+The CPU is keyed by what changes its speed, not by its marketing name: vendor, family and model (from
+/proc/cpuinfo) and the widest vector ISA the math libraries can use (AMX, AVX-512 with bf16/fp16/VNNI, AVX2...),
+plus core count and RAM class. A cloud VM may report only "AMD EPYC" for CPUs two generations apart, one with
+AVX-512 and avx512_bf16 and one without (a 10-500x difference on a bf16 GEMM); keyed by name they shared
+baselines and the slower one failed every test. The name is kept in ``Fingerprint.labels`` for people.
+
 Nothing here initialises CUDA in the calling process: accelerators are read through NVML or amdsmi when
 installed, else nvidia-smi / rocm-smi, else a short-lived subprocess that asks torch. Worker ranks are forked
 or spawned later, and a CUDA context in the parent would break them. What cannot be read is "unknown".
@@ -37,19 +43,50 @@ class Fingerprint:
     """Must match for a comparison: device kind, accelerator model/count/memory/arch/partition, CPU, nodes."""
     stack: dict[str, str]
     """Recorded to attribute a change: driver, CUDA/HIP, cuDNN/MIOpen, NCCL/RCCL, torch, python, kernel..."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Names for people, never matched: ``labels["cpu"]`` is the CPU's model name ("AMD EPYC")."""
 
     @property
     def slug(self) -> str:
         return hardware_slug(self.hardware_key)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"hardware_key": self.hardware_key, "hardware_slug": self.slug, "stack": self.stack}
+        return {
+            "hardware_key": self.hardware_key,
+            "hardware_slug": self.slug,
+            "stack": self.stack,
+            "labels": self.labels,
+        }
+
+    @property
+    def legacy_slug(self) -> str:
+        """The folder name this machine had before the CPU was keyed by family/model/ISA (by its model name)."""
+        return legacy_hardware_slug(self.hardware_key, self.labels.get("cpu", UNKNOWN))
 
 
 def hardware_slug(key: dict[str, Any]) -> str:
     """A folder name for a hardware key: readable, lowercase, only [a-z0-9-]."""
     cpu = key.get("cpu", {})
-    cpu_part = f"{_short_cpu(str(cpu.get('model', UNKNOWN)))}-{cpu.get('cores', 0)}c-{cpu.get('ram_gib', 0)}gib"
+    return _assemble_slug(key, f"{cpu_type_slug(cpu)}-{cpu.get('cores', 0)}c-{cpu.get('ram_gib', 0)}gib")
+
+
+def cpu_type_slug(cpu: dict[str, Any]) -> str:
+    """The CPU type without its size: 'amd-f25m17-avx512-bf16'. Goldens of numerics are keyed by this alone."""
+    if cpu.get("vendor", UNKNOWN) == UNKNOWN and "name" in cpu:
+        return slugify(_short_cpu(str(cpu["name"])))  # nothing but a name could be read: the name must do
+    return slugify(
+        f"{cpu.get('vendor', UNKNOWN)}-f{cpu.get('family', UNKNOWN)}m{cpu.get('model', UNKNOWN)}-"
+        f"{cpu.get('isa', UNKNOWN)}"
+    )
+
+
+def legacy_hardware_slug(key: dict[str, Any], cpu_name: str) -> str:
+    """The slug of ``key`` under the former rule, which keyed the CPU by its model name (for migrating)."""
+    cpu = key.get("cpu", {})
+    return _assemble_slug(key, f"{_short_cpu(cpu_name)}-{cpu.get('cores', 0)}c-{cpu.get('ram_gib', 0)}gib")
+
+
+def _assemble_slug(key: dict[str, Any], cpu_part: str) -> str:
     accel = key.get("accelerator")
     parts: list[str] = []
     if accel:
@@ -85,28 +122,112 @@ def collect(device: str, *, extra_stack: dict[str, str] | None = None) -> Finger
         stack.update({k: v for k, v in accel_stack.items() if v != UNKNOWN or k not in stack})
     if extra_stack:
         stack.update(extra_stack)
-    key: dict[str, Any] = {"device": device, "accelerator": accelerator, "cpu": read_cpu(), "nodes": read_nodes()}
-    return Fingerprint(hardware_key=key, stack=dict(sorted(stack.items())))
+    cpu, name = read_cpu()
+    key: dict[str, Any] = {"device": device, "accelerator": accelerator, "cpu": cpu, "nodes": read_nodes()}
+    return Fingerprint(hardware_key=key, stack=dict(sorted(stack.items())), labels={"cpu": name})
 
 
-def read_cpu() -> dict[str, Any]:
-    model = UNKNOWN
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                name, _, value = line.partition(":")
-                if name.strip() in ("model name", "Model", "Hardware") and value.strip():
-                    model = value.strip()
-                    break
-    except OSError:
-        pass
-    if model == UNKNOWN and platform.processor():
-        model = platform.processor()
+# The widest vector ISA, best first, as (name, /proc/cpuinfo flags that must all be present). On x86 these are
+# the levels oneDNN dispatches GEMMs on (its ONEDNN_MAX_CPU_ISA names avx512_core_amx_fp16 ... avx2) and ATen
+# picks its AVX512/AVX2 kernels by; a hypervisor that hides AVX-512 changes the level, not the family/model.
+_X86_ISA: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("amx-fp16", ("amx_tile", "amx_bf16", "amx_fp16")),
+    ("amx-bf16", ("amx_tile", "amx_bf16")),
+    ("avx512-fp16", ("avx512f", "avx512_fp16")),
+    ("avx512-bf16", ("avx512f", "avx512_bf16")),
+    ("avx512-vnni", ("avx512f", "avx512_vnni")),
+    ("avx512", ("avx512f",)),
+    ("avx2-vnni", ("avx2", "avx_vnni")),
+    ("avx2", ("avx2",)),
+    ("avx", ("avx",)),
+    ("sse4", ("sse4_2",)),
+)
+# aarch64 "Features": SVE/SVE2 and the BF16 dot-product instructions are what KleidiAI/oneDNN/ACL select on.
+_ARM_ISA: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("sve2-bf16", ("sve2", "bf16")),
+    ("sve-bf16", ("sve", "bf16")),
+    ("sve2", ("sve2",)),
+    ("sve", ("sve",)),
+    ("neon-bf16", ("asimd", "bf16")),
+    ("neon", ("asimd",)),
+)
+_X86_VENDORS = {"AuthenticAMD": "amd", "GenuineIntel": "intel", "HygonGenuine": "hygon", "CentaurHauls": "centaur"}
+# "CPU implementer" codes of the Arm ARM (MIDR_EL1.Implementer).
+_ARM_IMPLEMENTERS = {
+    "0x41": "arm",
+    "0x42": "broadcom",
+    "0x43": "cavium",
+    "0x46": "fujitsu",
+    "0x48": "hisilicon",
+    "0x4e": "nvidia",
+    "0x51": "qualcomm",
+    "0x61": "apple",
+    "0x6d": "microsoft",
+    "0xc0": "ampere",
+}
+
+
+def parse_cpuinfo(text: str) -> tuple[dict[str, str], str]:
+    """(the keyed CPU type: vendor, family, model, isa; the model name) from /proc/cpuinfo text.
+
+    The first processor's block is read (all cores of one machine are one type). A field the text lacks is
+    "unknown", so an unreadable detail never makes two different CPUs look alike by accident of a default.
+    """
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields.get("flags") or fields.get("Features"):
+                break  # end of the first processor's block
+            continue
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    name = next((fields[f] for f in ("model name", "Model", "Hardware") if fields.get(f)), UNKNOWN)
+    if "vendor_id" in fields or "cpu family" in fields:
+        vendor = _X86_VENDORS.get(fields.get("vendor_id", ""), fields.get("vendor_id") or UNKNOWN)
+        family, model = fields.get("cpu family") or UNKNOWN, fields.get("model") or UNKNOWN
+        isa = _best_isa(fields.get("flags", ""), _X86_ISA)
+    elif "CPU implementer" in fields:
+        implementer = fields["CPU implementer"].lower()
+        vendor = _ARM_IMPLEMENTERS.get(implementer, implementer)
+        family, model = fields.get("CPU architecture") or UNKNOWN, fields.get("CPU part") or UNKNOWN
+        isa = _best_isa(fields.get("Features", ""), _ARM_ISA)
+    else:
+        vendor = family = model = isa = UNKNOWN
+    return {"vendor": slugify(vendor), "family": family.lower(), "model": model.lower(), "isa": isa}, name
+
+
+def _best_isa(flags: str, ladder: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    present = set(flags.split())
+    if not present:
+        return UNKNOWN
+    return next((isa for isa, needed in ladder if present.issuperset(needed)), "baseline")
+
+
+def read_cpu(cpuinfo: str | None = None) -> tuple[dict[str, Any], str]:
+    """(the CPU part of the hardware key, the CPU's model name for people).
+
+    ``cpuinfo`` is /proc/cpuinfo's text (read from the file when None). Without it (not Linux), vendor, family,
+    model and ISA are unknown and the model name from ``platform`` joins the key, the only thing that tells
+    two such machines apart.
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+                cpuinfo = handle.read()
+        except OSError:
+            cpuinfo = ""
+    cpu_type, name = parse_cpuinfo(cpuinfo)
+    if name == UNKNOWN and platform.processor():
+        name = platform.processor()
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 0
-    return {"model": model, "cores": cores, "ram_gib": _ram_gib()}
+    key: dict[str, Any] = dict(cpu_type)
+    if cpu_type["vendor"] == UNKNOWN:
+        key["name"] = name
+    key.update(cores=cores, ram_gib=_ram_gib())
+    return key, name
 
 
 def _ram_gib() -> int | str:
@@ -157,6 +278,11 @@ def read_stack() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     stack.update(_torch_build())
+    # These cap the ISA torch's kernels use below what the CPU offers: recorded where set, so a run forced to
+    # AVX2 on an AVX-512 machine says why it was slower (they are not keyed: the hardware did not change).
+    for variable in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        if os.environ.get(variable):
+            stack[variable.lower()] = os.environ[variable]
     return stack
 
 

@@ -84,6 +84,23 @@ REQUIRED_TO_CONVERGE = frozenset({"fp32", "tf32", "bf16", "fp16", "fp8", "fp8-ro
 """Precisions the ladder requires to reach its target; the others (fp4) are reported, not required."""
 
 
+GEMM_DTYPE: dict[str, str] = {
+    "fp32": "fp32",
+    "tf32": "fp32",
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "fp8": "fp8",
+    "fp8-rowwise": "fp8",
+    "fp4": "bf16",  # MXFP4 emulated: operands rounded to e2m1, the matmuls run in the bf16 autocast region
+}
+"""The GEMM dtype whose probed rate (machine/capability.py) sizes a training run in each precision."""
+
+
+def training_flops(flops_per_token: float, *, steps: int, batch_size: int, seq_len: int) -> float:
+    """Model FLOPs of ``steps`` optimizer steps of ``batch_size`` sequences of ``seq_len`` tokens."""
+    return flops_per_token * steps * batch_size * seq_len
+
+
 def get_tier(name: str) -> Tier:
     try:
         return TIER_TABLE[name]
