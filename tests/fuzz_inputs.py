@@ -166,3 +166,46 @@ def load(kind: str, data: bytes) -> Run | InputError:
         return parse_results_json(data, source) if kind == "json" else parse_junit_xml(data, source)
     except InputError as error:
         return error
+
+
+def duplicate_key(text: str, key: str, *, first: bool) -> str:
+    """The JSON object ``text`` with a second, forged ``key`` at its top level (before or after the real one).
+
+    The forged value is the real one with every sample halved (for 'results') or emptied, so a reader keeping
+    the other copy sees different numbers: what a signature must not let through.
+    """
+    document = json.loads(text)
+    forged = copy.deepcopy(document[key])
+    if key == "results":
+        for entry in forged:
+            entry["samples"] = [value / 2 for value in entry.get("samples", [])]
+    else:
+        forged = {} if isinstance(forged, dict) else []
+    member = json.dumps(key) + ": " + json.dumps(forged)
+    body = text.strip()
+    if first:
+        return "{" + member + ", " + body[1:]
+    return body[:-1].rstrip() + ", " + member + "}"
+
+
+def utf16_dtd_bomb(encoding: str = "utf-16", levels: int = 6) -> bytes:
+    """A JUnit file whose DTD nests entities ``levels`` deep (10 ** levels copies of a string once expanded),
+    encoded so that the ASCII bytes '<!DOCTYPE' never appear in it unless ``encoding`` is ASCII-compatible."""
+    entities = '<!ENTITY e0 "gpuperf">' + "".join(
+        f'<!ENTITY e{n} "{f"&e{n - 1};" * 10}">' for n in range(1, levels + 1)
+    )
+    declared = "utf-16" if encoding.startswith("utf-16") else encoding  # -le/-be: no BOM, expat detects them
+    body = JUNIT.split("?>", 1)[1].replace('value="True"', f'value="&e{levels};"', 1)
+    text = f'<?xml version="1.0" encoding="{declared}"?><!DOCTYPE testsuites [{entities}]>' + body
+    return text.encode(encoding)
+
+
+MARKUP_NAMES = [
+    "suites/test_llm.py::test_$\\frac{a}{$",
+    "suites/test_llm.py::test_x[$^_$]",
+    "suites/test_llm.py::test_\ud800",
+    "suites/test_llm.py::test_\udfff$\\sqrt{$",
+    "suites/test_llm.py::test_" + "\u202e" + "evil",
+]
+"""Test names a fair run can produce (pytest ids are free text) that renderers have choked on: TeX math markup
+for matplotlib's mathtext, lone surrogates (from surrogateescape'd bytes) for UTF-8 encoders."""

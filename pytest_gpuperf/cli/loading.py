@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,27 +138,111 @@ def junit_address(nodeid: str) -> str:
 # -- reading files ---------------------------------------------------------------------------------------------
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path, *, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of one regular file, at most ``limit`` of them.
+
+    Devices and FIFOs are refused before anything is read: ``/dev/zero`` reports size 0 and never ends, a FIFO
+    blocks its reader until someone writes. The file is opened non-blocking (a FIFO swapped in after the check
+    does not hang the open) and checked again on the open descriptor; the read itself stops at ``limit + 1``
+    bytes, because the reported size can lie (``/proc`` files report 0, a file can grow while it is read).
+    """
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise InputError(f"{path}: {size} bytes is larger than the {MAX_BYTES} bytes a results file may have")
-        return path.read_bytes()
+        _check_regular(path, os.stat(path).st_mode)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC)
+        with os.fdopen(descriptor, "rb", buffering=0) as handle:
+            status = os.fstat(handle.fileno())
+            _check_regular(path, status.st_mode)
+            if status.st_size > limit:
+                raise InputError(f"{path}: {status.st_size} bytes is larger than the {limit} bytes a file may have")
+            chunks, total = [], 0
+            while total <= limit:
+                chunk = handle.read(min(1 << 20, limit + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            if total > limit:
+                raise InputError(f"{path}: more than the {limit} bytes a file may have (larger than its reported size)")
+            return b"".join(chunks)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file or folder") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder where a file was expected") from None
+    except NotADirectoryError:
+        raise InputError(f"{path}: no such file (a part of the path is a file, not a folder)") from None
     except OSError as error:
-        raise InputError(f"{path}: cannot be read ({error.strerror or error})") from None
+        raise InputError(f"{path}: cannot be read ({error.strerror or error}); check its permissions") from None
+
+
+def _check_regular(path: Path, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a folder where a file was expected")
+    kind = (
+        "character device"
+        if stat.S_ISCHR(mode)
+        else "block device"
+        if stat.S_ISBLK(mode)
+        else "FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "socket"
+        if stat.S_ISSOCK(mode)
+        else "special file"
+    )
+    raise InputError(f"{path}: is a {kind}, not a regular file; save the data to a file and give that")
+
+
+def check_regular_file(path: Path) -> None:
+    """Refuse a path that is not a regular file before a reader outside this module opens it (baseline files)."""
+    try:
+        _check_regular(path, os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or folder") from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot be read ({error.strerror or error}); check its permissions") from None
+
+
+def walk_files(folder: Path, suffixes: tuple[str, ...] = SUFFIXES) -> list[Path]:
+    """Regular files with one of ``suffixes`` under ``folder``, recursively, in path order.
+
+    A subfolder that cannot be listed is an error rather than silently skipped (its runs would be missing from
+    the answer without a word). Symbolic links to folders are not followed (no cycles); devices, FIFOs and
+    sockets that carry a results suffix are skipped, never opened.
+    """
+
+    def refuse(error: OSError) -> None:
+        where = error.filename if error.filename is not None else folder
+        raise InputError(
+            f"{where}: folder cannot be read ({error.strerror or error}); fix its permissions or give the "
+            "readable folders one by one"
+        )
+
+    found = []
+    for top, folders, names in os.walk(folder, onerror=refuse):
+        folders.sort()
+        for name in names:
+            path = Path(top) / name
+            if path.suffix.lower() not in suffixes:
+                continue
+            try:
+                regular = stat.S_ISREG(os.stat(path).st_mode)
+            except OSError:  # a dangling link or one that loops: not a results file
+                regular = False
+            if regular:
+                found.append(path)
+    return sorted(found)
 
 
 def load_file(path: Path) -> Run:
     """One results JSON or JUnit XML file, told apart by suffix, else by its first character."""
-    data = read_bytes(path)
+    return load_bytes(read_bytes(path), path)
+
+
+def load_bytes(data: bytes, path: Path) -> Run:
+    """The run in ``data``, the bytes read from ``path`` (so a signature covers exactly the bytes validated)."""
     head = data.lstrip()[:1]
     if path.suffix.lower() == ".json" or (path.suffix.lower() != ".xml" and head == b"{"):
         return parse_results_json(data, path)
-    if path.suffix.lower() == ".xml" or head == b"<":
+    if path.suffix.lower() == ".xml" or head == b"<" or data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return parse_junit_xml(data, path)
     raise InputError(f"{path}: neither a gpuperf results JSON file nor a JUnit XML file (expected .json or .xml)")
 
@@ -164,14 +250,12 @@ def load_file(path: Path) -> Run:
 def load_path(path: Path) -> list[Run]:
     """A file, or every .json/.xml file under a folder (recursively, in name order)."""
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+        files = walk_files(path)
         if not files:
             raise InputError(
                 f"{path}: folder holds no results files (*.json from --gpuperf-results or *.xml from --junitxml)"
             )
         return [load_file(file) for file in files]
-    if not path.exists():
-        raise InputError(f"{path}: no such file or folder")
     return [load_file(path)]
 
 
@@ -195,11 +279,13 @@ def check_one_hardware(runs: list[Run], where: Path | str) -> None:
 # -- results JSON ----------------------------------------------------------------------------------------------
 
 
-def parse_results_json(data: bytes | str, source: Path) -> Run:
-    """A document written by ``--gpuperf-results`` (session.results_document, schema 1)."""
+def decode_json(data: bytes | str, source: Path) -> Any:
+    """Parse JSON strictly: UTF-8, no NaN/Infinity, no number beyond float range (``1e999``), no key twice in
+    one object. A duplicate key is refused because readers disagree on which copy counts (Python keeps the last,
+    others the first): a signed file must say one thing to every reader."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        document = json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_unique)
     except UnicodeDecodeError as error:
         raise InputError(f"{source}: not UTF-8 text (byte {error.start}); is this a results JSON file?") from None
     except json.JSONDecodeError as error:
@@ -207,8 +293,40 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
         ends_early = error.pos >= len(text.rstrip()) - 1 or (error.msg.startswith("Unterminated") and "\n" not in tail)
         what = "truncated, the JSON ends early" if ends_early else "not valid JSON"
         raise InputError(f"{source}: {what} ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except _DuplicateKey as error:
+        raise InputError(
+            f"{source}: duplicate key {quote(error.args[0])} in one object; readers disagree on which copy "
+            "counts, so the file is refused (write each key once)"
+        ) from None
     except (ValueError, RecursionError) as error:
         raise InputError(f"{source}: not valid JSON ({_short(error)})") from None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return document
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is beyond float range")
+    return value
+
+
+def parse_results_json(data: bytes | str, source: Path) -> Run:
+    """A document written by ``--gpuperf-results`` (session.results_document, schema 1)."""
+    document = decode_json(data, source)
     if not isinstance(document, dict):
         raise InputError(f"{source}: the top level is {_kind(document)}, not a gpuperf results object")
     if document.get("schema") != 1:
@@ -329,14 +447,18 @@ _METRIC_FIELDS = (
 
 def parse_junit_xml(data: bytes, source: Path) -> Run:
     """A file written by pytest's ``--junitxml``; metrics from the ``gpuperf.<metric>.*`` properties."""
-    from junitparser import JUnitXml, JUnitXmlError, Properties  # lazily: only this command reads XML
+    from defusedxml import DefusedXmlException  # type: ignore[import-untyped]
+    from defusedxml.ElementTree import fromstring  # type: ignore[import-untyped]
+    from junitparser import JUnitXml, JUnitXmlError, Properties  # lazily: only commands that read XML need it
 
-    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-        # pytest never writes a DTD; refusing one keeps entity expansion out of the parser entirely.
-        raise InputError(f"{source}: XML with a DTD or entity declarations is not a pytest JUnit file")
     try:
-        # The standard library's parser (no external entities, no network), whatever junitparser prefers.
-        xml = JUnitXml.fromfile(str(source), parse_func=lambda _: ElementTree.ElementTree(ElementTree.fromstring(data)))
+        # defusedxml's expat parser refuses a DTD as the parser meets it, after decoding, so UTF-16 or UTF-32
+        # cannot hide one (a check of the raw bytes can be fooled; pytest never writes a DTD). junitparser gets
+        # the parsed tree; it never parses anything itself here.
+        root = fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+        xml = JUnitXml.fromfile(str(source), parse_func=lambda _: ElementTree.ElementTree(root))
+    except DefusedXmlException:
+        raise InputError(f"{source}: XML with a DTD or entity declarations is not a pytest JUnit file") from None
     except ElementTree.ParseError as error:
         what = "truncated" if "no element found" in str(error) or "unclosed token" in str(error) else "not valid XML"
         raise InputError(f"{source}: {what} ({_short(error)})") from None
