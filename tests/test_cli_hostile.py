@@ -114,6 +114,23 @@ def test_a_fifo_inside_a_folder_is_skipped_not_opened(tmp_path: Path, good: Path
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_fifos_as_baselines_and_outputs_are_refused_without_blocking(tmp_path: Path, good: Path) -> None:
+    baselines = tmp_path / "baselines" / "some-slug"
+    baselines.mkdir(parents=True)
+    os.mkfifo(baselines / "suites__test_a.json")  # the store's reader would block on it
+    os.mkfifo(tmp_path / "out.txt")  # nobody reads it: opening it to write would block
+    cases = [
+        # skipped like any non-regular entry, so the folder holds no baseline files
+        (["baselines", "diff", str(tmp_path / "baselines"), str(tmp_path / "baselines")], "no baseline files"),
+        (["baselines", "diff", "/dev/zero", str(tmp_path / "baselines")], "/dev/zero: is a character device"),
+        (["compare", str(good), str(good), "-o", str(tmp_path / "out.txt")], "no program is reading"),
+    ]
+    for argv, expected in cases:
+        done = child(*argv)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+        assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def output_target(tmp_path: Path, kind: str) -> str:
     if kind == "folder":
         (tmp_path / "out").mkdir()
@@ -197,6 +214,20 @@ def test_markup_and_lone_surrogates_in_names_do_not_break_the_report(
     assert code == 0 and "\\ud800" in (tmp_path / "c.txt").read_text(encoding="utf-8")
 
 
+def test_a_report_of_samples_near_the_float_limit_says_what_it_could_not_draw(
+    tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    huge = with_changes(tmp_path, "huge.json", lambda d: d["results"][0].update(samples=[1e308, 1.7e308, 1.6e308]))
+    report = tmp_path / "report.html"
+    code, out, err = gpuperf(capsys, "report", str(huge), str(good), "-o", str(report))
+    assert code == 0 and "Traceback" not in err, err
+    text = report.read_text()
+    assert "tokens_per_s per stack version not drawn: its values are too close to the float limit" in text
+    assert text.count('src="data:image/png;base64,') == 1  # the loss curve is still drawn
+    assert "RuntimeWarning" not in err
+
+
 @pytest.mark.parametrize(
     ("reference", "submission"),
     [([1e-300] * 3, [1e300] * 3), ([1e-300] * 3, [5e-324, 5e-324, 1e308]), ([1e300] * 3, [1e-300] * 3)],
@@ -208,6 +239,18 @@ def test_samples_at_the_edge_of_float_range_do_not_crash_variance(
     sub = with_changes(tmp_path, "sub.json", lambda d: d["results"][0].update(samples=submission))
     code, out, err = gpuperf(capsys, "variance", "--reference", str(ref), str(sub))
     assert_clean_error(code, out, err, "sub.json", "tokens_per_s", "float range")
+
+
+def test_compare_and_history_name_samples_beyond_float_range(
+    tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    huge = with_changes(
+        tmp_path, "huge.json", lambda d: d["results"][0].update(samples=[1e308, 1.7e308, 1.6e308, 1.5e308])
+    )
+    code, out, err = gpuperf(capsys, "compare", str(good), str(huge))
+    assert_clean_error(code, out, err, "huge.json", "tokens_per_s", "float range")
+    code, out, err = gpuperf(capsys, "history", str(good), str(huge))
+    assert_clean_error(code, out, err, "huge.json", "tokens_per_s", "float range")
 
 
 def test_sign_refuses_a_number_beyond_float_range(

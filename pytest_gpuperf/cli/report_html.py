@@ -14,6 +14,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pytest_gpuperf.cli.history import order_runs
 from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
 from pytest_gpuperf.cli.output import emit, printable
@@ -34,16 +36,24 @@ def stack_labels(runs: list[Run]) -> dict[Path, str]:
     }
 
 
-def png(figure: Any) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+def png(figure: Any) -> str | None:
+    """The figure as base64 PNG, or None when matplotlib cannot lay it out (values near the float limit make
+    its tick arithmetic overflow); the figure is closed either way."""
     import matplotlib.pyplot as plt
 
-    plt.close(figure)
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    except (OverflowError, ValueError, FloatingPointError):
+        return None
+    finally:
+        plt.close(figure)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def image(encoded: str, alt: str) -> str:
+def image(encoded: str | None, alt: str) -> str:
+    if encoded is None:
+        return f"<p>Plot of {html.escape(alt)} not drawn: its values are too close to the float limit to lay out.</p>"
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{encoded}">'
 
 
@@ -231,7 +241,13 @@ def build_report(runs: list[Run], *, baselines: Path | None) -> str:
     # Test ids are free text: '$' must stay a dollar sign, not open TeX math that mathtext then fails to parse.
     # Labels are made printable (lone surrogates escaped) where they are drawn; glyphs a font lacks are drawn as
     # boxes, and matplotlib's warning about each is not the user's problem.
-    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}), warnings.catch_warnings():
+    # Overflow while laying out values near the float limit is reported in the page (see png), not as numpy
+    # warnings on stderr.
+    with (
+        matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}),
+        warnings.catch_warnings(),
+        np.errstate(over="ignore", invalid="ignore"),
+    ):
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
         body = "".join(
             [

@@ -129,7 +129,8 @@ def evaluate(reference: Side, submissions: list[Side], *, tolerance: float, run_
                 row.update(verdict="MISSING", detail="the submission has no such workload")
             else:
                 try:
-                    row.update(equivalence(ref_runs, sub_runs, tolerance=tolerance, run_noise=run_noise))
+                    with np.errstate(over="raise", invalid="raise"):
+                        row.update(equivalence(ref_runs, sub_runs, tolerance=tolerance, run_noise=run_noise))
                 except (OverflowError, ValueError, FloatingPointError) as error:  # math range or domain errors
                     raise InputError(
                         f"{submission.source}: test {quote(row['test'])} metric {quote(row['metric'])}: its samples "
