@@ -303,6 +303,7 @@ def hostile_pool(folder: Path) -> dict[str, list[str]]:
         results("slug.json", lambda d: d["fingerprint"].update(hardware_slug="../../../../etc")),
         results("deep.json", text="[" * 100_000 + "]" * 100_000),
         results("bigint.json", samples([10**400, 1, 2])),
+        str(folder / ("n" * 300 + ".json")),  # longer than a file name may be
     ]
     for device in ("/dev/zero", "/dev/urandom", "/dev/null", "/proc/self/maps"):
         if Path(device).exists():
@@ -314,6 +315,7 @@ def hostile_pool(folder: Path) -> dict[str, list[str]]:
         str(folder / "a-folder"),
         str(folder / "plain" / "out.txt"),
         str(folder / "out-fifo.txt"),
+        str(folder / ("n" * 300) / "out.txt"),
     ]
     for device in ("/dev/full", "/dev/null", "/proc/version"):
         if Path(device).exists():
@@ -369,7 +371,7 @@ def cli_case(rng: random.Random, pool: dict[str, list[str]], number: int) -> lis
     if command == "diff":
         return ["baselines", "diff", rng.choice(pool["baselines"]), rng.choice(pool["baselines"]), *fmt, *output()]
     if command == "keygen":
-        where = rng.choice([f"keys/k{number}", f"missing/k{number}", "a-folder", "plain/k", "good.json"])
+        where = rng.choice([f"keys/k{number}", f"missing/k{number}", "a-folder", "plain/k", "good.json", "n" * 300])
         return ["keygen", str(folder / where)]
     if command == "sign":
         return ["sign", "--key", key(), *some(rng.randint(1, 2)), *output(required=True)]

@@ -304,6 +304,25 @@ def test_an_unreadable_folder_is_one_line(
         locked.chmod(0o755)
 
 
+@pytest.mark.parametrize("command", ["compare", "keygen", "sign", "report", "diff", "output"])
+def test_a_name_too_long_for_the_filesystem_is_one_line(
+    tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    long = str(tmp_path / ("a" * 300))  # ENAMETOOLONG: pathlib's is_dir() and exists() raise it
+    argv = {
+        "compare": ["compare", long, str(good)],
+        "keygen": ["keygen", long + "/partner.key"],
+        "sign": ["sign", "--key", long, str(good), "-o", str(tmp_path / "s.sig")],
+        "report": ["report", str(good), "--baselines", long, "-o", str(tmp_path / "r.html")],
+        "diff": ["baselines", "diff", long, long],
+        "output": ["compare", str(good), str(good), "-o", long + "/out.txt"],
+    }[command]
+    if command == "report":
+        pytest.importorskip("matplotlib")
+    code, out, err = gpuperf(capsys, *argv)
+    assert_clean_error(code, out, err, "a" * 300, "File name too long")
+
+
 # -- item 7: XML -----------------------------------------------------------------------------------------------
 
 

@@ -169,7 +169,12 @@ def read_bytes(path: Path, *, limit: int = MAX_BYTES) -> bytes:
     except NotADirectoryError:
         raise InputError(f"{path}: no such file (a part of the path is a file, not a folder)") from None
     except OSError as error:
-        raise InputError(f"{path}: cannot be read ({error.strerror or error}); check its permissions") from None
+        raise _unreadable(path, error) from None
+
+
+def _unreadable(path: Path, error: OSError) -> InputError:
+    hint = "; check its permissions" if isinstance(error, PermissionError) else ""
+    return InputError(f"{path}: cannot be read ({error.strerror or error}){hint}")
 
 
 def _check_regular(path: Path, mode: int) -> None:
@@ -198,7 +203,7 @@ def check_regular_file(path: Path) -> None:
     except FileNotFoundError:
         raise InputError(f"{path}: no such file or folder") from None
     except OSError as error:
-        raise InputError(f"{path}: cannot be read ({error.strerror or error}); check its permissions") from None
+        raise _unreadable(path, error) from None
 
 
 def walk_files(folder: Path, suffixes: tuple[str, ...] = SUFFIXES) -> list[Path]:
@@ -232,6 +237,16 @@ def walk_files(folder: Path, suffixes: tuple[str, ...] = SUFFIXES) -> list[Path]
     return sorted(found)
 
 
+def is_folder(path: Path) -> bool:
+    """``path.is_dir()``, with the errors it lets through (a name too long, no permission) as InputError."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        raise _unreadable(path, error) from None
+
+
 def load_file(path: Path) -> Run:
     """One results JSON or JUnit XML file, told apart by suffix, else by its first character."""
     return load_bytes(read_bytes(path), path)
@@ -249,7 +264,7 @@ def load_bytes(data: bytes, path: Path) -> Run:
 
 def load_path(path: Path) -> list[Run]:
     """A file, or every .json/.xml file under a folder (recursively, in name order)."""
-    if path.is_dir():
+    if is_folder(path):
         files = walk_files(path)
         if not files:
             raise InputError(

@@ -257,6 +257,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except OSError as error:
+        # A path none of the checks foresaw (a name too long, a parent folder without permission): still a
+        # fact about the user's files, said in one line.
+        where = os.fsdecode(error.filename) if error.filename is not None else "a path given"
+        print(
+            f"gpuperf {args.command}: error: {where}: {error.strerror or error}; check the path and its folders",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"gpuperf {args.command}: interrupted; no output file was left half-written", file=sys.stderr)
         return 130

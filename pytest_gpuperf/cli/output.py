@@ -76,10 +76,12 @@ def write_bytes(
             os.fsync(handle.fileno())
         os.chmod(temporary, mode if mode is not None else (status.st_mode & 0o7777 if status else _default_mode()))
         os.replace(temporary, target)
-    except OSError as error:
+    except BaseException as error:  # Ctrl-C included: no temporary file is left beside the target
         with contextlib.suppress(OSError):
             os.unlink(temporary)
-        raise _cannot(path, error, what, hint) from None
+        if isinstance(error, OSError):
+            raise _cannot(path, error, what, hint) from None
+        raise
 
 
 def _write_in_place(path: Path, data: bytes, what: str, hint: str) -> None:

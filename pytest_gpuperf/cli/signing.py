@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.loading import InputError, decode_json, load_bytes, read_bytes, walk_files
+from pytest_gpuperf.cli.loading import InputError, decode_json, is_folder, load_bytes, read_bytes, walk_files
 from pytest_gpuperf.cli.output import emit, write_text
 
 SIGNATURE_SCHEMA = 1
@@ -45,12 +45,10 @@ def bundle_files(paths: list[Path]) -> dict[str, Path]:
     """Name inside the bundle -> file: folder contents by relative path, single files by name."""
     files: dict[str, Path] = {}
     for path in paths:
-        if path.is_dir():
+        if is_folder(path):
             found = {p.relative_to(path).as_posix(): p for p in walk_files(path)}
-        elif path.exists():
-            found = {path.name: path}
         else:
-            raise InputError(f"{path}: no such file or folder")
+            found = {path.name: path}  # read_bytes says what is wrong with it, if anything
         for name, file in found.items():
             if name in files:
                 raise InputError(f"{file}: a second file named {name} in the bundle; sign one folder instead")
