@@ -188,7 +188,8 @@ def command_lines(args: argparse.Namespace) -> tuple[list[str], int]:
         "",
         f"Tracebacks: **{tracebacks}**; hangs: **{hangs}**; other defects (exit 2 with more than one stderr line, "
         f"other exit codes): **{len(defects) - tracebacks - hangs}**. Per command line: median "
-        f"{durations[len(durations) // 2] * 1e3:.0f} ms, slowest {durations[-1]:.1f} s, all {wall:.0f} s.",
+        f"{durations[len(durations) // 2] * 1e3:.0f} ms, slowest {durations[-1]:.1f} s, all {wall:.0f} s (a fuzz "
+        "run, not a timing benchmark: the machine was shared with other work).",
         "",
         "Most frequent one-line errors: " + "; ".join(f"{m or '?'} ({n})" for m, n in messages.most_common(8)) + ".",
         "",

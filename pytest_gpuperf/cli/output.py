@@ -2,9 +2,10 @@
 
 Every failure to write (a folder where a file was asked for, a path under a file, no permission, a full disk, a
 FIFO nobody reads) becomes an ``InputError`` naming the path and what to do. A regular file is written to a
-temporary file beside it and renamed over it, so a failed write leaves any earlier file whole; devices and
-pipes (``-o /dev/stdout``) are written in place. Text is made printable first: a lone surrogate (from a test id
-of undecodable bytes) is written as its ``\\udXXX`` escape instead of failing the UTF-8 encoder.
+temporary file beside it and renamed over it, so a failed write leaves any earlier file whole; devices, pipes
+(``-o /dev/stdout``) and a writable file in a folder that cannot take new files are written in place. Text is
+made printable first: a lone surrogate (from a test id of undecodable bytes) is written as its ``\\udXXX``
+escape instead of failing the UTF-8 encoder.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def write_bytes(
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except PermissionError as error:
+        if status is None:
+            raise _cannot(path, error, what, hint) from None
+        _write_in_place(path, data, what, hint)  # a writable file in a folder we may not add files to
+        return
     except OSError as error:
         raise _cannot(path, error, what, hint) from None
     try:
@@ -85,9 +91,13 @@ def write_bytes(
 
 
 def _write_in_place(path: Path, data: bytes, what: str, hint: str) -> None:
-    """A device or pipe: opened without blocking (a FIFO nobody reads fails at once instead of hanging)."""
+    """A device, a pipe, or a file whose folder we may not write: opened without blocking (a FIFO nobody reads
+    fails at once instead of hanging) and truncated only once open."""
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        flags = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+        descriptor = os.open(path, flags)
+        if stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.ftruncate(descriptor, 0)
     except OSError as error:
         if error.errno == errno.ENXIO:
             raise InputError(
