@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.loading import InputError
+from pytest_gpuperf.cli.loading import InputError, check_regular_file, walk_files
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats import summarize
 from pytest_gpuperf.machine.fingerprint import stack_changes
@@ -31,11 +31,13 @@ def read_folder(root: Path) -> dict[str, dict[str, Any]]:
     """Baseline documents by path relative to ``root`` (or the file name when ``root`` is a file)."""
     from pytest_gpuperf.core.store import StoreError, read_document
 
-    if not root.exists():
-        raise InputError(f"{root}: no such file or folder")
-    files = [root] if root.is_file() else sorted(root.glob("*/*.json"))
-    if root.is_dir() and not files:
-        raise InputError(f"{root}: no baseline files (<hardware-slug>/<module>.json) in this folder")
+    if root.is_dir():
+        files = [path for path in walk_files(root, (".json",)) if len(path.relative_to(root).parts) == 2]
+        if not files:
+            raise InputError(f"{root}: no baseline files (<hardware-slug>/<module>.json) in this folder")
+    else:
+        check_regular_file(root)  # a device or FIFO is refused before the store's reader opens it
+        files = [root]
     documents = {}
     for path in files:
         try:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
+import numpy as np
+
+from pytest_gpuperf.cli.loading import InputError, MetricData, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats import Rules, Verdict, compare, summarize
@@ -66,42 +68,55 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
     for key in base.keys() + [key for key in new.keys() if key not in set(base.keys())]:
         base_runs, new_runs = base.metric_runs(key), new.metric_runs(key)
         sample = (new_runs or base_runs)[0]
-        row: dict[str, Any] = {
-            "test": sample.test,
-            "metric": sample.metric,
-            "unit": sample.unit,
-            "higher_is_better": sample.higher_is_better,
-            "stack_changes": changes,
-            "base_runs": len(base_runs),
-            "new_runs": len(new_runs),
-        }
-        if base_runs:
-            row["base_median"] = summarize([v for run in base_runs for v in run.samples]).median
-        if not new_runs:
-            rows.append({**row, "verdict": MISSING, "reason": f"in {base.source} but not in {new.source}"})
-            continue
-        current = [v for run in new_runs for v in run.samples]
-        row["new_median"] = summarize(current).median
-        flips = {run.higher_is_better for run in base_runs} - {sample.higher_is_better}
-        if flips:
-            raise InputError(
-                f"{quote(sample.test)} {quote(sample.metric)}: higher_is_better differs between "
-                f"{base.source} and {new.source}; the metric's meaning changed"
-            )
         try:
-            result = compare(
-                current, [run.samples for run in base_runs], higher_is_better=sample.higher_is_better, rules=rules
-            )
-        except (ValueError, OverflowError) as error:  # non-positive medians; samples spanning beyond float range
+            # numpy's overflow is an error here, not a warning on stderr beside a verdict computed from inf
+            with np.errstate(over="raise", invalid="raise"):
+                rows.append(compare_metric(base, new, base_runs, new_runs, rules, changes))
+        except (ValueError, OverflowError, FloatingPointError) as error:  # medians <= 0; beyond float range
             raise InputError(
-                f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot form a ratio ({error})"
+                f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot form a ratio within "
+                f"float range ({error}); check the units of both sides"
             ) from None
-        row.update(result.as_dict())
-        row["verdict"] = result.verdict.value
-        if result.ci_low is not None:
-            row["ci"] = f"[{result.ci_low:.4f}, {result.ci_high:.4f}]"
-        rows.append(row)
     return rows
+
+
+def compare_metric(
+    base: Side,
+    new: Side,
+    base_runs: list[MetricData],
+    new_runs: list[MetricData],
+    rules: Rules,
+    changes: list[str],
+) -> dict[str, Any]:
+    """One row: BASE's runs of a metric against NEW's."""
+    sample = (new_runs or base_runs)[0]
+    row: dict[str, Any] = {
+        "test": sample.test,
+        "metric": sample.metric,
+        "unit": sample.unit,
+        "higher_is_better": sample.higher_is_better,
+        "stack_changes": changes,
+        "base_runs": len(base_runs),
+        "new_runs": len(new_runs),
+    }
+    if base_runs:
+        row["base_median"] = summarize([v for run in base_runs for v in run.samples]).median
+    if not new_runs:
+        return {**row, "verdict": MISSING, "reason": f"in {base.source} but not in {new.source}"}
+    current = [v for run in new_runs for v in run.samples]
+    row["new_median"] = summarize(current).median
+    flips = {run.higher_is_better for run in base_runs} - {sample.higher_is_better}
+    if flips:
+        raise InputError(
+            f"{quote(sample.test)} {quote(sample.metric)}: higher_is_better differs between "
+            f"{base.source} and {new.source}; the metric's meaning changed"
+        )
+    result = compare(current, [run.samples for run in base_runs], higher_is_better=sample.higher_is_better, rules=rules)
+    row.update(result.as_dict())
+    row["verdict"] = result.verdict.value
+    if result.ci_low is not None:
+        row["ci"] = f"[{result.ci_low:.4f}, {result.ci_high:.4f}]"
+    return row
 
 
 def run(args: argparse.Namespace) -> int:

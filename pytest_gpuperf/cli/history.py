@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pytest_gpuperf.cli.changepoints import change_points
-from pytest_gpuperf.cli.loading import InputError, Run, load_path, read_bytes
+from pytest_gpuperf.cli.loading import InputError, Run, decode_json, load_path, quote, read_bytes
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats import summarize
@@ -52,10 +53,7 @@ class Accepted:
 
 
 def load_accepted(path: Path) -> list[Accepted]:
-    try:
-        document = json.loads(read_bytes(path).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise InputError(f"{path}: not valid JSON ({' '.join(str(error).split())[:120]})") from None
+    document = decode_json(read_bytes(path), path)
     if not isinstance(document, list):
         raise InputError(
             f"{path}: expected a list of accepted changes like "
@@ -104,7 +102,16 @@ def analyse(
             if any(a.matches(run, test, key[0], metric) for a in accepted):
                 start = index
         points = points[start:]
-        medians = [summarize(data.samples).median for _, data in points]
+        try:
+            with np.errstate(over="raise", invalid="raise"):  # an error, not a warning beside a result from inf
+                medians = [summarize(data.samples).median for _, data in points]
+                found = change_points(medians, max_pvalue=max_pvalue)
+        except (OverflowError, FloatingPointError, ValueError) as error:
+            sources = ", ".join(sorted({run.label for run, _ in points}))[:200]
+            raise InputError(
+                f"test {quote(test)} metric {quote(metric)}: run medians beyond float range ({error}) in {sources}; "
+                "check the units of these runs"
+            ) from None
         series_out.append(
             {
                 "hardware": ordered[0].hardware_slug,
@@ -116,7 +123,6 @@ def analyse(
                 "reset_at": points[0][0].label if start else None,
             }
         )
-        found = change_points(medians, max_pvalue=max_pvalue)
         for number, change in enumerate(found):
             end = found[number + 1].index if number + 1 < len(found) else len(points)
             runs_after = end - change.index

@@ -13,7 +13,9 @@ same the plugin applies to baseline files); this module turns a validated docume
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -142,42 +144,139 @@ def junit_address(nodeid: str) -> str:
 # -- reading files ---------------------------------------------------------------------------------------------
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path, *, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of one regular file, at most ``limit`` of them.
+
+    Devices and FIFOs are refused before anything is read: ``/dev/zero`` reports size 0 and never ends, a FIFO
+    blocks its reader until someone writes. The file is opened non-blocking (a FIFO swapped in after the check
+    does not hang the open) and checked again on the open descriptor; the read itself stops at ``limit + 1``
+    bytes, because the reported size can lie (``/proc`` files report 0, a file can grow while it is read).
+    """
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise InputError(f"{path}: {size} bytes is larger than the {MAX_BYTES} bytes a results file may have")
-        return path.read_bytes()
+        _check_regular(path, os.stat(path).st_mode)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC)
+        with os.fdopen(descriptor, "rb", buffering=0) as handle:
+            status = os.fstat(handle.fileno())
+            _check_regular(path, status.st_mode)
+            if status.st_size > limit:
+                raise InputError(f"{path}: {status.st_size} bytes is larger than the {limit} bytes a file may have")
+            chunks, total = [], 0
+            while total <= limit:
+                chunk = handle.read(min(1 << 20, limit + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            if total > limit:
+                raise InputError(f"{path}: more than the {limit} bytes a file may have (larger than its reported size)")
+            return b"".join(chunks)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file or folder") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder where a file was expected") from None
+    except NotADirectoryError:
+        raise InputError(f"{path}: no such file (a part of the path is a file, not a folder)") from None
     except OSError as error:
-        raise InputError(f"{path}: cannot be read ({error.strerror or error})") from None
+        raise _unreadable(path, error) from None
+
+
+def _unreadable(path: Path, error: OSError) -> InputError:
+    hint = "; check its permissions" if isinstance(error, PermissionError) else ""
+    return InputError(f"{path}: cannot be read ({error.strerror or error}){hint}")
+
+
+def _check_regular(path: Path, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a folder where a file was expected")
+    kind = (
+        "character device"
+        if stat.S_ISCHR(mode)
+        else "block device"
+        if stat.S_ISBLK(mode)
+        else "FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "socket"
+        if stat.S_ISSOCK(mode)
+        else "special file"
+    )
+    raise InputError(f"{path}: is a {kind}, not a regular file; save the data to a file and give that")
+
+
+def check_regular_file(path: Path) -> None:
+    """Refuse a path that is not a regular file before a reader outside this module opens it (baseline files)."""
+    try:
+        _check_regular(path, os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or folder") from None
+    except OSError as error:
+        raise _unreadable(path, error) from None
+
+
+def walk_files(folder: Path, suffixes: tuple[str, ...] = SUFFIXES) -> list[Path]:
+    """Regular files with one of ``suffixes`` under ``folder``, recursively, in path order.
+
+    A subfolder that cannot be listed is an error rather than silently skipped (its runs would be missing from
+    the answer without a word). Symbolic links to folders are not followed (no cycles); devices, FIFOs and
+    sockets that carry a results suffix are skipped, never opened.
+    """
+
+    def refuse(error: OSError) -> None:
+        where = error.filename if error.filename is not None else folder
+        raise InputError(
+            f"{where}: folder cannot be read ({error.strerror or error}); fix its permissions or give the "
+            "readable folders one by one"
+        )
+
+    found = []
+    for top, folders, names in os.walk(folder, onerror=refuse):
+        folders.sort()
+        for name in names:
+            path = Path(top) / name
+            if path.suffix.lower() not in suffixes:
+                continue
+            try:
+                regular = stat.S_ISREG(os.stat(path).st_mode)
+            except OSError:  # a dangling link or one that loops: not a results file
+                regular = False
+            if regular:
+                found.append(path)
+    return sorted(found)
+
+
+def is_folder(path: Path) -> bool:
+    """``path.is_dir()``, with the errors it lets through (a name too long, no permission) as InputError."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        raise _unreadable(path, error) from None
 
 
 def load_file(path: Path) -> Run:
     """One results JSON or JUnit XML file, told apart by suffix, else by its first character."""
-    data = read_bytes(path)
+    return load_bytes(read_bytes(path), path)
+
+
+def load_bytes(data: bytes, path: Path) -> Run:
+    """The run in ``data``, the bytes read from ``path`` (so a signature covers exactly the bytes validated)."""
     head = data.lstrip()[:1]
     if path.suffix.lower() == ".json" or (path.suffix.lower() != ".xml" and head == b"{"):
         return parse_results_json(data, path)
-    if path.suffix.lower() == ".xml" or head == b"<":
+    if path.suffix.lower() == ".xml" or head == b"<" or data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return parse_junit_xml(data, path)
     raise InputError(f"{path}: neither a gpuperf results JSON file nor a JUnit XML file (expected .json or .xml)")
 
 
 def load_path(path: Path) -> list[Run]:
     """A file, or every .json/.xml file under a folder (recursively, in name order)."""
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+    if is_folder(path):
+        files = walk_files(path)
         if not files:
             raise InputError(
                 f"{path}: folder holds no results files (*.json from --gpuperf-results or *.xml from --junitxml)"
             )
         return [load_file(file) for file in files]
-    if not path.exists():
-        raise InputError(f"{path}: no such file or folder")
     return [load_file(path)]
 
 
@@ -199,6 +298,16 @@ def check_one_hardware(runs: list[Run], where: Path | str) -> None:
 
 
 # -- results JSON ----------------------------------------------------------------------------------------------
+
+
+def decode_json(data: bytes | str, source: Path) -> Any:
+    """Parse JSON with the plugin's one strict parser (core.schema.loads): UTF-8, no NaN/Infinity, no number
+    beyond float range, no key twice in one object. A duplicate key is refused because readers disagree on which
+    copy counts: a signed file must say one thing to every reader."""
+    try:
+        return schema.loads(data)
+    except SchemaError as error:
+        raise InputError(f"{source}: {error}") from None
 
 
 def parse_results_json(data: bytes | str, source: Path) -> Run:
@@ -262,14 +371,18 @@ _METRIC_FIELDS = results_format.JUNIT_METRIC_FIELDS
 
 def parse_junit_xml(data: bytes, source: Path) -> Run:
     """A file written by pytest's ``--junitxml``; metrics from the ``gpuperf.<metric>.*`` properties."""
-    from junitparser import JUnitXml, JUnitXmlError, Properties  # lazily: only this command reads XML
+    from defusedxml import DefusedXmlException  # type: ignore[import-untyped]
+    from defusedxml.ElementTree import fromstring  # type: ignore[import-untyped]
+    from junitparser import JUnitXml, JUnitXmlError, Properties  # lazily: only commands that read XML need it
 
-    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-        # pytest never writes a DTD; refusing one keeps entity expansion out of the parser entirely.
-        raise InputError(f"{source}: XML with a DTD or entity declarations is not a pytest JUnit file")
     try:
-        # The standard library's parser (no external entities, no network), whatever junitparser prefers.
-        xml = JUnitXml.fromfile(str(source), parse_func=lambda _: ElementTree.ElementTree(ElementTree.fromstring(data)))
+        # defusedxml's expat parser refuses a DTD as the parser meets it, after decoding, so UTF-16 or UTF-32
+        # cannot hide one (a check of the raw bytes can be fooled; pytest never writes a DTD). junitparser gets
+        # the parsed tree; it never parses anything itself here.
+        root = fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+        xml = JUnitXml.fromfile(str(source), parse_func=lambda _: ElementTree.ElementTree(root))
+    except DefusedXmlException:
+        raise InputError(f"{source}: XML with a DTD or entity declarations is not a pytest JUnit file") from None
     except ElementTree.ParseError as error:
         what = "truncated" if "no element found" in str(error) or "unclosed token" in str(error) else "not valid XML"
         raise InputError(f"{source}: {what} ({_short(error)})") from None

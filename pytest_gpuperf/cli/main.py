@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -263,6 +264,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as error:
         print(f"gpuperf {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader of standard output went away (`gpuperf compare ... | head`): nothing left to say to it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except OSError as error:
+        # A path none of the checks foresaw (a name too long, a parent folder without permission): still a
+        # fact about the user's files, said in one line.
+        where = os.fsdecode(error.filename) if error.filename is not None else "a path given"
+        print(
+            f"gpuperf {args.command}: error: {where}: {error.strerror or error}; check the path and its folders",
+            file=sys.stderr,
+        )
+        return 2
+    except KeyboardInterrupt:
+        print(f"gpuperf {args.command}: interrupted; no output file was left half-written", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

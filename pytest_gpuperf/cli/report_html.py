@@ -9,11 +9,16 @@ import argparse
 import base64
 import html
 import io
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pytest_gpuperf.cli.history import order_runs
-from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, load_path
+from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
+from pytest_gpuperf.cli.output import emit, printable
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
 from pytest_gpuperf.core.stats import summarize
 
@@ -31,16 +36,24 @@ def stack_labels(runs: list[Run]) -> dict[Path, str]:
     }
 
 
-def png(figure: Any) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+def png(figure: Any) -> str | None:
+    """The figure as base64 PNG, or None when matplotlib cannot lay it out (values near the float limit make
+    its tick arithmetic overflow); the figure is closed either way."""
     import matplotlib.pyplot as plt
 
-    plt.close(figure)
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    except (OverflowError, ValueError, FloatingPointError):
+        return None
+    finally:
+        plt.close(figure)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def image(encoded: str, alt: str) -> str:
+def image(encoded: str | None, alt: str) -> str:
+    if encoded is None:
+        return f"<p>Plot of {html.escape(alt)} not drawn: its values are too close to the float limit to lay out.</p>"
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{encoded}">'
 
 
@@ -92,9 +105,11 @@ def throughput_section(runs: list[Run], labels: dict[Path, str]) -> str:
         medians = [s.median for s in summaries]
         errors = [[s.median - s.minimum for s in summaries], [s.maximum - s.median for s in summaries]]
         axes.bar(range(len(names)), medians, yerr=errors, capsize=4, color="#4c78a8")
-        axes.set_xticks(range(len(names)), [name[:40] for name in names], rotation=15, ha="right", fontsize=7)
-        axes.set_ylabel(data.unit)
-        axes.set_title(f"{data.test} {data.metric}", fontsize=8)
+        axes.set_xticks(
+            range(len(names)), [printable(name[:40]) for name in names], rotation=15, ha="right", fontsize=7
+        )
+        axes.set_ylabel(printable(data.unit))
+        axes.set_title(printable(f"{data.test} {data.metric}"), fontsize=8)
         parts.append(image(png(figure), f"{data.metric} per stack version"))
     if not parts:
         return "<h2>Throughput per stack version</h2><p>No higher-is-better metrics in these runs.</p>"
@@ -103,14 +118,35 @@ def throughput_section(runs: list[Run], labels: dict[Path, str]) -> str:
     )
 
 
+SAFE_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,199}")
+"""What a hardware slug may be (fingerprint.slugify's alphabet, the store's rule for its folders): it becomes a
+folder name under --baselines, so it must not climb out of it ('..', '/', a drive)."""
+
+
 def golden_curves(baselines: Path | None, run: Run, curve: CurveData) -> list[tuple[list[float], list[float]]]:
+    """The stored runs of ``curve`` in ``baselines``; the path is built from the input file's slug and test id,
+    so both are checked to name a file inside the folder before anything is opened."""
     if baselines is None or run.hardware_slug == "unknown-hardware":
         return []
     from pytest_gpuperf.core.store import StoreError, entry_key, module_file_name, read_document
 
-    path = baselines / run.hardware_slug / module_file_name(curve.test)
+    if not SAFE_SLUG.fullmatch(run.hardware_slug):
+        raise InputError(
+            f"{run.source}: hardware_slug {quote(run.hardware_slug)} is not a safe folder name (lowercase letters, "
+            "digits and '-'), so it could name a folder outside --baselines; use the file the plugin wrote"
+        )
+    name = module_file_name(curve.test)
+    # The store's own mapping makes one file name of the test's path; whatever alphabet it uses, the name must
+    # stay one entry of the slug's folder.
+    if not name or name.startswith(".") or any(part in name for part in ("/", "\\", "\0")):
+        raise InputError(
+            f"{run.source}: test {quote(curve.test)} maps to the baseline file name {quote(name)}, which is not a "
+            "safe file name; use the file the plugin wrote"
+        )
+    path = baselines / run.hardware_slug / name
     if not path.exists():
         return []
+    check_regular_file(path)
     try:
         document = read_document(path)
     except StoreError as error:
@@ -132,13 +168,17 @@ def curves_section(runs: list[Run], labels: dict[Path, str], baselines: Path | N
     for (_, name), entries in list(grouped.items())[:MAX_PLOTS]:
         figure, axes = plt.subplots(figsize=(5.5, 2.8))
         for run, curve in entries:
-            axes.plot(curve.steps, curve.values, linewidth=1.2, label=f"{run.label} ({labels[run.source]})"[:60])
+            axes.plot(
+                curve.steps, curve.values, linewidth=1.2, label=printable(f"{run.label} ({labels[run.source]})"[:60])
+            )
         goldens = golden_curves(baselines, entries[-1][0], entries[-1][1])
         for number, (steps, values) in enumerate(goldens):
             axes.plot(steps, values, "k--", linewidth=1, label="golden" if number == 0 else None)
         axes.set_xlabel("step")
-        axes.set_ylabel(name)
-        axes.set_title(f"{entries[-1][1].test} {name}" + ("" if goldens else " (no golden found)"), fontsize=8)
+        axes.set_ylabel(printable(name))
+        axes.set_title(
+            printable(f"{entries[-1][1].test} {name}" + ("" if goldens else " (no golden found)")), fontsize=8
+        )
         axes.legend(fontsize=6)
         parts.append(image(png(figure), f"{name} curve against golden"))
     if not parts:
@@ -175,7 +215,7 @@ def pareto_section(runs: list[Run], labels: dict[Path, str]) -> str:
                 [p.interactivity for p in front],
                 [p.throughput for p in front],
                 "o-",
-                label=f"{run.label} ({labels[run.source]})"[:60],
+                label=printable(f"{run.label} ({labels[run.source]})"[:60]),
             )
             others = [p for p in points if p not in front]
             axes.scatter(
@@ -185,7 +225,7 @@ def pareto_section(runs: list[Run], labels: dict[Path, str]) -> str:
                 axes.annotate(f"c={point.concurrency}", (point.interactivity, point.throughput), fontsize=6)
         axes.set_xlabel("interactivity (tok/s/user)")
         axes.set_ylabel("output tok/s per device")
-        axes.set_title(key, fontsize=8)
+        axes.set_title(printable(key), fontsize=8)
         axes.legend(fontsize=6)
         parts.append(image(png(figure), f"Pareto front of {key}"))
     if not parts:
@@ -199,15 +239,26 @@ def build_report(runs: list[Run], *, baselines: Path | None) -> str:
     matplotlib.use("Agg")  # no display: render to PNG only
     runs = order_runs(runs)
     labels = stack_labels(runs)
-    body = "".join(
-        [
-            f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
-            summary_section(runs, labels),
-            throughput_section(runs, labels),
-            curves_section(runs, labels, baselines),
-            pareto_section(runs, labels),
-        ]
-    )
+    # Test ids are free text: '$' must stay a dollar sign, not open TeX math that mathtext then fails to parse.
+    # Labels are made printable (lone surrogates escaped) where they are drawn; glyphs a font lacks are drawn as
+    # boxes, and matplotlib's warning about each is not the user's problem.
+    # Overflow while laying out values near the float limit is reported in the page (see png), not as numpy
+    # warnings on stderr.
+    with (
+        matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}),
+        warnings.catch_warnings(),
+        np.errstate(over="ignore", invalid="ignore"),
+    ):
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+        body = "".join(
+            [
+                f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
+                summary_section(runs, labels),
+                throughput_section(runs, labels),
+                curves_section(runs, labels, baselines),
+                pareto_section(runs, labels),
+            ]
+        )
     return html_page("gpuperf report", body)
 
 
@@ -222,6 +273,6 @@ def run(args: argparse.Namespace) -> int:
     baselines = Path(args.baselines) if args.baselines else None
     if baselines is not None and not baselines.is_dir():
         raise InputError(f"{baselines}: baselines folder not found")
-    write_output(build_report(runs, baselines=baselines), Path(args.output))
-    print(f"report written: {args.output}")
+    write_output(build_report(runs, baselines=baselines), Path(args.output), what="report")
+    emit(f"report written: {args.output}\n")
     return 0

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.loading import SUFFIXES, InputError, load_file, read_bytes
+from pytest_gpuperf.cli.loading import InputError, decode_json, is_folder, load_bytes, read_bytes, walk_files
+from pytest_gpuperf.cli.output import emit, write_text
 
 SIGNATURE_SCHEMA = 1
+SIGNATURE_LIMIT = 64 * 1024 * 1024
+KEY_LIMIT = 64 * 1024
+"""Keys and signatures are small; a larger file is not one."""
 
 
 def _crypto() -> Any:
@@ -40,16 +45,10 @@ def bundle_files(paths: list[Path]) -> dict[str, Path]:
     """Name inside the bundle -> file: folder contents by relative path, single files by name."""
     files: dict[str, Path] = {}
     for path in paths:
-        if path.is_dir():
-            found = {
-                p.relative_to(path).as_posix(): p
-                for p in sorted(path.rglob("*"))
-                if p.is_file() and p.suffix.lower() in SUFFIXES
-            }
-        elif path.exists():
-            found = {path.name: path}
+        if is_folder(path):
+            found = {p.relative_to(path).as_posix(): p for p in walk_files(path)}
         else:
-            raise InputError(f"{path}: no such file or folder")
+            found = {path.name: path}  # read_bytes says what is wrong with it, if anything
         for name, file in found.items():
             if name in files:
                 raise InputError(f"{file}: a second file named {name} in the bundle; sign one folder instead")
@@ -60,11 +59,16 @@ def bundle_files(paths: list[Path]) -> dict[str, Path]:
 
 
 def digest(path: Path) -> str:
-    """SHA-256 of the file's canonical form; the file must load as results (so nothing unreadable is signed)."""
-    load_file(path)
+    """SHA-256 of the file's canonical form.
+
+    The file is read once and those bytes are validated as results, parsed and hashed, so what is signed is
+    exactly what was checked (a file swapped between two reads cannot slip in). JSON is parsed strictly
+    (loading.decode_json): a duplicate key, which readers resolve differently, is refused rather than signed.
+    """
     data = read_bytes(path)
+    load_bytes(data, path)
     if path.suffix.lower() == ".json" or data.lstrip()[:1] == b"{":
-        data = canonical(json.loads(data.decode("utf-8")))
+        data = canonical(decode_json(data, path))
     return hashlib.sha256(data).hexdigest()
 
 
@@ -77,27 +81,58 @@ def default_signature(paths: list[Path], given: str | None) -> Path:
         return Path(given)
     if len(paths) != 1:
         raise InputError("several paths given: name the signature file with -o/--signature")
-    return paths[0].with_name(paths[0].name + ".sig")
+    path = paths[0] if paths[0].name else Path(os.path.abspath(paths[0]))  # '.' or 'bundle/..'
+    if not path.name:
+        raise InputError(f"{paths[0]}: cannot name a signature after the root folder; give one with -o/--signature")
+    return path.with_name(path.name + ".sig")
+
+
+def _create(path: Path, data: bytes, mode: int, what: str) -> None:
+    """A new file (O_EXCL: never through a planted link, never over one created since the check)."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    except OSError as error:
+        raise InputError(
+            f"{path}: cannot write the {what} ({error.strerror or error}); give another KEY path"
+        ) from None
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # a partly written key is no key
+        raise InputError(
+            f"{path}: cannot write the {what} ({error.strerror or error}); give another KEY path"
+        ) from None
 
 
 def keygen(key_path: Path) -> int:
     ed25519 = _crypto()
     from cryptography.hazmat.primitives import serialization
 
+    if not key_path.name or key_path.name in (".", ".."):
+        raise InputError(f"{key_path}: names a folder; give a file name for the key, e.g. {key_path / 'partner.key'}")
     public_path = key_path.with_name(key_path.name + ".pub")
     for path in (key_path, public_path):
-        if path.exists():
+        if os.path.lexists(path):
             raise InputError(f"{path}: already exists; refusing to overwrite a key")
+    folder = key_path.parent
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such folder for the key {key_path.name}; create it (mkdir -p {folder}) first")
     private = ed25519.Ed25519PrivateKey.generate()
     pem = private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    descriptor = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(pem)
-    public_path.write_bytes(
-        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    public = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    _create(key_path, pem, 0o600, "private key")
+    try:
+        _create(public_path, public, 0o644, "public key")
+    except InputError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(key_path)  # half a pair is useless, and would block the next keygen
+        raise InputError(f"{error}; no key was kept") from None
     print(f"private key: {key_path} (keep it secret)\npublic key: {public_path} (give it to the vendor)")
     return 0
 
@@ -106,7 +141,7 @@ def _load_key(path: Path, *, private: bool) -> Any:
     ed25519 = _crypto()
     from cryptography.hazmat.primitives import serialization
 
-    data = read_bytes(path)
+    data = read_bytes(path, limit=KEY_LIMIT)
     try:
         key = (
             serialization.load_pem_private_key(data, password=None)
@@ -134,8 +169,8 @@ def sign(paths: list[Path], key_path: Path, output: Path) -> int:
         "public_key": base64.b64encode(public).decode(),
         "signature": base64.b64encode(key.sign(canonical(files))).decode(),
     }
-    output.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"signed {len(files)} file(s): {output}")
+    write_text(output, json.dumps(document, indent=1, sort_keys=True) + "\n", what="signature")
+    emit(f"signed {len(files)} file(s): {output}\n")
     return 0
 
 
@@ -143,13 +178,13 @@ def verify(paths: list[Path], public_path: Path, signature_path: Path) -> int:
     from cryptography.exceptions import InvalidSignature
 
     public = _load_key(public_path, private=False)
+    document = decode_json(read_bytes(signature_path, limit=SIGNATURE_LIMIT), signature_path)
     try:
-        document = json.loads(read_bytes(signature_path).decode("utf-8"))
         signature = base64.b64decode(document["signature"], validate=True)
         signed_files = document["files"]
         if document.get("algorithm") != "ed25519" or not isinstance(signed_files, dict):
             raise ValueError("not an ed25519 gpuperf signature")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+    except (ValueError, KeyError, TypeError) as error:
         raise InputError(f"{signature_path}: not a gpuperf signature file ({str(error)[:80]})") from None
     try:
         public.verify(signature, canonical(signed_files))

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuperf.cli.output import emit, write_text
+
 FORMATS = ("table", "md", "json", "html")
 
 
@@ -88,9 +90,9 @@ def html_page(title: str, body: str) -> str:
     )
 
 
-def write_output(text: str, output: Path | None) -> None:
+def write_output(text: str, output: Path | None, *, what: str = "output file") -> None:
+    """To standard output, or to ``output`` (an error naming it when it cannot be written; see cli/output.py)."""
     if output is None:
-        print(text, end="")
+        emit(text)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
+    write_text(output, text, what=what)

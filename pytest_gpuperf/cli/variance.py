@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_gpuperf.cli.loading import MetricData, Side, load_side
+from pytest_gpuperf.cli.loading import InputError, MetricData, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats import Rules, pooled_run_noise, ratio_interval
 
@@ -49,11 +49,10 @@ def equivalence(
         return {"verdict": "INCONCLUSIVE", "detail": "a median <= 0: ratios need positive times or rates"}
     run_sd, _ = pooled_run_noise(np.log(medians), rules)
     log_ratio = math.log(float(np.median(current))) - math.log(float(np.median(medians)))
-    ratio = math.exp(log_ratio if higher else -log_ratio)
-    try:
-        low, high = ratio_interval(current, ref_runs, run_sd, higher_is_better=higher, rules=rules)
-    except OverflowError:  # samples spanning beyond float range
-        return {"verdict": "INCONCLUSIVE", "detail": "samples span too wide a range to form a ratio"}
+    ratio = math.exp(log_ratio if higher else -log_ratio)  # OverflowError past e**709: see evaluate
+    low, high = ratio_interval(current, ref_runs, run_sd, higher_is_better=higher, rules=rules)
+    if not all(math.isfinite(value) and value > 0 for value in (ratio, low, high)):
+        raise OverflowError("the ratio or its interval is beyond float range")
     row: dict[str, Any] = {
         "ratio": ratio,
         "ci_low": low,
@@ -129,7 +128,15 @@ def evaluate(reference: Side, submissions: list[Side], *, tolerance: float, run_
             if not sub_runs:
                 row.update(verdict="MISSING", detail="the submission has no such workload")
             else:
-                row.update(equivalence(ref_runs, sub_runs, tolerance=tolerance, run_noise=run_noise))
+                try:
+                    with np.errstate(over="raise", invalid="raise"):
+                        row.update(equivalence(ref_runs, sub_runs, tolerance=tolerance, run_noise=run_noise))
+                except (OverflowError, ValueError, FloatingPointError) as error:  # math range or domain errors
+                    raise InputError(
+                        f"{submission.source}: test {quote(row['test'])} metric {quote(row['metric'])}: its samples "
+                        f"and the reference's are too far apart to form a ratio within float range ({error}); "
+                        "check the units of both files"
+                    ) from None
             row["clock_normalised"], row["clock_normalised_ratio"] = clock_note(ref_runs, sub_runs, row.get("ratio"))
             rows.append(row)
     return rows
