@@ -62,6 +62,18 @@ def describe_exitcode(exitcode: int | None) -> tuple[FailureKind, str]:
     return FailureKind.EXITED, f"exited with status {exitcode}"
 
 
+_OUT_OF_MEMORY_TEXT = ("can't allocate memory", "out of memory", "cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation failure: Python's MemoryError, torch's OutOfMemoryError (CUDA/ROCm) or its CPU allocator's
+    RuntimeError ("DefaultCPUAllocator: can't allocate memory", an address-space or cgroup limit reached)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(marker in text for marker in _OUT_OF_MEMORY_TEXT)
+
+
 class LaunchError(RuntimeError):
     """The call could not be started as asked (bad world size or mesh, unpicklable function)."""
 

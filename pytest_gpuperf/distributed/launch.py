@@ -81,10 +81,15 @@ def launch(
             world_size = job.world_size
         else:
             raise LaunchError("launch() needs world_size=N (or mesh_shape=...) outside torchrun")
-    if not isinstance(world_size, int) or world_size < 1:
-        raise LaunchError(f"launch(world_size={world_size!r}): expected a positive integer")
-    if not timeout > 0:
-        raise LaunchError(f"launch(timeout={timeout!r}): expected a positive number of seconds")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise LaunchError(f"launch(world_size={world_size!r}): expected a whole number of ranks >= 1")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or not timeout > 0
+    ):
+        raise LaunchError(f"launch(timeout={timeout!r}): expected a finite, positive number of seconds")
     try:
         validate_mesh(world_size, shape, names)
     except ValueError as exc:
@@ -95,6 +100,13 @@ def launch(
     if job is not None:
         return _run_in_this_rank(
             task, job, world_size=world_size, timeout_s=timeout, backend=backend, device_type=device_type
+        )
+    limit = pool_module.max_local_ranks()
+    if world_size > limit:
+        raise LaunchError(
+            f"launch(world_size={world_size}) is more than the {limit} ranks this machine may spawn "
+            f"({pool_module.RANKS_PER_CORE} per core, at least {pool_module.MIN_RANK_LIMIT}); lower world_size, "
+            "set GPUPERF_MAX_RANKS to allow more, or run under torchrun across nodes"
         )
     if device_type == "cuda":
         import torch
@@ -147,9 +159,9 @@ def _run_in_this_rank(
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        from pytest_gpuperf.distributed.worker import format_user_traceback
+        from pytest_gpuperf.distributed.worker import format_user_traceback, summarize_exception
 
-        outcome = ("error", f"{type(exc).__name__}: {exc}", format_user_traceback(exc))
+        outcome = ("error", summarize_exception(exc), format_user_traceback(exc))
     finally:
         faulthandler.cancel_dump_traceback_later()
     gathered: list[Any] = [None] * world_size
