@@ -14,6 +14,7 @@ from __future__ import annotations
 import faulthandler
 import math
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -134,6 +135,15 @@ def launch(
         raise
 
 
+def _dump_all_threads(rank: int, timeout_s: float) -> None:
+    sys.stderr.write(f"gpuperf: rank {rank} still running after the {timeout_s:g} s launch() timeout; its threads:\n")
+    sys.stderr.flush()
+    try:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    except (AttributeError, OSError, ValueError):  # a stderr without a descriptor (an in-process capture)
+        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+
+
 def _run_in_this_rank(
     task: Task, job: RankEnvironment, *, world_size: int, timeout_s: float, backend: str, device_type: str
 ) -> list[Any]:
@@ -152,8 +162,11 @@ def _run_in_this_rank(
         local_rank=job.local_rank,
     )
     # No process to kill here: print where this rank is when the timeout passes, and let the process group
-    # timeout end a collective that waits for a dead peer.
-    faulthandler.dump_traceback_later(timeout_s, repeat=False, file=sys.stderr, exit=False)
+    # timeout end a collective that waits for a dead peer. A thread, not faulthandler.dump_traceback_later:
+    # that timer is one per process and the test's time budget (core/budget.py) holds it.
+    dump = threading.Timer(timeout_s, _dump_all_threads, args=(job.rank, timeout_s))
+    dump.daemon = True
+    dump.start()
     try:
         outcome: tuple[Any, ...] = ("ok", run_task(task))
     except KeyboardInterrupt:
@@ -163,7 +176,7 @@ def _run_in_this_rank(
 
         outcome = ("error", summarize_exception(exc), format_user_traceback(exc))
     finally:
-        faulthandler.cancel_dump_traceback_later()
+        dump.cancel()
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, outcome)
     failures = [
