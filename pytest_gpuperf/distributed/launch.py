@@ -178,12 +178,35 @@ def _run_in_this_rank(
     finally:
         dump.cancel()
     gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, outcome)
+    try:
+        dist.all_gather_object(gathered, outcome)
+    except RuntimeError as exc:
+        # A peer process or a whole node is gone (killed, out of memory, node lost): the gather fails at once on
+        # a closed connection, or after the process-group timeout when the node vanished without one.
+        from pytest_gpuperf.distributed.worker import summarize_exception
+
+        raise RankFailed(
+            [
+                RankFailure(
+                    rank=job.rank,
+                    kind=FailureKind.LOST,
+                    summary=(
+                        "a peer rank is gone (its process or its node died): the outcomes of the other ranks "
+                        f"could not be gathered ({summarize_exception(exc)}); torchrun cannot replace a rank "
+                        "inside a pytest session, so the job ends"
+                    ),
+                    detail=outcome[2] if outcome[0] == "error" else "",
+                )
+            ],
+            world_size=world_size,
+            function=_function_name(task.fn),
+            spawned=False,
+        ) from None
     failures = [
         RankFailure(rank=r, kind=FailureKind.RAISED, summary=o[1], detail=o[2])
         for r, o in enumerate(gathered)
         if o[0] == "error"
     ]
     if failures:
-        raise RankFailed(failures, world_size=world_size, function=_function_name(task.fn))
+        raise RankFailed(failures, world_size=world_size, function=_function_name(task.fn), spawned=False)
     return [o[1] for o in gathered]

@@ -63,6 +63,7 @@ _CAUSE_ORDER = {
     FailureKind.RAISED: 2,
     FailureKind.TIMEOUT: 3,
     FailureKind.STOPPED: 4,
+    FailureKind.LOST: 5,
 }
 
 
