@@ -156,6 +156,25 @@ def test_rendezvous_store_and_ranks_listen_on_loopback_only():
         assert all(ipaddress.ip_address(a).is_loopback for a, _ in listening), f"rank {pid} listens on {listening}"
 
 
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads listening sockets from Linux's /proc")
+@pytest.mark.parametrize(("version", "libuv"), [(None, True), ("2.4.1", False)])
+def test_the_store_adopts_a_loopback_socket_with_either_server(version, libuv, monkeypatch):
+    import torch
+    from torch.torch_version import TorchVersion
+
+    if version is not None:  # a torch whose libuv server would bind a socket of its own
+        monkeypatch.setattr(torch, "__version__", TorchVersion(version))
+    store = pool_module.loopback_store(10.0)
+    try:
+        assert store.libuvBackend is libuv
+        addresses = [a for a, port in _listening_addresses(os.getpid()) if port == store.port]
+        assert addresses == ["127.0.0.1"]
+        store.set("key", "value")
+        assert store.get("key") == b"value"
+    finally:
+        del store
+
+
 # --- item 11: arguments refused before anything starts --------------------------------------------------------
 
 

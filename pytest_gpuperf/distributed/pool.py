@@ -11,7 +11,8 @@ Nothing binds a fixed or pre-probed port, so parallel pytest-xdist workers canno
 
 Loopback only: ``TCPStore(host_name, ...)`` does not bind to ``host_name`` (both its libuv and its classic
 server listen on every interface, ``[::]``), so the parent binds a socket to 127.0.0.1 itself and hands it to
-the store as ``master_listen_fd``, which both servers adopt (torch 2.4 and later). A spawned pool is single-node
+the store as ``master_listen_fd``: the classic server adopts it in every torch we support (2.4+), the libuv
+server from torch 2.8 on. A spawned pool is single-node
 by construction; a multi-node run is started by torchrun, whose own rendezvous settings say where it listens.
 
 Processes: each rank leads its own session (``worker.py``), so killing a rank kills its process group, and with
@@ -106,11 +107,14 @@ def max_local_ranks() -> int:
 
 def loopback_store(timeout_s: float) -> Any:
     """A master ``TCPStore`` listening on 127.0.0.1 only, on a port the kernel picks (see the module docstring)."""
+    import torch
     import torch.distributed as dist
 
     errors = []
-    # libuv is torch's default server; the classic one is the fallback should a build's libuv refuse the socket.
-    for use_libuv in (True, False):
+    # libuv, torch's default server, adopts a listening socket since torch 2.8 (pytorch#150215); before that it
+    # would bind its own, on every interface. The classic server has adopted one since long before torch 2.4.
+    servers = (True, False) if torch.__version__ >= (2, 8) else (False,)
+    for use_libuv in servers:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             listener.bind((MASTER_ADDR, 0))
@@ -121,7 +125,7 @@ def loopback_store(timeout_s: float) -> Any:
             raise
         fd = listener.detach()  # the store owns (and closes) the socket from here on
         try:
-            return dist.TCPStore(
+            store = dist.TCPStore(
                 MASTER_ADDR,
                 port,
                 None,
@@ -137,6 +141,10 @@ def loopback_store(timeout_s: float) -> Any:
                 os.close(fd)
             except OSError:
                 pass
+            continue
+        if store.port != port:  # the server bound a port of its own instead of adopting the socket
+            raise LaunchError(f"the launcher's rendezvous store ignored its loopback socket (port {store.port})")
+        return store
     raise LaunchError(
         "the launcher could not start its rendezvous store on 127.0.0.1 with a pre-bound socket "
         f"({'; '.join(errors)}); torch 2.4 or later is required"
