@@ -181,3 +181,46 @@ def test_calls_stuck_in_c_end_the_worker_in_bounded_time_and_xdist_goes_on(pytes
     assert output.count("crashed while running") == 2, output
     # Each stuck test ends within budget + 2 x grace (1 + 2 x 2 s), plus worker restarts.
     assert elapsed < 120, elapsed
+
+
+def test_a_budget_shorter_than_a_launch_timeout_ends_the_test_and_frees_its_ranks(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_ranks=textwrap.dedent(
+            """
+            import os
+            import time
+            import pytest
+            from pytest_gpuperf import launch
+
+            def rank_1_hangs():
+                import torch.distributed as dist
+                if dist.get_rank() == 1:
+                    while True:
+                        time.sleep(0.05)
+                dist.barrier()
+
+            def pid():
+                return os.getpid()
+
+            @pytest.mark.perf
+            @pytest.mark.gpuperf_timeout(20)
+            def test_hangs_in_a_rank():
+                launch(pid, world_size=2, timeout=120)  # ranks started (~3-10 s) before the hang
+                launch(rank_1_hangs, world_size=2, timeout=600)
+
+            @pytest.mark.perf
+            def test_next_launch_gets_fresh_ranks():
+                assert len(set(launch(pid, world_size=2, timeout=120))) == 2
+            """
+        )
+    )
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", timeout=300)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_hangs_in_a_rank exceeded its 20 s budget (@pytest.mark.gpuperf_timeout); stack:",
+            "*in test_hangs_in_a_rank",
+        ]
+    )
+    assert time.monotonic() - started < 200
