@@ -212,7 +212,7 @@ def _test_stack(frame: FrameType | None) -> str:
     frames and what they called), at most 12 frames."""
     if frame is None:
         return ""
-    entries = traceback.extract_stack(frame)
+    entries: list[traceback.FrameSummary] = list(traceback.extract_stack(frame))
     framework = [i for i, e in enumerate(entries) if os.path.abspath(e.filename).startswith(_FRAMEWORK_DIRS)]
     if framework:
         entries = entries[framework[-1] + 1 :]

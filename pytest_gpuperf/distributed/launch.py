@@ -141,7 +141,7 @@ def _dump_all_threads(rank: int, timeout_s: float) -> None:
     try:
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     except (AttributeError, OSError, ValueError):  # a stderr without a descriptor (an in-process capture)
-        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+        faulthandler.dump_traceback(file=2, all_threads=True)
 
 
 def _run_in_this_rank(

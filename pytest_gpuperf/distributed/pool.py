@@ -113,7 +113,7 @@ def loopback_store(timeout_s: float) -> Any:
     errors = []
     # libuv, torch's default server, adopts a listening socket since torch 2.8 (pytorch#150215); before that it
     # would bind its own, on every interface. The classic server has adopted one since long before torch 2.4.
-    servers = (True, False) if torch.__version__ >= (2, 8) else (False,)
+    servers = (True, False) if torch.__version__ >= (2, 8) else (False,)  # type: ignore[operator]
     for use_libuv in servers:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
