@@ -266,8 +266,9 @@ def test_losing_a_node_mid_run_ends_the_other_in_bounded_time_with_a_clear_error
     assert code != 0, output
     assert ended_after < END_LIMIT_S, ended_after
     if lost == "member":
-        # The surviving ranks' test fails with the launcher's error, which names what happened.
-        assert output.count("FAILED test_two_nodes.py::test_a_node_is_lost") == 2, output
+        # The surviving ranks' test fails with the launcher's error, which names what happened. (Not always both
+        # ranks' reports: torchrun's agent stops the second rank as soon as the first has exited.)
+        assert "FAILED test_two_nodes.py::test_a_node_is_lost" in output, output
         assert "lost: a peer rank is gone (its process or its node died)" in output, output
         assert "by peer" in output, output  # gloo's own words: "Connection closed/reset by peer"
     else:
