@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 # Feature plugins (fixtures and options of each workload area); each imports torch only when used.
 pytest_plugins: tuple[str, ...] = (
+    "pytest_gpuperf.core.budget",  # the time budget of every gpuperf test
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.inference.plugin",
     "pytest_gpuperf.core.junit",

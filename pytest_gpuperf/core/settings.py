@@ -6,6 +6,7 @@ A bad value raises ``pytest.UsageError`` quoting the value and where it came fro
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,17 @@ def parse_count(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def parse_seconds(text: str) -> float:
+    """'600', '90.5' -> seconds, '0' -> 0 (for a time budget: none)."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise SettingError("expected a number of seconds (0: no budget)") from None
+    if not math.isfinite(value) or value < 0:
+        raise SettingError("expected a finite number of seconds >= 0 (0: no budget)")
+    return value
 
 
 def parse_bool(text: str) -> bool:
@@ -231,6 +243,14 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         default=2,
         metavar="N",
     ),
+    OptionSpec(
+        name="timeout",
+        help="time budget of each gpuperf test in seconds, setup to teardown; past it the test fails and the "
+        "session goes on (default 600 on CPU, 1200 for the GPU tier; 0: none; marker gpuperf_timeout overrides)",
+        parse=parse_seconds,
+        default=None,
+        metavar="SECONDS",
+    ),
 )
 
 # Per-device defaults for settings that differ between CPU and GPU timing noise. The CPU run-noise prior is the
@@ -267,6 +287,8 @@ class Settings:
     confirm: int
     """Repeated attempts before REGRESSED fails a test (each must regress too)."""
     remeasure: int
+    timeout: float | None = None
+    """Time budget of each gpuperf test in seconds (0: none); None: the tier's default (core/budget.py)."""
 
     def for_device(self, device: str, name: str) -> float:
         """A device-dependent setting: the explicit value, else the device's default."""

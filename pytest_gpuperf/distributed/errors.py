@@ -27,6 +27,9 @@ class FailureKind(enum.Enum):
     """The rank failed before it could run anything: import, process group or device set-up."""
     STOPPED = "stopped"
     """The rank was healthy but was stopped because another rank failed; ``stack`` holds where it was."""
+    LOST = "lost"
+    """Under torchrun: a peer rank's process or node died, so this rank could not gather the others' outcomes;
+    ``detail`` holds this rank's own error, if it had one (typically the collective's "connection closed")."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +65,18 @@ def describe_exitcode(exitcode: int | None) -> tuple[FailureKind, str]:
     return FailureKind.EXITED, f"exited with status {exitcode}"
 
 
+_OUT_OF_MEMORY_TEXT = ("can't allocate memory", "out of memory", "cannot allocate memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation failure: Python's MemoryError, torch's OutOfMemoryError (CUDA/ROCm) or its CPU allocator's
+    RuntimeError ("DefaultCPUAllocator: can't allocate memory", an address-space or cgroup limit reached)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(marker in text for marker in _OUT_OF_MEMORY_TEXT)
+
+
 class LaunchError(RuntimeError):
     """The call could not be started as asked (bad world size or mesh, unpicklable function)."""
 
@@ -74,17 +89,19 @@ class RankFailed(RuntimeError):
     starts fresh ones.
     """
 
-    def __init__(self, failures: list[RankFailure], *, world_size: int, function: str) -> None:
+    def __init__(self, failures: list[RankFailure], *, world_size: int, function: str, spawned: bool = True) -> None:
         if not failures:
             raise ValueError("RankFailed needs at least one RankFailure")
         self.failures: tuple[RankFailure, ...] = tuple(failures)
         self.world_size = world_size
         self.function = function
+        self.spawned = spawned
+        """True for ranks the launcher spawned (and has torn down); False under torchrun (nothing restarted)."""
         super().__init__(self._render())
 
     def __reduce__(self) -> tuple[object, ...]:
         # Picklable (xdist, multiprocessing) despite the keyword-only constructor.
-        return (_rebuild_rank_failed, (list(self.failures), self.world_size, self.function))
+        return (_rebuild_rank_failed, (list(self.failures), self.world_size, self.function, self.spawned))
 
     @property
     def first(self) -> RankFailure:
@@ -118,7 +135,10 @@ class RankFailed(RuntimeError):
         others = [f for f in self.failures if f not in alike]
         if others:
             lines.append("other ranks: " + "; ".join(f"rank {f.rank} {f.kind.value} ({f.summary})" for f in others))
-        lines.append("The launcher killed the remaining ranks; the next launch starts fresh ones.")
+        if self.spawned:
+            lines.append("The launcher killed the remaining ranks; the next launch starts fresh ones.")
+        else:
+            lines.append("Under torchrun every rank raises this; the job's ranks are not restarted.")
         for f in self.failures:
             if f.detail:
                 lines.append(f"--- rank {f.rank} traceback ---")
@@ -129,5 +149,7 @@ class RankFailed(RuntimeError):
         return "\n".join(lines)
 
 
-def _rebuild_rank_failed(failures: list[RankFailure], world_size: int, function: str) -> RankFailed:
-    return RankFailed(failures, world_size=world_size, function=function)
+def _rebuild_rank_failed(
+    failures: list[RankFailure], world_size: int, function: str, spawned: bool = True
+) -> RankFailed:
+    return RankFailed(failures, world_size=world_size, function=function, spawned=spawned)

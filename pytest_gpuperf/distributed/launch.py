@@ -14,6 +14,7 @@ from __future__ import annotations
 import faulthandler
 import math
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -81,10 +82,15 @@ def launch(
             world_size = job.world_size
         else:
             raise LaunchError("launch() needs world_size=N (or mesh_shape=...) outside torchrun")
-    if not isinstance(world_size, int) or world_size < 1:
-        raise LaunchError(f"launch(world_size={world_size!r}): expected a positive integer")
-    if not timeout > 0:
-        raise LaunchError(f"launch(timeout={timeout!r}): expected a positive number of seconds")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise LaunchError(f"launch(world_size={world_size!r}): expected a whole number of ranks >= 1")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or not timeout > 0
+    ):
+        raise LaunchError(f"launch(timeout={timeout!r}): expected a finite, positive number of seconds")
     try:
         validate_mesh(world_size, shape, names)
     except ValueError as exc:
@@ -95,6 +101,13 @@ def launch(
     if job is not None:
         return _run_in_this_rank(
             task, job, world_size=world_size, timeout_s=timeout, backend=backend, device_type=device_type
+        )
+    limit = pool_module.max_local_ranks()
+    if world_size > limit:
+        raise LaunchError(
+            f"launch(world_size={world_size}) is more than the {limit} ranks this machine may spawn "
+            f"({pool_module.RANKS_PER_CORE} per core, at least {pool_module.MIN_RANK_LIMIT}); lower world_size, "
+            "set GPUPERF_MAX_RANKS to allow more, or run under torchrun across nodes"
         )
     if device_type == "cuda":
         import torch
@@ -122,6 +135,15 @@ def launch(
         raise
 
 
+def _dump_all_threads(rank: int, timeout_s: float) -> None:
+    sys.stderr.write(f"gpuperf: rank {rank} still running after the {timeout_s:g} s launch() timeout; its threads:\n")
+    sys.stderr.flush()
+    try:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    except (AttributeError, OSError, ValueError):  # a stderr without a descriptor (an in-process capture)
+        faulthandler.dump_traceback(file=2, all_threads=True)
+
+
 def _run_in_this_rank(
     task: Task, job: RankEnvironment, *, world_size: int, timeout_s: float, backend: str, device_type: str
 ) -> list[Any]:
@@ -140,25 +162,51 @@ def _run_in_this_rank(
         local_rank=job.local_rank,
     )
     # No process to kill here: print where this rank is when the timeout passes, and let the process group
-    # timeout end a collective that waits for a dead peer.
-    faulthandler.dump_traceback_later(timeout_s, repeat=False, file=sys.stderr, exit=False)
+    # timeout end a collective that waits for a dead peer. A thread, not faulthandler.dump_traceback_later:
+    # that timer is one per process and the test's time budget (core/budget.py) holds it.
+    dump = threading.Timer(timeout_s, _dump_all_threads, args=(job.rank, timeout_s))
+    dump.daemon = True
+    dump.start()
     try:
         outcome: tuple[Any, ...] = ("ok", run_task(task))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        from pytest_gpuperf.distributed.worker import format_user_traceback
+        from pytest_gpuperf.distributed.worker import format_user_traceback, summarize_exception
 
-        outcome = ("error", f"{type(exc).__name__}: {exc}", format_user_traceback(exc))
+        outcome = ("error", summarize_exception(exc), format_user_traceback(exc))
     finally:
-        faulthandler.cancel_dump_traceback_later()
+        dump.cancel()
     gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, outcome)
+    try:
+        dist.all_gather_object(gathered, outcome)
+    except RuntimeError as exc:
+        # A peer process or a whole node is gone (killed, out of memory, node lost): the gather fails at once on
+        # a closed connection, or after the process-group timeout when the node vanished without one.
+        from pytest_gpuperf.distributed.worker import summarize_exception
+
+        raise RankFailed(
+            [
+                RankFailure(
+                    rank=job.rank,
+                    kind=FailureKind.LOST,
+                    summary=(
+                        "a peer rank is gone (its process or its node died): the outcomes of the other ranks "
+                        f"could not be gathered ({summarize_exception(exc)}); torchrun cannot replace a rank "
+                        "inside a pytest session, so the job ends"
+                    ),
+                    detail=outcome[2] if outcome[0] == "error" else "",
+                )
+            ],
+            world_size=world_size,
+            function=_function_name(task.fn),
+            spawned=False,
+        ) from None
     failures = [
         RankFailure(rank=r, kind=FailureKind.RAISED, summary=o[1], detail=o[2])
         for r, o in enumerate(gathered)
         if o[0] == "error"
     ]
     if failures:
-        raise RankFailed(failures, world_size=world_size, function=_function_name(task.fn))
+        raise RankFailed(failures, world_size=world_size, function=_function_name(task.fn), spawned=False)
     return [o[1] for o in gathered]

@@ -8,6 +8,15 @@ call on a warm pool costs a pipe round-trip.
 Ports: the parent keeps a ``TCPStore`` bound to port 0 (the kernel picks a free port atomically) open for the
 life of the pool and the ranks join it as clients; gloo/NCCL exchange their own addresses through that store.
 Nothing binds a fixed or pre-probed port, so parallel pytest-xdist workers cannot collide.
+
+Loopback only: ``TCPStore(host_name, ...)`` does not bind to ``host_name`` (both its libuv and its classic
+server listen on every interface, ``[::]``), so the parent binds a socket to 127.0.0.1 itself and hands it to
+the store as ``master_listen_fd``: the classic server adopts it in every torch we support (2.4+), the libuv
+server from torch 2.8 on. A spawned pool is single-node
+by construction; a multi-node run is started by torchrun, whose own rendezvous settings say where it listens.
+
+Processes: each rank leads its own session (``worker.py``), so killing a rank kills its process group, and with
+it whatever the rank started (data-loader workers, compilers, a ``subprocess``) instead of orphaning it.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,6 +48,13 @@ DUMP_WAIT_S = 2.0
 STOP_WAIT_S = 5.0
 """How long a graceful shutdown waits for a rank to leave its process group before killing it."""
 MASTER_ADDR = "127.0.0.1"
+RANKS_PER_CORE = 4
+"""Spawned CPU ranks allowed per core (``max_local_ranks``): each rank is a process with its own ``import torch``
+(~0.3 GB resident, seconds of CPU), and 4 ranks on 2 cores already run collectives 3-5x slower (CPU-FACTS);
+far beyond that, start-up and process-group timeouts expire before the work does, or descriptors run out."""
+MIN_RANK_LIMIT = 8
+"""The rank limit on a machine with few cores: the suites' 2-D meshes need 4 ranks, an 8-rank mesh should still
+be expressible on a 2-core CI runner (slowly)."""
 
 
 _CAUSE_ORDER = {
@@ -47,6 +64,7 @@ _CAUSE_ORDER = {
     FailureKind.RAISED: 2,
     FailureKind.TIMEOUT: 3,
     FailureKind.STOPPED: 4,
+    FailureKind.LOST: 5,
 }
 
 
@@ -71,12 +89,89 @@ def default_pg_timeout_s() -> float:
     return value
 
 
+def max_local_ranks() -> int:
+    """Most ranks one ``launch()`` may spawn on this machine: GPUPERF_MAX_RANKS, else ``RANKS_PER_CORE`` per core
+    this process may run on (at least ``MIN_RANK_LIMIT``). Checked before anything is spawned."""
+    raw = os.environ.get("GPUPERF_MAX_RANKS")
+    if raw is not None and raw.strip():
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise LaunchError(f"GPUPERF_MAX_RANKS={raw!r} is not a positive whole number of ranks")
+        return value
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(MIN_RANK_LIMIT, RANKS_PER_CORE * cores)
+
+
+def loopback_store(timeout_s: float) -> Any:
+    """A master ``TCPStore`` listening on 127.0.0.1 only, on a port the kernel picks (see the module docstring)."""
+    import torch
+    import torch.distributed as dist
+
+    errors = []
+    # libuv, torch's default server, adopts a listening socket since torch 2.8 (pytorch#150215); before that it
+    # would bind its own, on every interface. The classic server has adopted one since long before torch 2.4.
+    servers = (True, False) if torch.__version__ >= (2, 8) else (False,)  # type: ignore[operator]
+    for use_libuv in servers:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind((MASTER_ADDR, 0))
+            listener.listen(socket.SOMAXCONN)
+            port = listener.getsockname()[1]
+        except OSError:
+            listener.close()
+            raise
+        fd = listener.detach()  # the store owns (and closes) the socket from here on
+        try:
+            store = dist.TCPStore(
+                MASTER_ADDR,
+                port,
+                None,
+                is_master=True,
+                timeout=datetime.timedelta(seconds=timeout_s),
+                wait_for_workers=False,
+                master_listen_fd=fd,
+                use_libuv=use_libuv,
+            )
+        except (RuntimeError, TypeError, ValueError) as exc:
+            errors.append(f"{'libuv' if use_libuv else 'classic'} server: {type(exc).__name__}: {exc}")
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            continue
+        if store.port != port:  # the server bound a port of its own instead of adopting the socket
+            raise LaunchError(f"the launcher's rendezvous store ignored its loopback socket (port {store.port})")
+        return store
+    raise LaunchError(
+        "the launcher could not start its rendezvous store on 127.0.0.1 with a pre-bound socket "
+        f"({'; '.join(errors)}); torch 2.4 or later is required"
+    )
+
+
+def _kill_group(process: Any) -> None:
+    """SIGKILL a rank's process group (the rank leads it, see worker.py), then the rank itself.
+
+    Done before the rank is reaped where possible: while the rank (or a zombie of it, or any process of its group)
+    exists, no other process can get its pid as a group id. A rank killed before it called ``setsid`` has no group
+    of its own yet (ESRCH) and started nothing."""
+    pid = process.pid
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if process.is_alive():
+        process.kill()
+
+
 class RankPool:
     """Rank processes of one ``PoolKey``, each holding its process group, each running every submitted task."""
 
     def __init__(self, key: PoolKey, *, pg_timeout_s: float) -> None:
-        import torch.distributed as dist
-
         self.key = key
         self._closed = False
         self._processes: list[Any] = []
@@ -86,15 +181,9 @@ class RankPool:
         # worker is killed by its controller, not shut down).
         self._dump_dir = tempfile.mkdtemp(prefix="gpuperf-ranks-")
         self._dumps: list[Any] = []
-        self._store = dist.TCPStore(
-            MASTER_ADDR,
-            0,
-            None,
-            is_master=True,
-            timeout=datetime.timedelta(seconds=pg_timeout_s),
-            wait_for_workers=False,
-        )
+        self._store = loopback_store(pg_timeout_s)
         self.pids: tuple[int, ...] = ()
+        self._started = time.monotonic()
         try:
             self._spawn(pg_timeout_s)
             ready, failures, pending = self._collect(time.monotonic() + STARTUP_TIMEOUT_S, startup=True)
@@ -234,9 +323,15 @@ class RankPool:
         # which may reach the parent first. Stable sort keeps arrival order within a kind.
         failures.sort(key=lambda f: _CAUSE_ORDER[f.kind])
         first_failed = failures[0].rank if failures else None
+        elapsed = time.monotonic() - self._started
         for r in sorted(pending):
-            if startup:
-                kind, summary = FailureKind.STARTUP, f"not ready after {timeout_s:g} s"
+            if startup and first_failed is not None:
+                # Waiting for the peer that failed, most likely: say so, and how long it really waited.
+                kind = FailureKind.STOPPED
+                summary = f"not ready after {elapsed:.1f} s: stopped because rank {first_failed} failed during start-up"
+            elif startup:
+                kind = FailureKind.STARTUP
+                summary = f"not ready after {elapsed:.1f} s (the start-up limit, STARTUP_TIMEOUT_S, is {timeout_s:g} s)"
             elif first_failed is not None:
                 kind, summary = FailureKind.STOPPED, f"stopped because rank {first_failed} failed"
             else:
@@ -279,10 +374,9 @@ class RankPool:
         return stacks
 
     def kill(self) -> None:
-        """Kill every rank now and release the store, pipes and dump files."""
+        """Kill every rank and what it started now, and release the store, pipes and dump files."""
         for process in self._processes:
-            if process.is_alive():
-                process.kill()
+            _kill_group(process)
         self._release()
 
     def close(self) -> None:

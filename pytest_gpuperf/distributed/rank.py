@@ -115,7 +115,7 @@ def validate_mesh(world_size: int, mesh_shape: tuple[int, ...] | None, mesh_dim_
         if mesh_dim_names is not None:
             raise ValueError(f"mesh_dim_names={mesh_dim_names!r} given without mesh_shape")
         return
-    if not mesh_shape or any(not isinstance(n, int) or n < 1 for n in mesh_shape):
+    if not mesh_shape or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in mesh_shape):
         raise ValueError(f"mesh_shape must be positive integers, got {mesh_shape!r}")
     if math.prod(mesh_shape) != world_size:
         product = " * ".join(str(n) for n in mesh_shape)

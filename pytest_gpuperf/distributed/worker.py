@@ -10,6 +10,10 @@ pickle rather than through torch's shared-memory reductions, which would leave f
 Before anything else the rank registers a faulthandler dump of all its threads on SIGUSR1 into a file the
 parent names: the parent signals a rank it is about to kill (hung, or stopped because a peer failed) and puts
 that dump into the failure, even when the rank is stuck inside a C++ collective.
+
+Each rank then leads a session of its own (``setsid``): the parent kills the rank's whole process group, so
+what the rank started (a ``subprocess``, data-loader workers) dies with it, and the terminal's Ctrl-C reaches
+only pytest, which tears the ranks down itself.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import traceback
 from typing import Any
 
 from pytest_gpuperf.distributed import wire
+from pytest_gpuperf.distributed.errors import is_out_of_memory
 
 DUMP_SIGNAL = signal.SIGUSR1
 
@@ -64,9 +69,11 @@ def format_user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _summary(exc: BaseException) -> str:
+def summarize_exception(exc: BaseException) -> str:
+    """One line for a failure header: the exception type, its first line, and an out-of-memory hint."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    summary = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return f"out of memory: {summary}" if is_out_of_memory(exc) else summary
 
 
 def rank_main(
@@ -81,7 +88,9 @@ def rank_main(
 ) -> None:
     """Entry point of a spawned rank (the ``target`` of its ``multiprocessing`` process)."""
     _die_with_parent()
-    # Ctrl-C reaches the whole process group; the parent handles it and tears the ranks down.
+    if hasattr(os, "setsid"):
+        os.setsid()
+    # Ctrl-C is the parent's to handle (it tears the ranks down), should one reach this process anyway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Kept open for the life of the rank (faulthandler writes to its fd); the parent may delete the name.
     dump_file = open(dump_path, "a")
@@ -113,7 +122,7 @@ def rank_main(
             local_rank=int(environ["LOCAL_RANK"]),
         )
     except BaseException as exc:
-        _send(conn, ("startup-error", _summary(exc), traceback.format_exc()))
+        _send(conn, ("startup-error", summarize_exception(exc), traceback.format_exc()))
         return
     _send(conn, ("ready", os.getpid()))
     while True:
@@ -130,13 +139,18 @@ def rank_main(
             task = wire.decode(task_bytes)
         except Exception as exc:  # fn or an argument is not importable here
             _send(
-                conn, ("error", f"the task could not be unpickled in the rank: {_summary(exc)}", traceback.format_exc())
+                conn,
+                (
+                    "error",
+                    f"the task could not be unpickled in the rank: {summarize_exception(exc)}",
+                    traceback.format_exc(),
+                ),
             )
             continue
         try:
             value = rank_state.run_task(task)
         except BaseException as exc:
-            _send(conn, ("error", _summary(exc), format_user_traceback(exc)))
+            _send(conn, ("error", summarize_exception(exc), format_user_traceback(exc)))
         else:
             _send(conn, ("ok", value))
     try:
