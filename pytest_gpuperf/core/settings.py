@@ -17,6 +17,7 @@ import pytest
 T = TypeVar("T")
 
 DEVICES = ("auto", "cpu", "cuda")
+MACHINE_CHECKS = ("on", "record", "off")
 
 
 class SettingError(ValueError):
@@ -65,6 +66,16 @@ def parse_choice(*choices: str) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def parse_seconds(text: str) -> float:
+    try:
+        value = float(text.strip().removesuffix("s").strip())
+    except ValueError:
+        raise SettingError("expected a number of seconds such as 20 or 20s") from None
+    if not (value >= 0 and value < float("inf")):
+        raise SettingError("expected a number of seconds >= 0")
+    return value
 
 
 def parse_text(text: str) -> str:
@@ -225,6 +236,30 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="N",
     ),
     OptionSpec(
+        name="machine-check",
+        help="machine-state signals (steal, run-queue wait, a reference canary): on = record them with every "
+        "measurement and judge a contended one or one whose canary moved against the baseline's NOISY; record = "
+        "record only; off = neither (default on)",
+        parse=parse_choice(*MACHINE_CHECKS),
+        default="on",
+        metavar="on|record|off",
+    ),
+    OptionSpec(
+        name="extend",
+        help="extra rounds of samples a measurement whose verdict is AMBIGUOUS may take before concluding "
+        "(sequential sampling; default 2)",
+        parse=parse_count(0),
+        default=2,
+        metavar="N",
+    ),
+    OptionSpec(
+        name="extend-seconds",
+        help="time a test may spend on those extra rounds, in seconds (default 20)",
+        parse=parse_seconds,
+        default=20.0,
+        metavar="S",
+    ),
+    OptionSpec(
         name="remeasure",
         help="extra rounds a noisy measurement may take before it is reported NOISY (default 2)",
         parse=parse_count(0),
@@ -267,6 +302,14 @@ class Settings:
     confirm: int
     """Repeated attempts before REGRESSED fails a test (each must regress too)."""
     remeasure: int
+    machine_check: str = "off"
+    """on: record the machine's state with each measurement and judge by it; record: record only; off: neither
+    (a settings object built by hand; the option's default is on)."""
+    extend: int = 0
+    """Extra rounds an AMBIGUOUS measurement may take (sequential sampling); 0 (a settings object built by hand)
+    never extends, the option's default is 2."""
+    extend_seconds: float = 0.0
+    """Time a test may spend on those rounds."""
 
     def for_device(self, device: str, name: str) -> float:
         """A device-dependent setting: the explicit value, else the device's default."""
