@@ -267,3 +267,28 @@ def test_stored_baseline_recorded_under_load_reads_noisy(pytester: pytest.Pytest
     unaware.assert_outcomes(passed=1)
     [metric] = json.loads((pytester.path / "r.json").read_text())["results"]
     assert metric["verdict"] == "IMPROVED"  # the verdict that does not see the machine is fooled
+
+
+def test_a_size_is_not_moved_by_the_machine(tmp_path: Path) -> None:
+    session = make_session(tmp_path, [])
+    loaded_runs = [
+        NewMetric(
+            test="m.py::t",
+            name="peak",
+            unit="MiB",
+            higher_is_better=False,
+            run=MetricRun(
+                samples=[v * 1e4 * f for v in NOW],
+                stack=session.fingerprint.stack,
+                date="d",
+                summary={},
+                context={"machine": state(runqueue=0.5)},
+            ),
+        )
+        for f in (1.0, 1.01, 0.99)
+    ]
+    session.store.save(loaded_runs, [], keep_runs=5)
+    perf = session.new_perf("m.py::t")
+    perf.record("peak", [v * 1e4 for v in NOW], unit="MiB", higher_is_better=False, context={"machine": state()})
+    [peak] = session.evaluate(perf)
+    assert peak.verdict is not Verdict.NOISY and "machine_check" not in peak.context

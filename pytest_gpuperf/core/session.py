@@ -28,6 +28,10 @@ TelemetryOpener = Callable[[str], "DeviceReader | TelemetryUnavailable | None"]
 
 RESULTS_SCHEMA_VERSION = 1
 
+UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
+"""Units of figures a busy machine does not change (memory, counts): the machine-state rule leaves them alone.
+Everything else (times, rates, and figures derived from them such as MFU or scaling efficiency) is judged by it."""
+
 # Verdicts that fail a test: always, and additionally under --gpuperf-strict.
 FAILING = frozenset({Verdict.REGRESSED})
 FAILING_STRICT = frozenset({Verdict.REGRESSED, Verdict.NO_BASELINE, Verdict.NOISY, Verdict.AMBIGUOUS, Verdict.IMPROVED})
@@ -217,8 +221,12 @@ class GpuperfSession:
             runs = []  # the metric's meaning changed: an old baseline says nothing about it
         context, conditions = self._check_conditions(nodeid, metric.name, metric.context, bool(runs))
         dropped: tuple[int, ...] = ()
-        if runs and self.settings.machine_check == "on" and not exact_agreement(metric.samples, runs):
-            # a figure that reproduces exactly is not a timing: the machine's state does not move it
+        if (
+            runs
+            and self.settings.machine_check == "on"
+            and metric.unit not in UNMOVED_BY_LOAD
+            and not exact_agreement(metric.samples, runs)
+        ):  # a size, a count or a figure that reproduces exactly is not a timing: the machine's load does not move it
             assert baseline is not None
             check = judge_machine(machine_state(metric.context), [machine_state(run.context) for run in baseline.runs])
             context = {**context, "machine_check": check.as_dict()}
