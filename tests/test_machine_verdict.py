@@ -292,3 +292,20 @@ def test_a_size_is_not_moved_by_the_machine(tmp_path: Path) -> None:
     perf.record("peak", [v * 1e4 for v in NOW], unit="MiB", higher_is_better=False, context={"machine": state()})
     [peak] = session.evaluate(perf)
     assert peak.verdict is not Verdict.NOISY and "machine_check" not in peak.context
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--gpuperf-extend-seconds", "soon", "expected a number of seconds"),
+        ("--gpuperf-extend", "-1", "expected a whole number >= 0"),
+        ("--gpuperf-machine-check", "maybe", "expected one of on, record, off"),
+    ],
+)
+def test_bad_values_of_the_new_options_are_one_line_errors(
+    pytester: pytest.Pytester, option: str, value: str, message: str
+) -> None:
+    pytester.makepyfile(test_loop=WORKLOAD)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gpuperf-device", "cpu", f"{option}={value}")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines([f"*Invalid value '{value}' from {option}: {message}*"])
