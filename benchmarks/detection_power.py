@@ -8,8 +8,12 @@ attempt is REGRESSED and, with confirmation, the second one too (session.confirm
 matter: they carry the between-run noise that a single process never shows. The workload is a fixed count of
 one-thread 128x128 matmuls; a slowdown of s adds round(PRODUCTS * s) products, so the injected extra work is exact.
 
-    python benchmarks/detection_power.py --rounds 20 [--out samples.json]
+    python benchmarks/detection_power.py --rounds 20 [--out samples.json] [--normalise]
     python benchmarks/detection_power.py --rejudge samples.json --threshold 3 --run-noise 1
+
+Every run also times the plugin's reference canary (machine/contention.py) after its repeats, as perf.measure
+does; ``--normalise`` judges the same runs a second time with each run's samples divided by its canary median, to
+measure whether normalising by the canary helps or hurts detection (docs/machine-state.md).
 
 Prints, per level, the fraction of rounds flagged REGRESSED on one attempt and confirmed (and the other
 verdicts), and the time one "test" (one current run) took. --out keeps every raw sample, so --rejudge can judge
@@ -20,11 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -36,9 +43,12 @@ PRODUCTS = 100
 LEVELS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.10)
 ATTEMPTS = 2  # the first attempt and the confirmation the plugin measures by default
 
-# One process = one run: warm up, then time REPEATS calls; prints the samples as JSON.
+# One process = one run: warm up, then time REPEATS calls, then the plugin's reference canary (as perf.measure takes
+# it after each round); prints {"samples": [...], "canary": [...]} as JSON.
 RUN = """
 import json, sys, time, torch
+sys.path.insert(0, sys.argv[4])
+from pytest_gpuperf.machine.contention import run_canary
 torch.set_num_threads(1)
 products, repeats, warmup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 g = torch.Generator().manual_seed(0)
@@ -51,18 +61,29 @@ for _ in range(warmup):
 samples = []
 for _ in range(repeats):
     start = time.perf_counter(); call(); samples.append(time.perf_counter() - start)
-print(json.dumps(samples))
+print(json.dumps({"samples": samples, "canary": run_canary()[0]}))
 """
 
 
-def one_run(products: int, repeats: int, warmup: int) -> list[float]:
+def one_run(products: int, repeats: int, warmup: int) -> dict[str, list[float]]:
     out = subprocess.run(
-        [sys.executable, "-c", RUN, str(products), str(repeats), str(warmup)],
+        [sys.executable, "-c", RUN, str(products), str(repeats), str(warmup), str(ROOT)],
         capture_output=True,
         text=True,
         check=True,
     )
     return json.loads(out.stdout)
+
+
+def samples_of(run: list[float] | dict[str, list[float]], reference: float | None = None) -> list[float]:
+    """A run's samples (files kept before the canary was recorded hold plain lists); with ``reference``, divided
+    by the run's canary median and multiplied by it (canary normalisation)."""
+    if isinstance(run, list):
+        return run
+    if reference is None:
+        return run["samples"]
+    canary = sorted(run["canary"])
+    return [value * reference / canary[len(canary) // 2] for value in run["samples"]]
 
 
 def measure(rounds: int, baseline_runs: int, repeats: int, warmup: int) -> dict[str, object]:
@@ -85,18 +106,22 @@ def measure(rounds: int, baseline_runs: int, repeats: int, warmup: int) -> dict[
     return {"rounds": recorded, "test_seconds": test_seconds, "repeats": repeats, "baseline_runs": baseline_runs}
 
 
-def attempts_of(recorded: dict[str, object], level: float) -> list[list[float]]:
+def attempts_of(recorded: dict[str, object], level: float) -> list[Any]:
     """The current runs of one level; samples kept before confirmation was measured hold one flat run."""
     current = recorded["current"][str(level)]  # type: ignore[index]
-    return current if isinstance(current[0], list) else [current]
+    return current if isinstance(current[0], (list, dict)) else [current]
 
 
-def judge(data: dict[str, object], rules: Rules) -> None:
+def judge(data: dict[str, object], rules: Rules, *, normalise: bool = False) -> None:
     rounds = data["rounds"]
     assert isinstance(rounds, list)
+    if normalise and isinstance(rounds[0]["baseline"][0], list):
+        print("--normalise: these samples were kept without the canary; measure again")
+        return
     print(
         f"\nrules: threshold {rules.delta:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
         f"{data['baseline_runs']} baseline runs x {data['repeats']} repeats, {len(rounds)} rounds"
+        + (", every run normalised by its canary" if normalise else "")
     )
     print(
         "| injected slowdown | REGRESSED, one attempt | REGRESSED, confirmed | other verdicts (confirmed) "
@@ -110,8 +135,13 @@ def judge(data: dict[str, object], rules: Rules) -> None:
         ratios = []
         for recorded in rounds:
             verdicts = []
+            reference = None
+            if normalise:  # the baseline's canary median: what every run's canary is scaled to
+                medians = sorted(sorted(run["canary"])[len(run["canary"]) // 2] for run in recorded["baseline"])
+                reference = medians[len(medians) // 2]
+            baseline = [samples_of(run, reference) for run in recorded["baseline"]]
             for attempt in attempts_of(recorded, level):
-                result = compare(attempt, recorded["baseline"], higher_is_better=False, rules=rules)
+                result = compare(samples_of(attempt, reference), baseline, higher_is_better=False, rules=rules)
                 verdicts.append(result.verdict)
                 ratios.append(result.ratio or 0.0)
                 if result.verdict is not Verdict.REGRESSED:
@@ -150,6 +180,9 @@ def main() -> int:
     parser.add_argument("--threshold", type=float, help="percent (default: the plugin's CPU default)")
     parser.add_argument("--run-noise", type=float, help="percent (default: the plugin's CPU default)")
     parser.add_argument("--prior-runs", type=float, help="weight of the run-noise prior (default: the plugin's)")
+    parser.add_argument(
+        "--normalise", action="store_true", help="also judge every run divided by its reference canary's median"
+    )
     args = parser.parse_args()
 
     defaults = DEVICE_DEFAULTS["cpu"]
@@ -166,7 +199,37 @@ def main() -> int:
         if args.out:
             args.out.write_text(json.dumps(data))
     judge(data, rules)
+    if args.normalise:
+        judge(data, rules, normalise=True)
+        normalisation_error(data)
     return 0
+
+
+def normalisation_error(data: dict[str, Any]) -> None:
+    """How far each run's median lands from where the injected slowdown puts it, raw and canary-normalised: the
+    figure behind the decision not to normalise, free of the verdict's thresholds (a loaded machine turns every
+    verdict NOISY, but the errors still say which estimate is closer)."""
+    print(
+        "\n| samples | between-run sd of the baseline's log medians (median over rounds) | sd of the current runs' "
+        "log-ratio error | median abs error |"
+    )
+    print("| --- | --- | --- | --- |")
+    for normalise in (False, True):
+        errors: list[float] = []
+        spreads: list[float] = []
+        for recorded in data["rounds"]:
+            medians = sorted(statistics.median(run["canary"]) for run in recorded["baseline"])
+            reference = medians[len(medians) // 2] if normalise else None
+            logs = [math.log(statistics.median(samples_of(run, reference))) for run in recorded["baseline"]]
+            spreads.append(statistics.stdev(logs))
+            for level, attempts in recorded["current"].items():
+                for attempt in attempts:
+                    now = math.log(statistics.median(samples_of(attempt, reference)))
+                    errors.append(now - statistics.median(logs) - math.log(1 + float(level)))
+        print(
+            f"| {'normalised by the canary' if normalise else 'raw'} | {statistics.median(spreads):.2%} "
+            f"| {statistics.pstdev(errors):.2%} | {statistics.median(abs(e) for e in errors):.2%} |"
+        )
 
 
 if __name__ == "__main__":

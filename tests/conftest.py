@@ -8,3 +8,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     import numpy  # noqa: F401
     import scipy.stats  # noqa: F401
     import torch  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _machine_state_not_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's own tests feed known samples: the real machine's load (other jobs on a shared CI box) must not
+    turn their verdicts NOISY. Tests of the machine-state rule ask for it with --gpuperf-machine-check on."""
+    monkeypatch.setenv("GPUPERF_MACHINE_CHECK", "off")

@@ -158,3 +158,59 @@ def test_too_few_samples_to_decide_say_so() -> None:
     result = compare([1.2, 1.21], [[1.0, 1.01]], higher_is_better=False, rules=RULES)
     assert result.verdict is Verdict.AMBIGUOUS
     assert "cannot reach p < 0.01" in result.reason
+
+
+# -- exact figures: the between-run noise is the metric's own --
+
+
+@pytest.mark.parametrize(
+    ("current", "baseline"),
+    [
+        ([412.0] * 5, [[412.0] * 5] * 5),  # a count, constant in every run
+        ([412.0, 412.0, 412.0], [[412.0] * 3]),  # one baseline run is enough when both are constant
+        ([2.3125, 2.375, 2.3438], [[2.3438, 2.3125, 2.375]] * 3),  # loss values of three seeds, reproduced
+        ([2.3125, 2.375, 2.3438], [[2.375, 2.3438, 2.3125]]),  # ... repeated exactly against one run
+    ],
+)
+def test_an_unchanged_exact_figure_passes_not_ambiguous(current: list[float], baseline: list[list[float]]) -> None:
+    result = compare(current, baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.015))
+    assert result.verdict is Verdict.PASS, result
+    assert result.run_noise == 0.0 and result.ratio == 1.0
+    assert "exact figure" in result.reason
+
+
+def test_an_exact_figure_that_changed_beyond_the_threshold_is_decided() -> None:
+    rules = Rules(delta=0.02, run_noise=0.015)
+    worse = compare([420.0] * 5, [[400.0] * 5] * 3, higher_is_better=False, rules=rules)
+    assert worse.verdict is Verdict.REGRESSED and worse.p_worse is not None and worse.p_worse < 0.01
+    better = compare([380.0] * 5, [[400.0] * 5] * 3, higher_is_better=False, rules=rules)
+    assert better.verdict is Verdict.IMPROVED
+    within = compare([401.0] * 5, [[400.0] * 5] * 3, higher_is_better=False, rules=rules)
+    assert within.verdict is Verdict.PASS  # 0.25% is a real change, but below what matters
+
+
+def test_exact_runs_at_different_values_use_their_own_spread() -> None:
+    """Constant runs that differ from each other: a deterministic figure per run (a seed's loss), whose own
+    between-run spread, not the prior, is the noise."""
+    rules = Rules(delta=0.02, run_noise=0.0001)
+    result = compare([101.0] * 4, [[100.0] * 4, [104.0] * 4, [98.0] * 4], higher_is_better=False, rules=rules)
+    assert result.run_noise == pytest.approx(float(np.std(np.log([100.0, 104.0, 98.0]), ddof=1)))
+    assert result.verdict is Verdict.AMBIGUOUS  # ~3% spread of its own on 2 degrees of freedom decides nothing
+
+
+def test_timings_still_shrink_toward_the_prior() -> None:
+    """Runs that merely agree closely are timings, not exact figures: the prior still weighs."""
+    rng = np.random.default_rng(11)
+    baseline = runs_of(rng, 1.0, runs=2, sd=0.01, run_sd=0.0)
+    result = compare(baseline[0], baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.015))
+    assert result.run_noise is not None and result.run_noise > 0.005
+    assert "exact figure" not in result.reason
+
+
+def test_rules_for_looks_spend_alpha_and_coverage() -> None:
+    rules = Rules(delta=0.02, alpha=0.01, confidence=0.95)
+    assert rules.for_looks(1) is rules
+    three = rules.for_looks(3)
+    assert three.alpha == pytest.approx(0.01 / 3) and three.confidence == pytest.approx(1 - 0.05 / 3)
+    with pytest.raises(ValueError, match="looks"):
+        rules.for_looks(0)

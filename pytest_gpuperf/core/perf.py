@@ -1,4 +1,9 @@
-"""The `perf` fixture's object: what a test measured (samples, curves), nothing judged yet."""
+"""The `perf` fixture's object: what a test measured (samples, curves), nothing judged yet.
+
+Around every measurement it also records what the device reported (telemetry) and what the machine did
+(machine/contention.py: steal, run-queue wait, a reference canary), so the verdict can tell a slower stack from a
+busier machine. A round measured on a machine that was not itself is measured again (``--gpuperf-remeasure``);
+a clean round whose verdict would be AMBIGUOUS is extended with more rounds of samples (``--gpuperf-extend``)."""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ from typing import Any, NoReturn
 import pytest
 
 from pytest_gpuperf.core import schema
-from pytest_gpuperf.core.stats import Verdict, summarize
+from pytest_gpuperf.core.stats import Comparison, Verdict, summarize
 from pytest_gpuperf.core.store import Curve
+from pytest_gpuperf.machine.contention import MachineState, MachineWindow, judge_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 
 Timer = Callable[[Callable[[], object], int], list[float]]
@@ -29,6 +35,9 @@ class MetricRecord:
     samples: list[float]
     rounds: int = 1
     """How many measurement rounds were taken (a noisy round is measured again, up to a bound)."""
+    looks: int = 1
+    """How many rounds' samples are pooled in ``samples``: more than 1 when an AMBIGUOUS measurement was extended
+    (sequential sampling); the verdict then spends its alpha over the looks (``Rules.for_looks``)."""
     context: dict[str, Any] = field(default_factory=dict)
     """What else was observed while measuring (device telemetry, for example); stored in the results."""
     unjudgeable: str | None = None
@@ -62,57 +71,80 @@ class CurveRecord:
 
 
 class TelemetryWindow:
-    """What the device reported while a ``with perf.watch()`` block ran.
+    """What the device reported, and what the machine did, while a ``with perf.watch()`` block ran.
 
-    Without a telemetry reader (CPU runs, no NVML/amdsmi) it samples nothing and ``context`` is empty: nothing is
-    invented. A reader that fails mid-window is reported in ``context`` instead of failing the measurement.
+    Without a telemetry reader (CPU runs, no NVML/amdsmi) it samples no device and ``context`` holds no
+    "telemetry": nothing is invented. A reader that fails mid-window is reported in ``context`` instead of failing
+    the measurement. With ``machine=True`` the machine's state (machine/contention.py) is kept under "machine".
     """
 
-    def __init__(self, reader: DeviceReader | None) -> None:
+    def __init__(self, reader: DeviceReader | None, *, machine: bool = False) -> None:
         self._reader = reader
         self._sampler: TelemetrySampler | None = None
+        self._machine = MachineWindow() if machine else None
         self.summary: TelemetrySummary | None = None
         """The window's summary (clocks, power, throttling), once the block has ended."""
+        self.machine: MachineState | None = None
+        """The machine's state over the window (steal, run-queue wait, canary), once the block has ended."""
         self.error: str | None = None
 
     def __enter__(self) -> TelemetryWindow:
+        if self._machine is not None:
+            self._machine.__enter__()
         if self._reader is not None:
             self._sampler = TelemetrySampler(self._reader)
             self._sampler.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._sampler is None:
-            return
         try:
-            self._sampler.__exit__(*exc_info)
-        except RuntimeError as error:
-            self.error = str(error)
-            return
-        self.summary = self._sampler.trace.summary()
+            if self._sampler is not None:
+                try:
+                    self._sampler.__exit__(*exc_info)
+                except RuntimeError as error:
+                    self.error = str(error)
+                else:
+                    self.summary = self._sampler.trace.summary()
+        finally:
+            if self._machine is not None:
+                self._machine.__exit__(*exc_info)  # the canary runs after the device sampler has stopped
+                self.machine = self._machine.state
 
     @property
     def context(self) -> dict[str, Any]:
-        """For ``perf.record(..., context=window.context)``: the summary under "telemetry" (the key the verdict
-        reads the clocks from), or nothing."""
+        """For ``perf.record(..., context=window.context)``: the device summary under "telemetry" (the key the
+        verdict reads the clocks from) and the machine's state under "machine", where there are any."""
+        context: dict[str, Any] = {}
         if self.summary is not None:
             assert self._reader is not None
-            return {
-                "telemetry": {
-                    **self.summary.to_dict(),
-                    "device_name": self._reader.device_name,
-                    "backend": self._reader.backend,
-                }
+            context["telemetry"] = {
+                **self.summary.to_dict(),
+                "device_name": self._reader.device_name,
+                "backend": self._reader.backend,
             }
-        if self.error is not None:
-            return {"telemetry_error": self.error}
-        return {}
+        elif self.error is not None:
+            context["telemetry_error"] = self.error
+        if self.machine is not None:
+            context["machine"] = self.machine.to_dict()
+        return context
 
-    def conditions(self, baseline: TelemetrySummary | None) -> str | None:
-        """Why this window's device conditions make it incomparable with the baseline's, or None."""
-        if self.summary is None:
-            return None
-        return check_conditions(self.summary, baseline).problem
+    def conditions(
+        self, baseline: TelemetrySummary | None, baseline_machine: list[MachineState | None] | None = None
+    ) -> str | None:
+        """Why this window's device or machine conditions make it incomparable with the baseline's, or None.
+
+        Only what re-measuring can change counts here: a contended machine now, or a canary slower than the
+        baseline's; a baseline recorded under load is the verdict's business (session.py)."""
+        problems = []
+        if self.summary is not None:
+            problem = check_conditions(self.summary, baseline).problem
+            if problem:
+                problems.append(problem)
+        if self.machine is not None and baseline_machine is not None:
+            current = judge_machine(self.machine, baseline_machine).current
+            if current:
+                problems.append(current)
+        return "; ".join(problems) or None
 
 
 class Perf:
@@ -128,6 +160,8 @@ class Perf:
         baseline_curves: Callable[[str], list[Curve]],
         telemetry: DeviceReader | None = None,
         baseline_telemetry: Callable[[str], TelemetrySummary | None] | None = None,
+        baseline_machine: Callable[[str], list[MachineState | None]] | None = None,
+        preview: Callable[[MetricRecord], Comparison] | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.device = device
@@ -137,8 +171,17 @@ class Perf:
         self._baseline_curves = baseline_curves
         self._telemetry = telemetry
         self._baseline_telemetry = baseline_telemetry or (lambda name: None)
+        self._baseline_machine = baseline_machine
+        """The machine states stored with the baseline's runs; None: machine state is not judged (it may still
+        be recorded, see ``machine_check``)."""
+        self._preview = preview
+        """The verdict a metric would get now, for sequential sampling; None: never extend."""
+        self._machine_check = str(getattr(settings, "machine_check", "off"))
+        self._extend_spent = 0.0
+        """Seconds this test has spent on extension rounds (bounded by --gpuperf-extend-seconds)."""
         self.metrics: list[MetricRecord] = []
         self.curves: list[CurveRecord] = []
+        self._test_window = self._start_test_window()
 
     def record(
         self,
@@ -179,13 +222,17 @@ class Perf:
                 f"perf.record({name!r}): samples must be finite positive numbers (times, rates, sizes: the "
                 f"verdict compares ratios), got {bad[:4]}"
             )
+        context = dict(context or {})
+        if "machine" not in context and self._test_window is not None:
+            # samples timed by the test itself, outside perf.watch(): the machine's state since the test began
+            context["machine"] = self._test_window.close().to_dict()
         record = MetricRecord(
             name=name,
             unit=unit,
             higher_is_better=higher_is_better,
             samples=values,
             rounds=rounds,
-            context=dict(context or {}) | ({"unjudgeable": unjudgeable} if unjudgeable else {}),
+            context=context | ({"unjudgeable": unjudgeable} if unjudgeable else {}),
             unjudgeable=unjudgeable,
         )
         self.metrics.append(record)
@@ -211,10 +258,15 @@ class Perf:
         of work one call does, in ``unit`` x seconds: FLOPs / 1e12 for TFLOP/s) the metric is work per second,
         higher is better. Returns the recorded samples.
 
-        Device telemetry, where there is a reader, is sampled around each round and kept in the metric's context.
-        A round whose spread exceeds the noise limit, or in which the device throttled or ran its clocks below
-        90% of the baseline's, is measured again, up to ``--gpuperf-remeasure`` times; the best round is kept
-        (comparable device conditions first, then the least spread).
+        Device telemetry, where there is a reader, and the machine's state are sampled around each round and kept
+        in the metric's context. A round whose spread exceeds the noise limit, in which the device throttled or
+        ran its clocks below 90% of the baseline's, or in which the machine was contended (or its reference
+        canary ran slower than the baseline's) is measured again, up to ``--gpuperf-remeasure`` times; the best
+        round is kept (comparable conditions first, then the least spread).
+
+        Sequential sampling: when that round is clean and its verdict against the baseline would be AMBIGUOUS,
+        up to ``--gpuperf-extend`` more rounds are taken and pooled with it, while each stays clean and the test's
+        extension time stays within ``--gpuperf-extend-seconds``; the verdict spends its alpha over the looks.
         """
         self._check_name(name)
         if work is not None and (unit == "s" or not work > 0):
@@ -234,9 +286,11 @@ class Perf:
         for _ in range(warmup):
             fn()
         baseline_telemetry = self._baseline_telemetry(name)
-        best: tuple[tuple[bool, float], list[float], dict[str, Any]] | None = None
-        rounds = 0
-        for rounds in range(1, self.settings.remeasure + 2):  # noqa: B007 (the count is reported after the loop)
+        baseline_machine = self._baseline_machine(name) if self._baseline_machine is not None else None
+
+        def one_round() -> tuple[list[float], str | None, float, dict[str, Any], float]:
+            """(samples, why not comparable, spread, context, seconds the round took)."""
+            started = time.perf_counter()
             with self.watch() as window:
                 seconds = timer(fn, repeats)
             if len(seconds) != repeats or not all(math.isfinite(t) and t > 0 for t in seconds):
@@ -245,22 +299,91 @@ class Perf:
                     f"{repeats} positive durations in seconds"
                 )
             samples = [work / t for t in seconds] if work is not None else list(seconds)
-            conditions = window.conditions(baseline_telemetry)
-            spread = summarize(samples).spread
+            conditions = window.conditions(baseline_telemetry, baseline_machine)
+            return samples, conditions, summarize(samples).spread, window.context, time.perf_counter() - started
+
+        best: tuple[tuple[bool, float], list[float], dict[str, Any], float] | None = None
+        rounds = 0
+        clean = False
+        for rounds in range(1, self.settings.remeasure + 2):  # noqa: B007 (the count is reported after the loop)
+            samples, conditions, spread, context, took = one_round()
             rank = (conditions is None, -spread)
             if best is None or rank > best[0]:
-                best = (rank, samples, window.context)
+                best = (rank, samples, context, took)
             if conditions is None and spread <= self._noise_limit:
+                clean = True
                 break
         assert best is not None
-        _, samples, context = best
-        self.record(name, samples, unit=unit, higher_is_better=work is not None, rounds=rounds, context=context)
+        _, samples, context, took = best
+        higher_is_better = work is not None
+        looks = 1
+        if clean:
+            samples, context, looks, rounds = self._extend(
+                name, unit, higher_is_better, samples, context, rounds, took, one_round
+            )
+        record = self.record(
+            name, samples, unit=unit, higher_is_better=higher_is_better, rounds=rounds, context=context
+        )
+        record.looks = looks
         return samples
+
+    def _extend(
+        self,
+        name: str,
+        unit: str,
+        higher_is_better: bool,
+        samples: list[float],
+        context: dict[str, Any],
+        rounds: int,
+        took: float,
+        one_round: Callable[[], tuple[list[float], str | None, float, dict[str, Any], float]],
+    ) -> tuple[list[float], dict[str, Any], int, int]:
+        """Sequential sampling: pool more clean rounds while the verdict would be AMBIGUOUS, within the bounds.
+
+        Returns (pooled samples, context, looks, rounds taken in all)."""
+        limit = int(getattr(self.settings, "extend", 0))
+        budget = float(getattr(self.settings, "extend_seconds", 0.0))
+        if self._preview is None or limit <= 0 or getattr(self.settings, "save", False):
+            return samples, context, 1, rounds
+        looks = 1
+        stopped = ""
+        while True:
+            candidate = MetricRecord(
+                name=name, unit=unit, higher_is_better=higher_is_better, samples=samples, context=context, looks=looks
+            )
+            if self._preview(candidate).verdict is not Verdict.AMBIGUOUS:
+                break
+            if looks > limit:
+                stopped = f"still AMBIGUOUS after {limit} extra round(s) (--gpuperf-extend)"
+                break
+            if self._extend_spent + took > budget:
+                stopped = (
+                    f"the next round (~{took:.1f} s) would exceed the test's {budget:g} s for extra rounds "
+                    "(--gpuperf-extend-seconds)"
+                )
+                break
+            more, conditions, spread, _, took = one_round()
+            rounds += 1
+            self._extend_spent += took
+            if conditions is not None or spread > self._noise_limit:
+                why = conditions or f"spread {spread:.1%} above the noise limit"
+                stopped = f"extra round {rounds} not pooled: {why}"
+                break
+            samples = samples + more
+            looks += 1
+        if looks > 1 or stopped:
+            context = {**context, "extended": {"looks": looks, "stopped": stopped or "decided"}}
+        return samples, context, looks, rounds
 
     def reset(self) -> None:
         """Forget what was recorded, before the test is measured again (a confirmation attempt)."""
         self.metrics.clear()
         self.curves.clear()
+        self._extend_spent = 0.0
+        self._test_window = self._start_test_window()
+
+    def _start_test_window(self) -> MachineWindow | None:
+        return MachineWindow().start() if self._machine_check != "off" else None
 
     def watch(self) -> TelemetryWindow:
         """Sample device telemetry around a block you time yourself; pass ``window.context`` to ``record``::
@@ -269,7 +392,7 @@ class Perf:
             samples = my_timed_loop()
         perf.record("tokens_per_s", samples, unit="tok/s", higher_is_better=True, context=window.context)
         """
-        return TelemetryWindow(self._telemetry)
+        return TelemetryWindow(self._telemetry, machine=self._machine_check != "off")
 
     def metric(self, name: str) -> MetricRecord:
         """The record of a metric already measured in this test (to add context such as the peak it reached)."""

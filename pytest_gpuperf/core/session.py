@@ -16,11 +16,11 @@ from typing import Any
 
 from pytest_gpuperf import __version__
 from pytest_gpuperf.core import results as results_format
-from pytest_gpuperf.core.perf import Perf
+from pytest_gpuperf.core.perf import MetricRecord, Perf
 from pytest_gpuperf.core.results import MetricResult
 from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
-from pytest_gpuperf.core.stats import Rules, Verdict, compare, summarize
+from pytest_gpuperf.core.stats import Rules, Verdict, compare, exact_agreement, summarize
 from pytest_gpuperf.core.store import (
     BaselineStore,
     Curve,
@@ -32,6 +32,7 @@ from pytest_gpuperf.core.store import (
     os_reason,
     write_atomic,
 )
+from pytest_gpuperf.machine.contention import MachineState, judge_machine
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
     DeviceReader,
@@ -46,6 +47,10 @@ __all__ = ["GpuperfSession", "MetricResult", "confirm", "resolve_device"]
 
 TelemetryOpener = Callable[[str], "DeviceReader | TelemetryUnavailable | None"]
 """Given the device ("cpu"/"cuda"): a telemetry reader, why there is none, or None where none is expected."""
+
+UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
+"""Units of figures a busy machine does not change (memory, counts): the machine-state rule leaves them alone.
+Everything else (times, rates, and figures derived from them such as MFU or scaling efficiency) is judged by it."""
 
 # Verdicts that fail a test: always, and additionally under --gpuperf-strict.
 FAILING = frozenset({Verdict.REGRESSED})
@@ -127,6 +132,11 @@ class GpuperfSession:
                 return stored_summary(stored)  # None when written by another version: clocks not compared
         return None
 
+    def baseline_machine(self, nodeid: str, name: str) -> list[MachineState | None]:
+        """The machine state stored with each of the baseline's runs (None for a run that has none)."""
+        baseline = self.store.metric(nodeid, name)
+        return [machine_state(run.context) for run in baseline.runs] if baseline else []
+
     def rules(self) -> Rules:
         return Rules(
             delta=self.settings.for_device(self.device, "threshold"),
@@ -143,6 +153,10 @@ class GpuperfSession:
             baseline_curves=lambda name: self.store.curves(nodeid, name),
             telemetry=self.telemetry,
             baseline_telemetry=lambda name: self.baseline_telemetry(nodeid, name),
+            baseline_machine=(
+                (lambda name: self.baseline_machine(nodeid, name)) if self.settings.machine_check == "on" else None
+            ),
+            preview=lambda metric: self.evaluate_metric(nodeid, metric).comparison,
         )
 
     # -- verdict --
@@ -155,40 +169,65 @@ class GpuperfSession:
 
     def evaluate(self, perf: Perf) -> list[MetricResult]:
         """The verdict on every metric of a finished test, remembering nothing (an attempt may be repeated)."""
-        rules = self.rules()
+        return [self.evaluate_metric(perf.nodeid, metric) for metric in perf.metrics]
+
+    def evaluate_metric(self, nodeid: str, metric: MetricRecord) -> MetricResult:
+        """The verdict on one metric (also asked mid-measurement, by sequential sampling), remembering nothing."""
+        rules = self.rules().for_looks(metric.looks)
         stack = self.fingerprint.stack
-        judged = []
-        for metric in perf.metrics:
-            baseline = self.store.metric(perf.nodeid, metric.name)
-            runs = [run.samples for run in baseline.runs] if baseline else []
-            if baseline and baseline.higher_is_better != metric.higher_is_better:
-                runs = []  # the metric's meaning changed: an old baseline says nothing about it
-            context, conditions = self._check_conditions(perf.nodeid, metric.name, metric.context, bool(runs))
-            if metric.unjudgeable:
-                conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
-            comparison = compare(
-                metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules, conditions=conditions
+        baseline = self.store.metric(nodeid, metric.name)
+        runs = [run.samples for run in baseline.runs] if baseline else []
+        if baseline and baseline.higher_is_better != metric.higher_is_better:
+            runs = []  # the metric's meaning changed: an old baseline says nothing about it
+        context, conditions = self._check_conditions(nodeid, metric.name, metric.context, bool(runs))
+        dropped: tuple[int, ...] = ()
+        if (
+            runs
+            and self.settings.machine_check == "on"
+            and metric.unit not in UNMOVED_BY_LOAD
+            and not exact_agreement(metric.samples, runs)
+        ):  # a size, a count or a figure that reproduces exactly is not a timing: the machine's load does not move it
+            assert baseline is not None
+            check = judge_machine(machine_state(metric.context), [machine_state(run.context) for run in baseline.runs])
+            context = {**context, "machine_check": check.as_dict()}
+            conditions = "; ".join(filter(None, (conditions, check.conditions))) or None
+            dropped = check.dropped
+            if dropped:
+                runs = [samples for i, samples in enumerate(runs) if i not in dropped]
+        if metric.unjudgeable:
+            conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
+        comparison = compare(
+            metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules, conditions=conditions
+        )
+        if dropped:
+            left_out = ", ".join(str(i + 1) for i in dropped)
+            comparison = replace(
+                comparison,
+                reason=f"{comparison.reason} (baseline run(s) {left_out} left out: recorded under contention)",
             )
-            external = metric.judged_elsewhere
-            if external is not None:  # its own rule decided; the comparison's figures stay for the report
-                comparison = replace(comparison, verdict=external.verdict, reason=f"{external.rule}: {external.reason}")
-                context = {**context, "judged_by": external.rule}
-            baseline_stack = baseline.runs[-1].stack if baseline and runs else None
-            result = MetricResult(
-                test=perf.nodeid,
-                metric=metric.name,
-                unit=metric.unit,
-                higher_is_better=metric.higher_is_better,
-                samples=metric.samples,
-                rounds=metric.rounds,
-                context=context,
-                comparison=comparison,
-                baseline_runs=runs,
-                baseline_stack=baseline_stack,
-                stack_changes=stack_changes(baseline_stack, stack) if baseline_stack else [],
+        if metric.looks > 1:
+            comparison = replace(
+                comparison,
+                reason=f"{comparison.reason} [{metric.looks} looks, alpha {rules.alpha:.2g} each (sequential)]",
             )
-            judged.append(result)
-        return judged
+        external = metric.judged_elsewhere
+        if external is not None:  # its own rule decided; the comparison's figures stay for the report
+            comparison = replace(comparison, verdict=external.verdict, reason=f"{external.rule}: {external.reason}")
+            context = {**context, "judged_by": external.rule}
+        baseline_stack = baseline.runs[-1].stack if baseline and runs else None
+        return MetricResult(
+            test=nodeid,
+            metric=metric.name,
+            unit=metric.unit,
+            higher_is_better=metric.higher_is_better,
+            samples=metric.samples,
+            rounds=metric.rounds,
+            context=context,
+            comparison=comparison,
+            baseline_runs=runs,
+            baseline_stack=baseline_stack,
+            stack_changes=stack_changes(baseline_stack, stack) if baseline_stack else [],
+        )
 
     def accept(self, perf: Perf, results: list[MetricResult]) -> None:
         """Keep a test's final results for the report, and its measurements as runs to save.
@@ -350,6 +389,17 @@ class GpuperfSession:
     def end_failed(self) -> bool:
         """Whether something of the session's end (a baseline file, the results) could not be written."""
         return bool(self.save_failures or self.results_failure)
+
+
+def machine_state(context: dict[str, Any]) -> MachineState | None:
+    """The machine state a measurement's context holds, or None (none recorded, or written by another version)."""
+    stored = context.get("machine")
+    if not isinstance(stored, dict):
+        return None
+    try:
+        return MachineState.from_dict(stored)
+    except (ValueError, TypeError):
+        return None
 
 
 def resolve_device(request: str) -> str:

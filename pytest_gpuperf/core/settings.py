@@ -18,6 +18,7 @@ import pytest
 T = TypeVar("T")
 
 DEVICES = ("auto", "cpu", "cuda")
+MACHINE_CHECKS = ("on", "record", "off")
 
 
 class SettingError(ValueError):
@@ -50,13 +51,24 @@ def parse_count(minimum: int) -> Callable[[str], int]:
 
 
 def parse_seconds(text: str) -> float:
-    """'600', '90.5' -> seconds, '0' -> 0 (for a time budget: none)."""
+    """'600', '90.5', '20s' -> seconds; '0' -> 0 (for a budget: none). Finite and not negative."""
     try:
-        value = float(text.strip())
+        value = float(text.strip().removesuffix("s").strip())
     except ValueError:
-        raise SettingError("expected a number of seconds (0: no budget)") from None
+        raise SettingError("expected a number of seconds such as 20 or 20s (0: none)") from None
     if not math.isfinite(value) or value < 0:
-        raise SettingError("expected a finite number of seconds >= 0 (0: no budget)")
+        raise SettingError("expected a finite number of seconds >= 0 (0: none)")
+    return value
+
+
+def parse_positive_seconds(text: str) -> float:
+    """Like parse_seconds, for a figure where 0 would mean nothing runs."""
+    try:
+        value = parse_seconds(text)
+    except SettingError:
+        value = -1.0
+    if value <= 0:
+        raise SettingError("expected a positive, finite number of seconds such as 60 or 60s")
     return value
 
 
@@ -237,6 +249,30 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="N",
     ),
     OptionSpec(
+        name="machine-check",
+        help="machine-state signals (steal, run-queue wait, a reference canary): on = record them with every "
+        "measurement and judge a contended one or one whose canary moved against the baseline's NOISY; record = "
+        "record only; off = neither (default on)",
+        parse=parse_choice(*MACHINE_CHECKS),
+        default="on",
+        metavar="on|record|off",
+    ),
+    OptionSpec(
+        name="extend",
+        help="extra rounds of samples a measurement whose verdict is AMBIGUOUS may take before concluding "
+        "(sequential sampling; default 2)",
+        parse=parse_count(0),
+        default=2,
+        metavar="N",
+    ),
+    OptionSpec(
+        name="extend-seconds",
+        help="time a test may spend on those extra rounds, in seconds (default 20)",
+        parse=parse_seconds,
+        default=20.0,
+        metavar="S",
+    ),
+    OptionSpec(
         name="remeasure",
         help="extra rounds a noisy measurement may take before it is reported NOISY (default 2)",
         parse=parse_count(0),
@@ -289,6 +325,14 @@ class Settings:
     remeasure: int
     timeout: float | None = None
     """Time budget of each gpuperf test in seconds (0: none); None: the tier's default (core/budget.py)."""
+    machine_check: str = "off"
+    """on: record the machine's state with each measurement and judge by it; record: record only; off: neither
+    (a settings object built by hand; the option's default is on)."""
+    extend: int = 0
+    """Extra rounds an AMBIGUOUS measurement may take (sequential sampling); 0 (a settings object built by hand)
+    never extends, the option's default is 2."""
+    extend_seconds: float = 0.0
+    """Time a test may spend on those rounds."""
 
     def for_device(self, device: str, name: str) -> float:
         """A device-dependent setting: the explicit value, else the device's default."""

@@ -6,14 +6,13 @@ metric context. No torch at import.
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, resolve
+from pytest_gpuperf.core.settings import OptionSpec, add_options, parse_positive_seconds, resolve
 from pytest_gpuperf.machine.capability import (
     DEFAULT_BUDGET_S,
     Capability,
@@ -28,22 +27,12 @@ class GpuperfSizingWarning(UserWarning):
     """A test measured with fewer repeats than asked, because this machine would take too long otherwise."""
 
 
-def _parse_seconds(text: str) -> float:
-    try:
-        value = float(text.strip().removesuffix("s"))
-    except ValueError:
-        raise SettingError("expected a number of seconds such as 60 or 60s") from None
-    if not (math.isfinite(value) and value > 0):
-        raise SettingError("expected a positive, finite number of seconds")
-    return value
-
-
 OPTIONS: tuple[OptionSpec[Any], ...] = (
     OptionSpec(
         name="sizing-budget",
         help="estimated seconds a CPU-tier perf test may take on this machine (from a GEMM probe per dtype) "
         f"before its repeats are cut or it is skipped with the figures (default {DEFAULT_BUDGET_S:.0f})",
-        parse=_parse_seconds,
+        parse=parse_positive_seconds,
         default=DEFAULT_BUDGET_S,
         metavar="SECONDS",
     ),

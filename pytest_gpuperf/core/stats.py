@@ -14,6 +14,15 @@ runs of the same test on the same hardware key. Two sources of noise matter and 
 REGRESSED needs both tests to agree and the change to exceed the threshold; PASS needs the whole confidence
 interval of the ratio inside the threshold band. Everything in between is AMBIGUOUS: not enough evidence
 either way. Run-to-run variance gets scale-free treatment by working on log medians.
+
+The between-run noise is the metric's own where its own evidence is exact: a figure whose baseline runs agree
+exactly (a count, a loss value, any deterministic figure), or whose every run is constant, has no between-run
+noise for a prior to stand in for (``exact_agreement``); it is judged on its own figures, so an unchanged one is
+PASS, not AMBIGUOUS for ever. The prior weighs only while a timing's own runs are few.
+
+A measurement extended by sequential sampling (perf.measure) was looked at once per pooled round; its verdict
+spends alpha over the looks (``Rules.for_looks``: look j tests at alpha / j, so three looks stay below 1.83 alpha
+in all, a Bonferroni bound that needs no model of how the looks correlate).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -66,6 +75,15 @@ class Rules:
             raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence!r}")
         if self.noise_limit <= 0 or self.run_noise < 0 or self.prior_runs < 0:
             raise ValueError("noise_limit must be > 0, run_noise and prior_runs >= 0")
+
+    def for_looks(self, looks: int) -> Rules:
+        """The rules for the last of ``looks`` sequential looks at one measurement: alpha and the interval's
+        non-coverage divided by ``looks``, so that repeated looks do not buy false verdicts."""
+        if looks < 1:
+            raise ValueError(f"looks must be >= 1, got {looks!r}")
+        if looks == 1:
+            return self
+        return replace(self, alpha=self.alpha / looks, confidence=1 - (1 - self.confidence) / looks)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,13 +187,16 @@ def compare(
         log_ratio = -log_ratio
     ratio = math.exp(log_ratio)
 
-    run_sd, dof = pooled_run_noise(np.log(run_medians), rules)
+    exact = exact_agreement(now, runs)
+    run_sd, dof = pooled_run_noise(np.log(run_medians), rules, own_only=exact)
     scale = run_sd * math.sqrt(1.0 + 1.0 / len(runs))
     if scale > 0:
         p_run_worse = float(scipy_stats.t.cdf(log_ratio / scale, dof))
         p_run_better = float(scipy_stats.t.sf(log_ratio / scale, dof))
-    else:
-        p_run_worse = p_run_better = 0.5 if log_ratio == 0 else float(log_ratio < 0)
+    elif log_ratio == 0:
+        p_run_worse = p_run_better = 1.0
+    else:  # no between-run noise at all: any difference is certain, in its direction
+        p_run_worse, p_run_better = (0.0, 1.0) if log_ratio < 0 else (1.0, 0.0)
 
     pooled = np.concatenate(runs)
     # "worse" means larger when lower is better (times), smaller when higher is better (rates)
@@ -186,7 +207,11 @@ def compare(
     p_worse = max(p_mw_worse, p_run_worse)
     p_better = max(p_mw_better, p_run_better)
 
-    ci_low, ci_high = ratio_interval(now, runs, run_sd, higher_is_better=higher_is_better, rules=rules)
+    if exact:  # each run's figure is what it is: no resampling inside a run, the runs' own spread only
+        half = float(scipy_stats.t.ppf(0.5 + rules.confidence / 2, dof)) * scale
+        ci_low, ci_high = math.exp(log_ratio - half), math.exp(log_ratio + half)
+    else:
+        ci_low, ci_high = ratio_interval(now, runs, run_sd, higher_is_better=higher_is_better, rules=rules)
     figures = {
         "ratio": ratio,
         "ci_low": ci_low,
@@ -224,11 +249,10 @@ def compare(
             **figures,
         )
     if 1 - rules.delta <= ci_low and ci_high <= 1 + rules.delta:
-        return Comparison(
-            verdict=Verdict.PASS,
-            reason=f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.delta:.1%}",
-            **figures,
-        )
+        reason = f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.delta:.1%}"
+        if exact:
+            reason += " (an exact figure: its runs agree exactly, so its between-run noise is its own, not the prior)"
+        return Comparison(verdict=Verdict.PASS, reason=reason, **figures)
     reason = (
         f"ratio {ratio:.3f}, {rules.confidence:.0%} interval [{ci_low:.3f}, {ci_high:.3f}] is not inside "
         f"1 ± {rules.delta:.1%} and the evidence of a change is not significant: more repeats or more "
@@ -240,15 +264,39 @@ def compare(
     return Comparison(verdict=Verdict.AMBIGUOUS, reason=reason, **figures)
 
 
-def pooled_run_noise(log_run_medians: np.ndarray, rules: Rules) -> tuple[float, float]:
+def exact_agreement(
+    current: Sequence[float] | np.ndarray, baseline_runs: Sequence[Sequence[float] | np.ndarray]
+) -> bool:
+    """Whether the metric's own evidence says it has no between-run noise: a deterministic figure.
+
+    True when the baseline holds several runs with exactly the same samples, when the current run repeats the
+    only baseline run's samples exactly (a timing never does, to the last bit), or when every run, the current
+    one included, is constant. A prior for the noise of timings then has nothing to stand in for.
+    """
+    runs = [np.sort(np.asarray(run, dtype=float)) for run in baseline_runs if len(run) > 0]
+    if not runs:
+        return False
+    now = np.sort(np.asarray(current, dtype=float))
+    if len(runs) >= 2 and all(np.array_equal(run, runs[0]) for run in runs[1:]):
+        return True
+    if len(runs) == 1 and np.array_equal(now, runs[0]):
+        return True
+    return all(run.size > 0 and run[0] == run[-1] for run in [*runs, now])
+
+
+def pooled_run_noise(log_run_medians: np.ndarray, rules: Rules, *, own_only: bool = False) -> tuple[float, float]:
     """Between-run sd of log medians, pooled with the prior; returns (sd, degrees of freedom).
 
     A scaled-inverse-chi-square prior of ``prior_runs`` degrees of freedom at ``run_noise`` combined with the
-    sample variance of the baseline's run medians (k - 1 degrees of freedom).
+    sample variance of the baseline's run medians (k - 1 degrees of freedom). ``own_only`` (an exact figure,
+    ``exact_agreement``) leaves the prior out: the runs' own variance, zero when they agree or there is one.
     """
     k = len(log_run_medians)
     sample_dof = max(k - 1, 0)
     sample_var = float(np.var(log_run_medians, ddof=1)) if k >= 2 else 0.0
+    if own_only:  # runs that agree exactly have no spread, not a rounding error's worth
+        exact_var = 0.0 if k < 2 or np.ptp(log_run_medians) == 0 else sample_var
+        return math.sqrt(exact_var), float(max(sample_dof, 1))
     dof = sample_dof + rules.prior_runs
     if dof == 0:
         return 0.0, 1.0

@@ -1,0 +1,490 @@
+"""Was the machine itself while a measurement ran? Contention signals, and the rule that reads them.
+
+A timing says how fast the stack under test was only if the machine gave it the same CPU it gave the baseline.
+On a shared VM it often does not: a neighbour's burst, the hypervisor stealing the vCPU, a baseline recorded while
+something else ran. This module records, around every measurement window, the signals that say so:
+
+* **steal** — the share of all CPUs' time the hypervisor gave to other guests (``/proc/stat``);
+* **run-queue wait** — the share of this process's runnable time its threads spent waiting for a CPU
+  (``/proc/self/task/*/schedstat``, nanoseconds): the direct measure of "something else had our core";
+* **CPU time against wall time** of the process (and, for the canary, of its single thread);
+* **load** — the machine's busy cores beyond this process (``/proc/stat``), the 1-minute load average
+  (``/proc/loadavg``), the running-task count and the CPU pressure stall share (``/proc/pressure/cpu``): recorded
+  for the report, not decided on (a test's own rank processes count as "others" there);
+* a **canary** — a fixed pure-Python loop timed a few times at the end of the window. It does not touch the stack
+  under test (no torch, no numpy), so its speed is the machine's: compared with the canary of the baseline's runs
+  it says whether the machine, not the stack, got slower or faster between the two sessions.
+
+Parsing is pure and tested on recorded ``/proc`` samples; :func:`read_snapshot` is the only reader and leaves a
+field ``None`` where the file does not exist (macOS, a container without ``/proc/pressure``): nothing is invented.
+The rule (:func:`contention`, :func:`judge_machine`) is pure too; the verdict path (core/) turns its answer into
+NOISY. No library reads these files with the fields needed here (psutil has no per-thread run-queue wait and no
+steal share per window), hence the own code.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CANARY_VERSION",
+    "CpuTimes",
+    "LoadAverage",
+    "MachineCheck",
+    "MachineState",
+    "MachineWindow",
+    "Snapshot",
+    "canary_deviation",
+    "contention",
+    "judge_machine",
+    "parse_loadavg",
+    "parse_pressure",
+    "parse_proc_stat",
+    "parse_schedstat",
+    "read_snapshot",
+    "run_canary",
+    "state_between",
+]
+
+CANARY_VERSION = "py-int-loop-20000-v1"
+"""Names the canary's workload; canaries of another version (or another Python) are never compared."""
+CANARY_ITERATIONS = 20_000
+"""~1 ms per call on a 2.x GHz x86 core under CPython 3.11: cheap enough to take after every measurement round."""
+CANARY_SAMPLES = 5
+
+STEAL_LIMIT = 0.02
+"""A window in which the hypervisor stole >= 2% of the CPUs' time ran on a contended host."""
+RUNQUEUE_LIMIT = 0.05
+"""A window in which this process's threads waited for a CPU >= 5% of their runnable time shared its cores."""
+CANARY_CPU_LIMIT = 0.90
+"""The canary is one thread that never sleeps: CPU time < 90% of its wall time means it was descheduled."""
+MIN_TICKS = 20
+"""Fewest /proc/stat clock ticks (USER_HZ, 10 ms each, summed over CPUs) for which a steal share is meaningful."""
+
+CANARY_PRIOR = 0.03
+"""Prior between-session sd (log scale) of the canary's median: a pure-Python loop's median moves 2.8-3.2% from
+process to process on a quiet 2-core VM (shared/CPU-FACTS.md)."""
+CANARY_PRIOR_RUNS = 4.0
+CANARY_BAND_SDS = 3.0
+"""How many between-session sds the canary may move before the two sessions are not on the same machine state;
+with the prior alone that is ~10%, well above the canary's own noise and below a loaded VM's 20-40%."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CpuTimes:
+    """The aggregate ``cpu`` line of /proc/stat, in clock ticks (USER_HZ)."""
+
+    user: int
+    nice: int
+    system: int
+    idle: int
+    iowait: int = 0
+    irq: int = 0
+    softirq: int = 0
+    steal: int = 0
+
+    @property
+    def total(self) -> int:
+        # guest and guest_nice are already counted in user and nice
+        return self.user + self.nice + self.system + self.idle + self.iowait + self.irq + self.softirq + self.steal
+
+    @property
+    def busy(self) -> int:
+        return self.user + self.nice + self.system + self.irq + self.softirq
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcStat:
+    cpu: CpuTimes
+    cpus: int
+    """Number of ``cpuN`` lines: the CPUs this kernel schedules on."""
+    procs_running: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadAverage:
+    one: float
+    five: float
+    fifteen: float
+    running: int
+    total: int
+
+
+def parse_proc_stat(text: str) -> ProcStat:
+    """The aggregate CPU times, the CPU count and procs_running of a /proc/stat text."""
+    cpu: CpuTimes | None = None
+    cpus = 0
+    running: int | None = None
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "cpu":
+            values = [int(v) for v in parts[1:9]]
+            if len(values) < 4:
+                raise ValueError(f"/proc/stat: the cpu line has {len(values)} fields, expected at least 4: {line!r}")
+            names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+            cpu = CpuTimes(**dict(zip(names, values, strict=False)))
+        elif parts[0].startswith("cpu") and parts[0][3:].isdigit():
+            cpus += 1
+        elif parts[0] == "procs_running" and len(parts) > 1:
+            running = int(parts[1])
+    if cpu is None:
+        raise ValueError("/proc/stat: no aggregate 'cpu' line")
+    return ProcStat(cpu=cpu, cpus=max(cpus, 1), procs_running=running)
+
+
+def parse_loadavg(text: str) -> LoadAverage:
+    """'0.95 0.88 0.72 2/107 10039' -> LoadAverage(0.95, 0.88, 0.72, running=2, total=107)."""
+    parts = text.split()
+    if len(parts) < 4 or "/" not in parts[3]:
+        raise ValueError(f"/proc/loadavg: expected 'l1 l5 l15 running/total pid', got {text.strip()!r}")
+    running, total = parts[3].split("/", 1)
+    return LoadAverage(
+        one=float(parts[0]), five=float(parts[1]), fifteen=float(parts[2]), running=int(running), total=int(total)
+    )
+
+
+def parse_schedstat(text: str) -> tuple[int, int]:
+    """A task's /proc/.../schedstat: (ns on a CPU, ns waiting on a run queue)."""
+    parts = text.split()
+    if len(parts) < 2:
+        raise ValueError(f"schedstat: expected 'run_ns wait_ns slices', got {text.strip()!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def parse_pressure(text: str) -> int | None:
+    """The cumulative 'some' stall time (microseconds) of /proc/pressure/cpu, or None if absent."""
+    for line in text.splitlines():
+        if line.startswith("some "):
+            for item in line.split()[1:]:
+                key, _, value = item.partition("=")
+                if key == "total":
+                    return int(value)
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    """Counters read at one instant; a field is None where this system does not provide it."""
+
+    wall_s: float
+    process_cpu_s: float
+    stat: ProcStat | None = None
+    schedstat: tuple[int, int] | None = None
+    """(run ns, wait ns) summed over this process's threads."""
+    pressure_us: int | None = None
+    load: LoadAverage | None = None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _threads_schedstat() -> tuple[int, int] | None:
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    run = wait = 0
+    seen = False
+    for task in tasks:
+        text = _read(f"/proc/self/task/{task}/schedstat")
+        if text is None:
+            continue  # the thread ended between listing and reading
+        try:
+            task_run, task_wait = parse_schedstat(text)
+        except ValueError:
+            continue
+        run, wait, seen = run + task_run, wait + task_wait, True
+    return (run, wait) if seen else None
+
+
+def read_snapshot() -> Snapshot:
+    """The machine's counters now (about 0.1 ms on Linux)."""
+    stat_text = _read("/proc/stat")
+    load_text = _read("/proc/loadavg")
+    pressure_text = _read("/proc/pressure/cpu")
+    try:
+        stat = parse_proc_stat(stat_text) if stat_text else None
+    except ValueError:
+        stat = None
+    try:
+        load = parse_loadavg(load_text) if load_text else None
+    except ValueError:
+        load = None
+    return Snapshot(
+        wall_s=time.perf_counter(),
+        process_cpu_s=time.process_time(),
+        stat=stat,
+        schedstat=_threads_schedstat(),
+        pressure_us=parse_pressure(pressure_text) if pressure_text else None,
+        load=load,
+    )
+
+
+def _canary_body(iterations: int) -> int:
+    total = 0
+    for i in range(iterations):
+        total += i * i % 7
+    return total
+
+
+def run_canary(samples: int = CANARY_SAMPLES) -> tuple[list[float], float]:
+    """Time the fixed loop ``samples`` times: (seconds per call, the calls' thread CPU time / wall time)."""
+    seconds = []
+    cpu = wall = 0.0
+    for _ in range(samples):
+        start_cpu, start = time.thread_time(), time.perf_counter()
+        _canary_body(CANARY_ITERATIONS)
+        elapsed = time.perf_counter() - start
+        cpu += time.thread_time() - start_cpu
+        wall += elapsed
+        seconds.append(elapsed)
+    return seconds, (cpu / wall if wall > 0 else 1.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineState:
+    """What the machine did during one measurement window; stored in a metric's context under "machine"."""
+
+    wall_s: float
+    cpu_per_wall: float
+    """Process CPU time / wall time (all threads: 1.0 is one busy core)."""
+    cpus: int | None = None
+    steal_share: float | None = None
+    """Stolen ticks / all ticks of all CPUs; None when the window held fewer than MIN_TICKS ticks."""
+    others_cores: float | None = None
+    """Cores kept busy by everything but this process (rank processes of the test included)."""
+    runqueue_share: float | None = None
+    """This process's threads' run-queue wait / (run + wait)."""
+    pressure_share: float | None = None
+    """Share of the window in which some task on the machine waited for a CPU (PSI)."""
+    load1: float | None = None
+    procs_running: int | None = None
+    canary_s: list[float] = field(default_factory=list)
+    canary_cpu_per_wall: float | None = None
+    canary_version: str = CANARY_VERSION
+    python: str = field(default_factory=platform.python_version)
+
+    @property
+    def canary_median(self) -> float | None:
+        return statistics.median(self.canary_s) if self.canary_s else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MachineState:
+        """Rebuild a stored state; unknown keys are ignored, a missing or mistyped required one raises ValueError."""
+        names = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        for required in ("wall_s", "cpu_per_wall"):
+            if not isinstance(kwargs.get(required), (int, float)):
+                raise ValueError(f"stored machine state lacks a number {required!r}")
+        canary = kwargs.get("canary_s", [])
+        if not isinstance(canary, list) or not all(isinstance(v, (int, float)) and v > 0 for v in canary):
+            raise ValueError("stored machine state: canary_s must be a list of positive numbers")
+        return cls(**kwargs)
+
+
+def state_between(before: Snapshot, after: Snapshot, canary: tuple[list[float], float] | None = None) -> MachineState:
+    """The machine's state over the window between two snapshots (pure)."""
+    wall = max(after.wall_s - before.wall_s, 1e-9)
+    own_cpu = max(after.process_cpu_s - before.process_cpu_s, 0.0)
+    steal = others = None
+    cpus = None
+    if before.stat is not None and after.stat is not None:
+        cpus = after.stat.cpus
+        ticks = after.stat.cpu.total - before.stat.cpu.total
+        if ticks >= MIN_TICKS:
+            steal = max(after.stat.cpu.steal - before.stat.cpu.steal, 0) / ticks
+            busy_cores = (after.stat.cpu.busy - before.stat.cpu.busy) / ticks * cpus
+            others = max(busy_cores - own_cpu / wall, 0.0)
+    runqueue = None
+    if before.schedstat is not None and after.schedstat is not None:
+        run = after.schedstat[0] - before.schedstat[0]
+        wait = after.schedstat[1] - before.schedstat[1]
+        # threads that ended inside the window make a sum go down: then the share is unknown, not negative
+        if run > 0 and wait >= 0:
+            runqueue = wait / (run + wait)
+    pressure = None
+    if before.pressure_us is not None and after.pressure_us is not None:
+        pressure = min(max((after.pressure_us - before.pressure_us) / 1e6 / wall, 0.0), 1.0)
+    return MachineState(
+        wall_s=wall,
+        cpu_per_wall=own_cpu / wall,
+        cpus=cpus,
+        steal_share=steal,
+        others_cores=others,
+        runqueue_share=runqueue,
+        pressure_share=pressure,
+        load1=after.load.one if after.load else None,
+        procs_running=after.stat.procs_running if after.stat else None,
+        canary_s=list(canary[0]) if canary else [],
+        canary_cpu_per_wall=canary[1] if canary else None,
+    )
+
+
+class MachineWindow:
+    """Snapshots around a block and a canary at its end; ``state`` once the block has ended.
+
+    ``canary=False`` skips the canary (a caller that takes its own)."""
+
+    def __init__(self, *, canary: bool = True) -> None:
+        self._canary = canary
+        self._before: Snapshot | None = None
+        self.state: MachineState | None = None
+
+    def __enter__(self) -> MachineWindow:
+        self._before = read_snapshot()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._before is not None
+        self.state = self.close()
+
+    def close(self) -> MachineState:
+        """The state from entry until now (also usable without ``with``: ``start()`` then ``close()``)."""
+        if self._before is None:
+            raise RuntimeError("MachineWindow.close() before it was entered")
+        canary = run_canary() if self._canary else None
+        return state_between(self._before, read_snapshot(), canary)
+
+    def start(self) -> MachineWindow:
+        return self.__enter__()
+
+
+def contention(state: MachineState) -> str | None:
+    """Why this window's machine was contended (the reasons, with figures), or None when nothing says so."""
+    reasons = []
+    if state.steal_share is not None and state.steal_share >= STEAL_LIMIT:
+        reasons.append(f"steal {state.steal_share:.1%} of CPU time (limit {STEAL_LIMIT:.0%})")
+    if state.runqueue_share is not None and state.runqueue_share >= RUNQUEUE_LIMIT:
+        reasons.append(f"threads waited for a CPU {state.runqueue_share:.1%} of the time (limit {RUNQUEUE_LIMIT:.0%})")
+    if state.canary_cpu_per_wall is not None and state.canary_cpu_per_wall < CANARY_CPU_LIMIT:
+        reasons.append(
+            f"the single-thread canary got {state.canary_cpu_per_wall:.0%} of its wall time on a CPU "
+            f"(limit {CANARY_CPU_LIMIT:.0%})"
+        )
+    return "; ".join(reasons) or None
+
+
+def _comparable(a: MachineState, b: MachineState) -> bool:
+    return bool(a.canary_s and b.canary_s) and a.canary_version == b.canary_version and a.python == b.python
+
+
+def canary_deviation(current: MachineState, references: Sequence[MachineState]) -> tuple[float, float] | None:
+    """(log of current canary median / the references' median, the tolerance on that log), or None.
+
+    The tolerance is CANARY_BAND_SDS between-session sds: the references' own spread of canary medians pooled
+    with CANARY_PRIOR (``CANARY_PRIOR_RUNS`` degrees of freedom), widened for a new session against k references.
+    """
+    medians = [m for ref in references if _comparable(current, ref) and (m := ref.canary_median)]
+    now = current.canary_median
+    if not medians or now is None:
+        return None
+    logs = [math.log(m) for m in medians]
+    k = len(logs)
+    sample_var = statistics.variance(logs) if k >= 2 else 0.0
+    dof = (k - 1) + CANARY_PRIOR_RUNS
+    sd = math.sqrt(((k - 1) * sample_var + CANARY_PRIOR_RUNS * CANARY_PRIOR**2) / dof)
+    return math.log(now) - statistics.median(logs), CANARY_BAND_SDS * sd * math.sqrt(1 + 1 / k)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineCheck:
+    """The machine-state rule's answer for one metric against its baseline's runs."""
+
+    current: str | None
+    """Why the current measurement ran on a machine that was not itself (re-measuring may help), or None."""
+    baseline: str | None
+    """Why the baseline cannot be judged against as if clean (re-measuring cannot help), or None."""
+    dropped: tuple[int, ...] = ()
+    """Indexes of baseline runs left out: recorded under contention while clean runs remain."""
+    detail: str = ""
+
+    @property
+    def conditions(self) -> str | None:
+        return "; ".join(filter(None, (self.current, self.baseline))) or None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "comparable": self.conditions is None,
+            "current": self.current,
+            "baseline": self.baseline,
+            "dropped_baseline_runs": list(self.dropped),
+            "detail": self.detail,
+        }
+
+
+def judge_machine(current: MachineState | None, baseline: Sequence[MachineState | None]) -> MachineCheck:
+    """Whether a measurement and its baseline's runs were taken on a machine that was itself.
+
+    * The current window contended (``contention``) -> ``current`` says why.
+    * A baseline run contended, or its canary slower than the other runs' beyond their noise, is dropped while
+      a clean run remains; when none remains, ``baseline`` says why (re-record it on a quiet machine).
+    * The current canary against the clean baseline runs' canaries: slower beyond the band -> ``current`` (this
+      session's machine is slower); faster -> ``baseline`` (the baseline was recorded on a slower machine).
+
+    Runs without a stored state (files written before this existed) are neither dropped nor compared.
+    """
+    details: list[str] = []
+    dirty: dict[int, str] = {}
+    known = [(i, state) for i, state in enumerate(baseline) if state is not None]
+    for i, state in known:
+        why = contention(state)
+        if why:
+            dirty[i] = why
+    slow_canary: dict[int, str] = {}
+    for i, state in known:  # a run whose canary is slow against the other runs' was taken on a loaded machine
+        if i in dirty:
+            continue
+        others = [s for j, s in known if j != i and j not in dirty]
+        deviation = canary_deviation(state, others) if others else None
+        if deviation is not None and deviation[0] > deviation[1]:
+            slow_canary[i] = f"its canary was {math.exp(deviation[0]) - 1:.0%} slower than the other runs'"
+    dirty |= slow_canary
+    clean = [(i, state) for i, state in known if i not in dirty]
+    unknown = len(baseline) - len(known)
+    baseline_why = None
+    dropped: tuple[int, ...] = ()
+    if dirty:
+        listing = "; ".join(f"run {i + 1}: {why}" for i, why in sorted(dirty.items()))
+        if clean or unknown:
+            dropped = tuple(sorted(dirty))
+            details.append(f"baseline runs left out as recorded under contention ({listing})")
+        else:
+            baseline_why = (
+                f"every baseline run was recorded on a contended machine ({listing}); re-record the baseline "
+                "on a quiet machine"
+            )
+    current_why = contention(current) if current is not None else None
+    if current is not None and clean:
+        deviation = canary_deviation(current, [state for _, state in clean])
+        if deviation is not None:
+            shift, band = deviation
+            change = math.exp(shift) - 1
+            details.append(f"canary {change:+.1%} against the baseline's (band ±{math.exp(band) - 1:.1%})")
+            if shift > band:
+                why = f"the reference canary ran {change:.0%} slower than in the baseline: the machine is slower now"
+                current_why = "; ".join(filter(None, (current_why, why)))
+            elif shift < -band and baseline_why is None:
+                baseline_why = (
+                    f"the reference canary ran {-change / (1 + change):.0%} slower when the baseline was recorded "
+                    "than now: the baseline came from a slower or loaded machine; re-record it"
+                )
+    if current is None:
+        details.append("no machine state recorded with this measurement")
+    return MachineCheck(current=current_why, baseline=baseline_why, dropped=dropped, detail="; ".join(details))

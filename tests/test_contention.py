@@ -1,0 +1,184 @@
+"""The machine-state signals on recorded /proc samples, and the rule that reads them (no real timing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpuperf.machine.contention import (
+    CANARY_VERSION,
+    MachineState,
+    Snapshot,
+    contention,
+    judge_machine,
+    parse_loadavg,
+    parse_pressure,
+    parse_proc_stat,
+    parse_schedstat,
+    read_snapshot,
+    state_between,
+)
+
+# Recorded on this project's 2-core KVM guest, one second apart, while other jobs loaded it.
+STAT_BEFORE = """cpu  127578 0 25188 145704 1019 0 171 339 0 0
+cpu0 60121 0 12080 74001 500 0 80 170 0 0
+cpu1 67457 0 13108 71703 519 0 91 169 0 0
+intr 123456 0 0
+ctxt 987654
+btime 1764576000
+processes 15572
+procs_running 6
+procs_blocked 0
+"""
+STAT_AFTER = """cpu  127757 0 25210 145704 1019 0 171 339 0 0
+cpu0 60211 0 12091 74001 500 0 80 170 0 0
+cpu1 67546 0 13119 71703 519 0 91 169 0 0
+procs_running 5
+procs_blocked 0
+"""
+# The same second on a host that steals: 30 of the 200 ticks went to other guests.
+STAT_STOLEN = STAT_BEFORE.replace(
+    "cpu  127578 0 25188 145704 1019 0 171 339", "cpu  127678 0 25238 145724 1019 0 171 369"
+)
+LOADAVG = "4.50 3.44 1.97 6/124 15572\n"
+PRESSURE = "some avg10=80.02 avg60=84.41 avg300=58.29 total=387135871\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+
+
+def snapshot(wall: float, cpu: float, stat: str, sched: tuple[int, int], pressure_us: int) -> Snapshot:
+    return Snapshot(
+        wall_s=wall,
+        process_cpu_s=cpu,
+        stat=parse_proc_stat(stat),
+        schedstat=sched,
+        pressure_us=pressure_us,
+        load=parse_loadavg(LOADAVG),
+    )
+
+
+def test_proc_stat_parses_the_aggregate_line_the_cpus_and_running_tasks() -> None:
+    stat = parse_proc_stat(STAT_BEFORE)
+    assert stat.cpus == 2 and stat.procs_running == 6
+    assert stat.cpu.steal == 339 and stat.cpu.idle == 145704
+    assert stat.cpu.busy == 127578 + 25188 + 171
+    assert stat.cpu.total == 127578 + 25188 + 145704 + 1019 + 171 + 339
+
+
+@pytest.mark.parametrize("bad", ["", "intr 1 2 3\n", "cpu 1 2\n"])
+def test_proc_stat_without_a_usable_cpu_line_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="/proc/stat"):
+        parse_proc_stat(bad)
+
+
+def test_loadavg_schedstat_and_pressure_parse() -> None:
+    load = parse_loadavg(LOADAVG)
+    assert (load.one, load.five, load.fifteen, load.running, load.total) == (4.5, 3.44, 1.97, 6, 124)
+    assert parse_schedstat("68573469 82249207 19\n") == (68573469, 82249207)
+    assert parse_pressure(PRESSURE) == 387135871
+    assert parse_pressure("") is None
+    with pytest.raises(ValueError, match="loadavg"):
+        parse_loadavg("garbage")
+
+
+def test_a_loaded_window_reads_as_contended() -> None:
+    """One second in which this process ran 0.4 s on a CPU and its thread waited 0.6 s for one."""
+    before = snapshot(10.0, 5.0, STAT_BEFORE, (1_000_000_000, 500_000_000), 387_000_000)
+    after = snapshot(11.0, 5.4, STAT_AFTER, (1_400_000_000, 1_100_000_000), 387_950_000)
+    state = state_between(before, after, ([0.001, 0.001, 0.0011, 0.004, 0.005], 0.45))
+    assert state.wall_s == pytest.approx(1.0)
+    assert state.cpu_per_wall == pytest.approx(0.4)
+    assert state.steal_share == 0.0
+    assert state.runqueue_share == pytest.approx(0.6)
+    assert state.others_cores == pytest.approx(201 / 201 * 2 - 0.4)  # both cores busy, 0.4 of one was ours
+    assert state.pressure_share == pytest.approx(0.95)
+    assert state.load1 == 4.5 and state.procs_running == 5
+    why = contention(state)
+    assert why is not None
+    assert "threads waited for a CPU 60.0%" in why and "canary got 45%" in why
+
+
+def test_steal_is_a_share_of_all_ticks_and_short_windows_report_none() -> None:
+    stolen = state_between(snapshot(0.0, 0.0, STAT_BEFORE, (0, 0), 0), snapshot(1.0, 1.0, STAT_STOLEN, (10**9, 0), 0))
+    assert stolen.steal_share == pytest.approx(30 / 200)
+    assert contention(stolen) == "steal 15.0% of CPU time (limit 2%)"
+    same = state_between(snapshot(0.0, 0.0, STAT_BEFORE, (0, 0), 0), snapshot(0.01, 0.01, STAT_BEFORE, (10**7, 0), 0))
+    assert same.steal_share is None and same.others_cores is None  # 0 ticks: nothing to share out
+
+
+def test_a_quiet_window_is_not_contended() -> None:
+    quiet = MachineState(wall_s=1.0, cpu_per_wall=1.0, steal_share=0.0, runqueue_share=0.01, canary_cpu_per_wall=0.99)
+    assert contention(quiet) is None
+
+
+def test_the_reader_works_here_and_round_trips_through_json() -> None:
+    state = state_between(read_snapshot(), read_snapshot())
+    again = MachineState.from_dict(state.to_dict() | {"a_later_field": 1})
+    assert again == state
+    with pytest.raises(ValueError, match="wall_s"):
+        MachineState.from_dict({"cpu_per_wall": 1.0})
+
+
+def clean(canary_ms: float, **extra: float) -> MachineState:
+    return MachineState(
+        wall_s=1.0,
+        cpu_per_wall=1.0,
+        steal_share=0.0,
+        runqueue_share=0.0,
+        canary_s=[canary_ms / 1000 * f for f in (0.99, 1.0, 1.01, 1.0, 1.0)],
+        canary_cpu_per_wall=0.99,
+        **extra,
+    )
+
+
+def loaded(canary_ms: float) -> MachineState:
+    return MachineState(
+        wall_s=1.0,
+        cpu_per_wall=0.5,
+        steal_share=0.0,
+        runqueue_share=0.4,
+        canary_s=[canary_ms / 1000] * 5,
+        canary_cpu_per_wall=0.5,
+    )
+
+
+def test_clean_measurement_against_clean_baseline_is_comparable() -> None:
+    check = judge_machine(clean(1.02), [clean(1.0), clean(1.03), clean(0.98)])
+    assert check.conditions is None and check.dropped == ()
+    assert "canary +" in check.detail
+
+
+def test_a_baseline_recorded_under_load_is_not_judged_as_clean() -> None:
+    """The issue's case: a baseline whose runs all ran on a loaded machine (canary 18.8 ms against ~1 ms now)."""
+    check = judge_machine(clean(1.0), [loaded(18.8), loaded(18.0)])
+    assert check.current is None
+    assert check.baseline is not None and "every baseline run was recorded on a contended machine" in check.baseline
+
+
+def test_a_baseline_with_a_slow_canary_reads_as_a_slower_machine() -> None:
+    check = judge_machine(clean(1.0), [clean(1.5), clean(1.52), clean(1.49)])
+    assert check.current is None
+    assert check.baseline is not None and "baseline came from a slower or loaded machine" in check.baseline
+    slower_now = judge_machine(clean(1.5), [clean(1.0), clean(1.01), clean(0.99)])
+    assert slower_now.baseline is None
+    assert slower_now.current is not None and "the machine is slower now" in slower_now.current
+
+
+def test_one_contended_baseline_run_is_left_out_while_clean_ones_remain() -> None:
+    check = judge_machine(clean(1.0), [clean(1.0), loaded(3.0), clean(1.01), clean(2.0)])
+    assert check.dropped == (1, 3)  # the loaded run, and the run whose canary was twice the others'
+    assert check.conditions is None
+    assert "run 2: threads waited" in check.detail and "run 4: its canary was" in check.detail
+
+
+def test_a_contended_current_window_is_reported_and_other_canaries_are_not_compared() -> None:
+    check = judge_machine(loaded(1.0), [clean(1.0)])
+    assert check.current is not None and "threads waited for a CPU 40.0%" in check.current
+    other_python = judge_machine(clean(5.0, python="3.99.0"), [clean(1.0)])
+    assert other_python.conditions is None  # a canary under another interpreter measures the interpreter
+    other_version = MachineState(**(clean(5.0).to_dict() | {"canary_version": CANARY_VERSION + "-next"}))
+    assert judge_machine(other_version, [clean(1.0)]).conditions is None
+
+
+def test_runs_without_a_stored_state_are_neither_dropped_nor_compared() -> None:
+    assert judge_machine(clean(1.0), [None, None]).conditions is None
+    assert judge_machine(None, [clean(1.0)]).conditions is None
+    check = judge_machine(clean(1.0), [None, loaded(5.0)])
+    assert check.dropped == (1,) and check.baseline is None  # the run without a state may still be clean

@@ -1,0 +1,311 @@
+"""The machine-state rule in the verdict path, and sequential sampling, on known samples and injected machine states:
+a measurement or baseline taken on a contended machine is NOISY with the reason, never a silent PASS/IMPROVED."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf.core import perf as perf_module
+from pytest_gpuperf.core.perf import Perf
+from pytest_gpuperf.core.session import GpuperfSession
+from pytest_gpuperf.core.settings import Settings
+from pytest_gpuperf.core.stats import Comparison, Verdict
+from pytest_gpuperf.core.store import MetricRun, NewMetric
+from pytest_gpuperf.machine.contention import MachineState
+
+# The issue's case: a pure-Python loop recorded at ~18.8 ms while the machine was loaded, ~12 ms now.
+LOADED_BASELINE = [18.8e-3 * (1 + 0.002 * (i % 5)) for i in range(15)]
+NOW = [12.0e-3 * (1 + 0.002 * (i % 5)) for i in range(15)]
+
+
+def state(*, canary_ms: float = 1.0, runqueue: float = 0.0, steal: float = 0.0) -> dict[str, Any]:
+    busy = 1 - runqueue
+    return MachineState(
+        wall_s=1.0,
+        cpu_per_wall=busy,
+        steal_share=steal,
+        runqueue_share=runqueue,
+        canary_s=[canary_ms / 1000 * f for f in (0.99, 1.0, 1.01, 1.0, 1.0)],
+        canary_cpu_per_wall=min(busy, 0.99),
+    ).to_dict()
+
+
+def make_session(
+    tmp_path: Path, runs: list[tuple[list[float], dict[str, Any]]], *, check: str = "on"
+) -> GpuperfSession:
+    settings = Settings(
+        baselines_dir=tmp_path,
+        save=False,
+        results_path=None,
+        device_request="cpu",
+        threshold=None,
+        noise_limit=None,
+        run_noise=None,
+        repeats=15,
+        warmup=0,
+        strict=False,
+        baseline_runs=5,
+        confirm=1,
+        remeasure=2,
+        machine_check=check,
+    )
+    session = GpuperfSession(settings)
+    stack = session.fingerprint.stack
+    session.store.save(
+        [
+            NewMetric(
+                test="m.py::t",
+                name="loop",
+                unit="s",
+                higher_is_better=False,
+                run=MetricRun(samples=samples, stack=stack, date="d", summary={}, context={"machine": machine}),
+            )
+            for samples, machine in runs
+        ],
+        [],
+        keep_runs=5,
+    )
+    return session
+
+
+def judge(session: GpuperfSession, samples: list[float], machine: dict[str, Any]):
+    perf = session.new_perf("m.py::t")
+    perf.record("loop", samples, unit="s", higher_is_better=False, context={"machine": machine})
+    [result] = session.evaluate(perf)
+    return result
+
+
+def test_a_baseline_recorded_under_load_is_noisy_not_improved(tmp_path: Path) -> None:
+    runs = [([v * f for v in LOADED_BASELINE], state(canary_ms=1.6, runqueue=0.35)) for f in (1.0, 1.01, 0.99)]
+    plain = judge(make_session(tmp_path / "off", runs, check="off"), NOW, state())
+    assert plain.verdict is Verdict.IMPROVED  # what the rule without machine state said
+
+    result = judge(make_session(tmp_path / "on", runs), NOW, state())
+    assert result.verdict is Verdict.NOISY
+    assert "every baseline run was recorded on a contended machine" in result.comparison.reason
+    assert "threads waited for a CPU 35.0%" in result.comparison.reason
+    assert result.comparison.ratio == pytest.approx(18.8 / 12.0, rel=0.02)  # the figures stay for the report
+    assert result.context["machine_check"]["comparable"] is False
+
+
+def test_a_baseline_whose_canary_was_slow_is_noisy_even_without_contention_signals(tmp_path: Path) -> None:
+    """No steal, no run-queue wait recorded (say, the neighbour ran on the host's other hyperthread), but the
+    reference canary ran 60% slower when the baseline was recorded: the baseline's machine was not this one."""
+    runs = [([v * f for v in LOADED_BASELINE], state(canary_ms=1.6)) for f in (1.0, 1.01, 0.99)]
+    result = judge(make_session(tmp_path, runs), NOW, state(canary_ms=1.0))
+    assert result.verdict is Verdict.NOISY
+    assert "baseline came from a slower or loaded machine" in result.comparison.reason
+
+
+def test_a_contended_measurement_is_noisy_not_regressed(tmp_path: Path) -> None:
+    runs = [([v * f for v in NOW], state()) for f in (1.0, 1.01, 0.99)]
+    result = judge(make_session(tmp_path, runs), LOADED_BASELINE, state(steal=0.12))
+    assert result.verdict is Verdict.NOISY
+    assert "steal 12.0% of CPU time" in result.comparison.reason
+
+
+def test_one_contended_baseline_run_is_left_out_and_the_rest_judged(tmp_path: Path) -> None:
+    runs = [([v * f for v in NOW], state()) for f in (1.0, 1.004, 0.996)]
+    runs.insert(1, ([v * 1.5 for v in NOW], state(runqueue=0.4)))
+    result = judge(make_session(tmp_path, runs), NOW, state())
+    assert result.verdict is not Verdict.NOISY
+    assert len(result.baseline_runs) == 3
+    assert "baseline run(s) 2 left out: recorded under contention" in result.comparison.reason
+    assert result.context["machine_check"]["dropped_baseline_runs"] == [1]
+
+
+def test_an_exact_figure_is_not_moved_by_the_machine(tmp_path: Path) -> None:
+    runs = [([412.0] * 5, state(runqueue=0.5)) for _ in range(3)]
+    result = judge(make_session(tmp_path, runs), [412.0] * 5, state(steal=0.3))
+    assert result.verdict is Verdict.PASS
+    assert "machine_check" not in result.context
+
+
+def test_baselines_written_before_machine_state_judge_as_before(tmp_path: Path) -> None:
+    session = make_session(tmp_path, [([v * f for v in NOW], state()) for f in (1.0, 1.01, 0.99)])
+    perf = session.new_perf("m.py::t")
+    perf.record("loop", [v * 1.2 for v in NOW], unit="s", higher_is_better=False, context={"machine": {"bad": 1}})
+    [result] = session.evaluate(perf)
+    assert result.verdict is Verdict.REGRESSED  # an unreadable state is no evidence of contention
+
+
+# -- perf.measure: contended rounds measured again, AMBIGUOUS ones extended --
+
+
+class ScriptedWindow:
+    """Stands in for MachineWindow: each window's state comes from a script."""
+
+    script: list[dict[str, Any]] = []
+
+    def __init__(self, *, canary: bool = True) -> None:
+        self.state: MachineState | None = None
+
+    def start(self) -> ScriptedWindow:
+        return self
+
+    def __enter__(self) -> ScriptedWindow:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.state = self.close()
+
+    def close(self) -> MachineState:
+        return MachineState.from_dict(ScriptedWindow.script.pop(0) if ScriptedWindow.script else state())
+
+
+def scripted_perf(monkeypatch: pytest.MonkeyPatch, verdicts: list[Verdict], **settings: Any) -> tuple[Perf, list]:
+    monkeypatch.setattr(perf_module, "MachineWindow", ScriptedWindow)
+    looks: list[int] = []
+
+    def preview(metric) -> Comparison:
+        looks.append(metric.looks)
+        return Comparison(verdict=verdicts[min(len(looks) - 1, len(verdicts) - 1)])
+
+    values = dict(warmup=0, repeats=5, remeasure=2, machine_check="on", extend=2, extend_seconds=60.0, save=False)
+    perf = Perf(
+        nodeid="m.py::t",
+        device="cpu",
+        settings=SimpleNamespace(**(values | settings)),
+        noise_limit=0.10,
+        baseline_curves=lambda name: [],
+        baseline_machine=lambda name: [MachineState.from_dict(state())],
+        preview=preview,
+    )
+    return perf, looks
+
+
+def timer(fn, repeats: int) -> list[float]:
+    return [0.010, 0.0101, 0.0099, 0.010, 0.0100][:repeats]
+
+
+def test_a_contended_round_is_measured_again_and_the_clean_one_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    perf, _ = scripted_perf(monkeypatch, [Verdict.PASS])
+    ScriptedWindow.script = [state(runqueue=0.3), state()]
+    perf.measure("t", lambda: None, timer=timer)
+    [metric] = perf.metrics
+    assert metric.rounds == 2 and metric.looks == 1
+    assert metric.context["machine"]["runqueue_share"] == 0.0
+
+
+def test_an_ambiguous_measurement_takes_more_rounds_until_decided(monkeypatch: pytest.MonkeyPatch) -> None:
+    perf, looks = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS, Verdict.PASS])
+    ScriptedWindow.script = []
+    samples = perf.measure("t", lambda: None, timer=timer)
+    [metric] = perf.metrics
+    assert looks == [1, 2]
+    assert len(samples) == 10 and metric.looks == 2 and metric.rounds == 2
+    assert metric.context["extended"] == {"looks": 2, "stopped": "decided"}
+
+
+def test_extension_is_bounded_by_rounds_and_by_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    perf, looks = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS])
+    perf.measure("t", lambda: None, timer=timer)
+    assert perf.metrics[0].looks == 3 and looks == [1, 2, 3]
+    assert "still AMBIGUOUS after 2 extra round(s)" in perf.metrics[0].context["extended"]["stopped"]
+
+    timeless, _ = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS], extend_seconds=0.0)
+    timeless.measure("t", lambda: None, timer=timer)
+    assert timeless.metrics[0].looks == 1
+    assert "--gpuperf-extend-seconds" in timeless.metrics[0].context["extended"]["stopped"]
+
+    saving, looked = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS], save=True)
+    saving.measure("t", lambda: None, timer=timer)
+    assert saving.metrics[0].looks == 1 and looked == []  # recording a baseline: nothing to decide
+
+
+def test_a_contended_extra_round_is_not_pooled(monkeypatch: pytest.MonkeyPatch) -> None:
+    perf, _ = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS])
+    ScriptedWindow.script = [state(), state(steal=0.2)]
+    samples = perf.measure("t", lambda: None, timer=timer)
+    assert len(samples) == 5 and perf.metrics[0].rounds == 2
+    assert "extra round 2 not pooled: steal 20.0%" in perf.metrics[0].context["extended"]["stopped"]
+
+
+# -- through pytest: a baseline file whose runs carry the contention signals --
+
+WORKLOAD = """
+import os
+import random
+import pytest
+
+@pytest.mark.perf
+def test_loop(perf):
+    scale = float(os.environ.get("FAKE_SCALE", "1.0")) * random.uniform(0.995, 1.005)  # a run's own offset
+    perf.record("loop", [scale * 0.012 * (1 + 0.002 * (i % 5)) for i in range(15)], unit="s", higher_is_better=False)
+"""
+
+
+def test_stored_baseline_recorded_under_load_reads_noisy(pytester: pytest.Pytester, monkeypatch) -> None:
+    pytester.makepyfile(test_loop=WORKLOAD)
+    args = ("-p", "no:cacheprovider", "--gpuperf-device", "cpu", "--gpuperf-machine-check", "on")
+    monkeypatch.setenv("FAKE_SCALE", "1.567")  # the baseline: 18.8 ms
+    for _ in range(3):
+        pytester.runpytest(*args, "--gpuperf-save").assert_outcomes(passed=1)
+    [path] = sorted((pytester.path / "baselines").glob("*/*.json"))
+    document = json.loads(path.read_text())
+    runs = document["tests"]["test_loop"]["metrics"]["loop"]["runs"]
+    assert all(isinstance(run["context"]["machine"]["wall_s"], float) for run in runs)  # recorded with each run
+    for run in runs:  # as a loaded machine would have recorded them
+        run["context"]["machine"] |= {"steal_share": 0.09, "canary_s": [0.0188] * 5}
+    path.write_text(json.dumps(document))
+
+    monkeypatch.setenv("FAKE_SCALE", "1.0")  # now: 12 ms, on whatever this machine is doing
+    result = pytester.runpytest(*args, "--gpuperf-results", "r.json", "--gpuperf-strict")
+    result.assert_outcomes(failed=1)  # strict: NOISY fails, and says why
+    result.stdout.fnmatch_lines(["*loop: NOISY*every baseline run was recorded on a contended machine*steal 9.0%*"])
+    [metric] = json.loads((pytester.path / "r.json").read_text())["results"]
+    assert metric["verdict"] == "NOISY"
+    assert metric["context"]["machine_check"]["baseline"].startswith("every baseline run")
+    assert "canary_s" in metric["context"]["machine"]
+
+    unaware = pytester.runpytest(*args[:-1], "off", "--gpuperf-results", "r.json")
+    unaware.assert_outcomes(passed=1)
+    [metric] = json.loads((pytester.path / "r.json").read_text())["results"]
+    assert metric["verdict"] == "IMPROVED"  # the verdict that does not see the machine is fooled
+
+
+def test_a_size_is_not_moved_by_the_machine(tmp_path: Path) -> None:
+    session = make_session(tmp_path, [])
+    loaded_runs = [
+        NewMetric(
+            test="m.py::t",
+            name="peak",
+            unit="MiB",
+            higher_is_better=False,
+            run=MetricRun(
+                samples=[v * 1e4 * f for v in NOW],
+                stack=session.fingerprint.stack,
+                date="d",
+                summary={},
+                context={"machine": state(runqueue=0.5)},
+            ),
+        )
+        for f in (1.0, 1.01, 0.99)
+    ]
+    session.store.save(loaded_runs, [], keep_runs=5)
+    perf = session.new_perf("m.py::t")
+    perf.record("peak", [v * 1e4 for v in NOW], unit="MiB", higher_is_better=False, context={"machine": state()})
+    [peak] = session.evaluate(perf)
+    assert peak.verdict is not Verdict.NOISY and "machine_check" not in peak.context
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--gpuperf-extend-seconds", "soon", "expected a number of seconds"),
+        ("--gpuperf-extend", "-1", "expected a whole number >= 0"),
+        ("--gpuperf-machine-check", "maybe", "expected one of on, record, off"),
+    ],
+)
+def test_bad_values_of_the_new_options_are_one_line_errors(
+    pytester: pytest.Pytester, option: str, value: str, message: str
+) -> None:
+    pytester.makepyfile(test_loop=WORKLOAD)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gpuperf-device", "cpu", f"{option}={value}")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines([f"*Invalid value '{value}' from {option}: {message}*"])
