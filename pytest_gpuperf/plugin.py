@@ -15,6 +15,7 @@ from pytest_gpuperf import hooks
 from pytest_gpuperf.core.settings import OPTIONS, add_options, get_settings
 from pytest_gpuperf.core.state import gpuperf_session, reporting, reporting_key, session_key
 from pytest_gpuperf.core.store import StoreError, check_folder
+from pytest_gpuperf.core.testid import stable_test_id
 
 if TYPE_CHECKING:
     from pytest_gpuperf.core.perf import Perf
@@ -82,7 +83,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.fixture
 def perf(request: pytest.FixtureRequest) -> Perf:
     """Records metrics (samples) and curves; after the test each metric is judged against its baseline."""
-    recorder = gpuperf_session(request.config).new_perf(request.node.nodeid)
+    recorder = gpuperf_session(request.config).new_perf(stable_test_id(request.node.path, request.node.nodeid))
     request.node.stash[perf_key] = recorder
     return recorder
 
