@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuperf import hooks
+from pytest_gpuperf.core.parametrize import item_uses_fixture
 from pytest_gpuperf.core.settings import OPTIONS, add_options, get_settings
 from pytest_gpuperf.core.state import gpuperf_session, reporting, reporting_key, session_key
 from pytest_gpuperf.core.store import StoreError, check_folder
@@ -41,9 +42,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "perf: a performance or convergence test judged against stored baselines (pytest-gpuperf)"
-    )
+    # No generic markers here (perf, training, ...): a project's own markers of those names, and its
+    # --strict-markers run, stay as they were. The suites register theirs in pytest_gpuperf/suites/conftest.py.
     get_settings(config)  # resolve and validate every option now, so a bad value stops the run at once
     config.stash[reporting_key] = _is_reporting_rank()
 
@@ -73,7 +73,11 @@ def pytest_gpuperf_telemetry_reader(config: pytest.Config, device: str) -> Any:
     return open_reader(device_index=index)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Before any test runs, and only in a run that uses `perf`: a project with its own baselines/ folder (or its
+    # own `perf` fixture) and no use of this plugin must not have its files judged as gpuperf's.
+    if not any(item_uses_fixture(item, "perf", __name__) for item in session.items):
+        return
     try:
         check_folder(get_settings(session.config).baselines_dir)
     except StoreError as error:

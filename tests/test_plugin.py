@@ -192,7 +192,13 @@ def test_env_and_ini_settings_and_where_they_came_from(
     result.stderr.fnmatch_lines(["ERROR: Invalid value 'seven' from ini key gpuperf_threshold in *"])
 
 
-def test_perf_marker_is_registered_and_strict_markers_clean(project: pytest.Pytester) -> None:
+def test_plugin_registers_only_prefixed_markers_and_a_project_registers_its_own(project: pytest.Pytester) -> None:
+    # The plugin is in every run of an environment that installs it: generic markers are the project's to define
+    # (the shipped suites register theirs in their conftest.py; tests/test_isolation.py holds the whole contract).
+    listed = project.runpytest("--markers").stdout.lines
+    own = [line for line in listed if line.startswith("@pytest.mark.") and "pytest-gpuperf" in line]
+    assert own and all(line.startswith("@pytest.mark.gpuperf_") for line in own), own
+    project.makeini("[pytest]\naddopts = -p no:cacheprovider\nmarkers =\n    perf: our perf tests\n")
     project.runpytest("--strict-markers", "-m", "perf", "--gpuperf-device", "cpu").assert_outcomes(passed=2)
 
 
