@@ -29,6 +29,13 @@ from pytest_gpuperf.cli.suites import pytest_arguments
 ROOT = Path(__file__).resolve().parent.parent
 SELECTION = "test_memory_bandwidth and copy"  # one CPU-tier test of the micro suite: a few seconds
 SUITE_FILE = "pytest_gpuperf__suites__test_micro.json"
+OWN_SUITE = """
+import pytest
+
+@pytest.mark.perf  # registered by the shipped suites' conftest.py, which this run loads
+def test_mine(perf):
+    perf.record("rate", [100.0, 101.0, 99.0, 100.5, 99.5], unit="tok/s", higher_is_better=True)
+"""
 
 
 def _run(command: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -87,14 +94,22 @@ def test_a_shipped_suite_runs_from_the_installed_wheel_with_chosen_baselines(ins
     assert "test_memory_bandwidth[copy]" in _saved(chosen)["tests"]
     assert list(empty.iterdir()) == []  # nothing written where it ran
 
+    # gpuperf run, with a suite of the user's own beside the shipped one, into the same baselines folder
+    user = tmp_path / "user"
+    (user / "my_suites").mkdir(parents=True)
+    (user / "my_suites" / "test_mine.py").write_text(OWN_SUITE)
     by_command = tmp_path / "by-command"
     done = _run(
-        [str(installed / "gpuperf"), "run", "--suite", "micro", "--baselines", str(by_command), "--",
-         "-k", SELECTION, "-p", "no:cacheprovider", "--gpuperf-save"],
-        empty,
+        [str(installed / "gpuperf"), "run", "--suite", "micro", "--baselines", str(by_command), "--", "my_suites",
+         "-k", f"({SELECTION}) or test_mine", "-p", "no:cacheprovider", "--gpuperf-save",
+         "-W", "error::pytest.PytestUnknownMarkWarning"],
+        user,
     )  # fmt: skip
+    assert "2 passed" in done.stdout, done.stdout
     assert "pytest_gpuperf/suites/test_micro.py::test_memory_bandwidth[copy]" in done.stdout  # the stable id
     assert "test_memory_bandwidth[copy]" in _saved(by_command)["tests"]
+    mine = json.loads(next(by_command.glob("*/my_suites__test_mine.json")).read_text())
+    assert list(mine["tests"]) == ["test_mine"]
 
 
 def test_gpuperf_run_builds_the_pytest_command(tmp_path: Path) -> None:
