@@ -73,13 +73,25 @@ def pytest_gpuperf_telemetry_reader(config: pytest.Config, device: str) -> Any:
     return open_reader(device_index=index)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # An xdist controller collects nothing and a worker cannot stop the run cleanly: the controller checks the
+    # baselines folder at start, whether or not the tests use perf (docs/installing.md).
+    if session.config.pluginmanager.hasplugin("dsession"):
+        _check_baselines(session.config)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Before any test runs, and only in a run that uses `perf`: a project with its own baselines/ folder (or its
     # own `perf` fixture) and no use of this plugin must not have its files judged as gpuperf's.
-    if not any(item_uses_fixture(item, "perf", __name__) for item in session.items):
+    if hasattr(session.config, "workerinput") or session.config.pluginmanager.hasplugin("dsession"):
         return
+    if any(item_uses_fixture(item, "perf", __name__) for item in session.items):
+        _check_baselines(session.config)
+
+
+def _check_baselines(config: pytest.Config) -> None:
     try:
-        check_folder(get_settings(session.config).baselines_dir)
+        check_folder(get_settings(config).baselines_dir)
     except StoreError as error:
         raise pytest.UsageError(str(error)) from None
 
