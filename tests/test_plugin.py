@@ -115,6 +115,16 @@ def test_corrupted_baseline_is_a_clear_error_and_left_byte_identical(project: py
     assert path.read_bytes() == truncated
 
 
+def test_corrupted_baseline_under_xdist_is_a_clear_error(project: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    (project.path / "baselines" / "some-key").mkdir(parents=True)
+    (project.path / "baselines" / "some-key" / "x.json").write_text('{"cut')
+    result = project.runpytest_subprocess("-n", "2", "-m", "perf", "--gpuperf-device", "cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: baseline file *x.json is not valid JSON*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
 def test_xdist_save_keeps_every_entry(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     body = "\n".join(
