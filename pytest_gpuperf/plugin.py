@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuperf import hooks
+from pytest_gpuperf.core.parametrize import item_uses_fixture
 from pytest_gpuperf.core.settings import OPTIONS, add_options, get_settings
 from pytest_gpuperf.core.state import gpuperf_session, reporting, reporting_key, session_key
 from pytest_gpuperf.core.store import StoreError, check_folder
+from pytest_gpuperf.core.testid import stable_test_id
 
 if TYPE_CHECKING:
     from pytest_gpuperf.core.perf import Perf
@@ -42,9 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "perf: a performance or convergence test judged against stored baselines (pytest-gpuperf)"
-    )
+    # No generic markers here (perf, training, ...): a project's own markers of those names, and its
+    # --strict-markers run, stay as they were. The suites register theirs in pytest_gpuperf/suites/conftest.py.
     get_settings(config)  # resolve and validate every option now, so a bad value stops the run at once
     config.stash[reporting_key] = _is_reporting_rank()
 
@@ -75,8 +76,24 @@ def pytest_gpuperf_telemetry_reader(config: pytest.Config, device: str) -> Any:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    # An xdist controller collects nothing and a worker cannot stop the run cleanly: the controller checks the
+    # baselines folder at start, whether or not the tests use perf (docs/installing.md).
+    if session.config.pluginmanager.hasplugin("dsession"):
+        _check_baselines(session.config)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Before any test runs, and only in a run that uses `perf`: a project with its own baselines/ folder (or its
+    # own `perf` fixture) and no use of this plugin must not have its files judged as gpuperf's.
+    if hasattr(session.config, "workerinput") or session.config.pluginmanager.hasplugin("dsession"):
+        return
+    if any(item_uses_fixture(item, "perf", __name__) for item in session.items):
+        _check_baselines(session.config)
+
+
+def _check_baselines(config: pytest.Config) -> None:
     try:
-        check_folder(get_settings(session.config).baselines_dir)
+        check_folder(get_settings(config).baselines_dir)
     except StoreError as error:
         raise pytest.UsageError(str(error)) from None
 
@@ -84,7 +101,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.fixture
 def perf(request: pytest.FixtureRequest) -> Perf:
     """Records metrics (samples) and curves; after the test each metric is judged against its baseline."""
-    recorder = gpuperf_session(request.config).new_perf(request.node.nodeid)
+    recorder = gpuperf_session(request.config).new_perf(stable_test_id(request.node.path, request.node.nodeid))
     request.node.stash[perf_key] = recorder
     return recorder
 

@@ -45,9 +45,9 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step(name="micro", path="suites/test_micro.py", marker="micro", timeout_s=210),
-    Step(name="training", path="suites/test_training.py", marker="perf and gpu_tier", timeout_s=150),
-    Step(name="inference", path="suites/test_inference.py", marker="perf and gpu_tier", timeout_s=90),
+    Step(name="micro", path="pytest_gpuperf/suites/test_micro.py", marker="micro", timeout_s=210),
+    Step(name="training", path="pytest_gpuperf/suites/test_training.py", marker="perf and gpu_tier", timeout_s=150),
+    Step(name="inference", path="pytest_gpuperf/suites/test_inference.py", marker="perf and gpu_tier", timeout_s=90),
 )
 
 # Import name -> (distribution to install from .whl/, why the check needs it). Required ones stop the check.

@@ -1,4 +1,66 @@
+"""Session set-up of the project's own tests, and which of them run without torch.
+
+The torch-free modules (statistics, store, settings, command line, launcher logic, ...) must pass in a venv with
+only pytest, numpy, scipy, junitparser, filelock and hypothesis; ``.ci/run`` runs them there. Where torch cannot
+be imported, the test modules not listed in TORCH_FREE are left out of collection, and the header says so.
+"""
+
+import importlib.util
+from pathlib import Path
+
 import pytest
+
+TORCH_FREE = frozenset(
+    {
+        "test_changepoints.py",
+        "test_cli.py",
+        "test_cli_inputs.py",
+        "test_convergence.py",
+        "test_distributed_env.py",
+        "test_distributed_mesh.py",
+        "test_fingerprint.py",
+        "test_gpu_check.py",
+        "test_inference_sizing.py",
+        "test_isolation.py",
+        "test_layout.py",
+        "test_micro_suite.py",
+        "test_peaks.py",
+        "test_plugin.py",
+        "test_stats.py",
+        "test_store.py",
+        "test_telemetry.py",
+        "test_telemetry_verdict.py",
+        "test_testid.py",
+        "test_training_plugin.py",
+        "test_training_tiers.py",
+    }
+)
+"""Test modules that pass without torch: they neither import it nor run code that needs it (tests of the plugin
+itself included: its runs record "torch: not installed" in the stack). A test in them that needs torch for one
+case skips that case with pytest.importorskip."""
+
+
+def _torch_importable() -> bool:
+    """Found without importing it (that costs seconds, and `pytest --help` must stay free of torch)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a meta-path hook that refuses torch, as tests/test_isolation.py uses
+        return False
+
+
+TORCH = _torch_importable()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if TORCH or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    return collection_path.name not in TORCH_FREE or None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if TORCH:
+        return None
+    return f"torch is not importable: only the {len(TORCH_FREE)} torch-free test modules (tests/conftest.py) run"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -7,7 +69,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # import time, so `pytest --help` stays free of torch).
     import numpy  # noqa: F401
     import scipy.stats  # noqa: F401
-    import torch  # noqa: F401
+
+    if TORCH:
+        import torch  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,8 @@
 """The inference suite's GPU tier fits scripts/gpu_check.sh's bound for it (90 s, process start included).
 
 Its cost is decode steps (eager, host-bound, one wave of requests per run); the estimate per step and the rest of
-the budget are argued in suites/test_inference.py. This keeps a new sweep point from quietly outgrowing them.
+the budget are argued in pytest_gpuperf/suites/test_inference.py. This keeps a new sweep point from quietly
+outgrowing them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_inference.py"
+SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_inference.py"
 CHECK_BOUND_S = 90.0
 """scripts/gpu_check.py, step "inference"."""
 OTHER_COSTS_S = 30.0

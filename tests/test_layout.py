@@ -1,15 +1,8 @@
-"""The repository's own layout: `pytest -m perf` collects suites/ and tests/ together (rootdir-relative imports),
-so a test module basename used in both folders stops collection with an import-file mismatch."""
+"""The repository's own layout and the package's import rules."""
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def test_suite_and_test_module_names_do_not_collide() -> None:
-    suites = {path.name for path in (ROOT / "suites").glob("test_*.py")}
-    tests = {path.name for path in (ROOT / "tests").glob("test_*.py")}
-    assert not suites & tests, f"rename one of each pair: {sorted(suites & tests)}"
 
 
 PACKAGE = ROOT / "pytest_gpuperf"
@@ -53,6 +46,21 @@ def test_nothing_imports_the_plugin_module() -> None:
         if "pytest_gpuperf.plugin" in _imported_modules(path)
     ]
     assert not offending, f"import pytest_gpuperf.core.state (run state) instead of the plugin module: {offending}"
+
+
+def test_the_suites_ship_as_a_package_nothing_else_imports() -> None:
+    """The suites are a subpackage (the wheel carries them; `pytest -m perf` imports them as
+    pytest_gpuperf.suites.*, so a tests/ module of the same basename cannot clash), and no module of the package
+    imports them: loading the plugin must never import test modules."""
+    assert (PACKAGE / "suites" / "__init__.py").is_file()
+    assert not (ROOT / "suites").exists(), "the suites live in pytest_gpuperf/suites/"
+    offending = [
+        f"{path.relative_to(ROOT)}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (PACKAGE / "suites") not in path.parents
+        if any(name.startswith("pytest_gpuperf.suites") for name in _imported_modules(path))
+    ]
+    assert not offending, offending
 
 
 def test_the_top_level_holds_only_the_entry_points() -> None:

@@ -10,12 +10,13 @@ from types import ModuleType
 
 import pytest
 
-SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_micro.py"
+SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_micro.py"
 
 
 def _load_suite() -> ModuleType:
-    # Under its own name: pytest imports the same file as "test_micro" when it collects the suites. Its marks
-    # matter only there; where this run has not loaded the plugin that registers them, they would only warn.
+    # Under its own name: pytest imports the same file as "pytest_gpuperf.suites.test_micro" when it collects the
+    # suites. Its marks matter only there; where this run has not loaded the conftest that registers them, they
+    # would only warn.
     spec = importlib.util.spec_from_file_location("gpuperf_micro_suite", SUITE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -28,6 +28,7 @@ def _legacy_folder(root: Path) -> Path:
             }
         }
     }
+    folder.mkdir(parents=True, exist_ok=True)  # write_atomic writes into an existing folder only
     write_atomic(folder / "suites__test_micro.json", document)
     return folder
 

@@ -1,4 +1,5 @@
-"""What the training suite must catch, proven on the suite itself (suites/test_training.py run by pytester).
+"""What the training suite must catch, proven on the suite itself (pytest_gpuperf/suites/test_training.py run by
+pytester).
 
 Goldens and baselines are recorded for ``test_pretrain[tiny-llama]``; then a conftest.py overrides the suite's
 ``gpuperf_model_hook`` fixture:
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-SUITE = Path(__file__).resolve().parent.parent / "suites" / "test_training.py"
+SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_training.py"
 SUITE_CONFTEST = SUITE.with_name("conftest.py")
 """The suites' fixtures (cpu_threads): a copy of the suite needs them, and a test's overrides are added to them."""
 

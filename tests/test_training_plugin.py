@@ -10,7 +10,7 @@ import pytest
 def test_pair(model, precision):
     pass
 
-@pytest.mark.training_models("lora")
+@pytest.mark.gpuperf_models("lora")
 def test_lora(model):
     assert model.is_lora
 

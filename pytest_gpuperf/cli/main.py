@@ -55,6 +55,7 @@ def lazy(module: str) -> Callable[[argparse.Namespace], int]:
 EXAMPLES = """\
 examples:
   gpuperf env --json
+  gpuperf run --baselines ~/gpuperf-baselines --suite training -- -m perf --gpuperf-save
   gpuperf compare runs/rocm-7.0/ runs/rocm-7.1/ --format md
   gpuperf variance --reference ours.json partner-a/ partner-b/ --tolerance 1%
   gpuperf history nightly/ --accepted accepted-changes.json
@@ -82,6 +83,30 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     env.add_argument("--json", action="store_true", help="print JSON instead of text")
     env.set_defaults(run=cmd_env)
+
+    suites = commands.add_parser(
+        "run",
+        help="run the shipped suites with pytest (arguments after -- go to pytest); "
+        "example: gpuperf run --baselines DIR --suite micro -- -k gemm",
+        description="Run the suites shipped in the installed package (pytest --pyargs pytest_gpuperf.suites). "
+        "Arguments after -- go to pytest: options (-k, -m, --gpuperf-save, ...) and paths of your own suites, "
+        "which run beside the shipped ones. Exit status: pytest's.",
+    )
+    suites.add_argument(
+        "--baselines",
+        metavar="DIR",
+        help="baseline folder, read and (with --gpuperf-save) written as DIR/<hardware-key>/ "
+        "(default: baselines/ in the current folder)",
+    )
+    suites.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this shipped suite (training, inference, micro, distributed); repeatable (default: all)",
+    )
+    suites.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS")
+    suites.set_defaults(run=lazy("suites"))
 
     compare = commands.add_parser(
         "compare",

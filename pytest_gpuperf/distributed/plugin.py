@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.parametrize import parametrized_by_test
+from pytest_gpuperf.core.parametrize import uses_own_fixture
 from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_count, resolve
 from pytest_gpuperf.distributed.devices import assign_worker_devices
 from pytest_gpuperf.distributed.mesh import MeshError, MeshRequest, MeshSpec, parse_mesh, parse_meshes, unfit_reason
@@ -53,7 +53,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "distributed: a multi-rank workload (strategies, collectives) (pytest-gpuperf)")
     # Resolved now so that a bad value stops the run before collection, naming the value and its source.
     config.stash[meshes_key] = resolve(config, OPTIONS[0])[0]
     config.stash[cpu_ranks_key] = resolve(config, OPTIONS[1])[0]
@@ -63,8 +62,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # A test that parametrizes device_mesh itself (indirect=True) keeps its own meshes.
-    if "device_mesh" in metafunc.fixturenames and not parametrized_by_test(metafunc, "device_mesh"):
+    # A test that parametrizes device_mesh itself (indirect=True) keeps its own meshes; a test that gets a
+    # project's own device_mesh fixture is left alone.
+    if uses_own_fixture(metafunc, "device_mesh", __name__):
         meshes = metafunc.config.stash[meshes_key]
         metafunc.parametrize(
             "device_mesh", [m.label for m in meshes], indirect=True, ids=[f"mesh={m.label}" for m in meshes]

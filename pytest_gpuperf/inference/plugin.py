@@ -1,4 +1,4 @@
-"""pytest plugin of the inference area: its options, marker and settings fixture. No torch at import."""
+"""pytest plugin of the inference area: its options and settings fixture. No torch at import."""
 
 from __future__ import annotations
 
@@ -72,11 +72,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "inference: an inference workload: latency percentiles, throughput vs interactivity, output "
-        "parity (pytest-gpuperf)",
-    )
     inference_settings(config)  # a bad value stops the run at once
 
 

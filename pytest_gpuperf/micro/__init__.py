@@ -1,1 +1,1 @@
-"""Kernel-level microbenchmarks: timing helpers and the pytest plugin that registers the `micro` marker."""
+"""Kernel-level microbenchmarks: timing helpers and the pytest plugin with the device timer fixture."""

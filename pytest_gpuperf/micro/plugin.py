@@ -1,4 +1,5 @@
-"""pytest plugin of the microbenchmark suite: its markers and the device timer fixture. No torch at import."""
+"""pytest plugin of the microbenchmark suite: the device timer fixture. No torch at import. (Its markers, ``micro``
+and ``gpu_tier``, are the suites' own: pytest_gpuperf/suites/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -6,16 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "micro: a kernel-level microbenchmark (GEMM, memory bandwidth, attention) (pytest-gpuperf)"
-    )
-    config.addinivalue_line(
-        "markers",
-        "gpu_tier: the workload that scripts/gpu_check.sh runs on a GPU (selected with -m 'perf and gpu_tier')",
-    )
 
 
 @pytest.fixture

@@ -4,8 +4,9 @@ device is resolved only when a collected test asks for these fixtures).
 
 ``model`` and ``precision`` are parametrized in ``pytest_generate_tests`` from the options (or the tier's
 defaults), so ``-k`` and node ids name them: ``test_pretrain[tiny-moe]``, ``test_precision_ladder[fp4]``. A test
-narrows the models it takes with ``@pytest.mark.training_models("lora")`` (kinds: ``pretrain``, ``dense``,
-``moe``, ``lora``). A test that parametrizes ``precision`` or ``model`` itself keeps its own values.
+narrows the models it takes with ``@pytest.mark.gpuperf_models("lora")`` (kinds: ``pretrain``, ``dense``,
+``moe``, ``lora``). A test that parametrizes ``precision`` or ``model`` itself keeps its own values, and a test
+that gets a project's own ``model`` or ``precision`` fixture is left alone (``core/parametrize.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.core.parametrize import parametrized_by_test
+from pytest_gpuperf.core.parametrize import uses_own_fixture
 from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_choice, resolve
 from pytest_gpuperf.training.tiers import TIERS, Tier, get_tier
 
@@ -98,12 +99,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "training: a training workload with convergence and throughput assertions (pytest-gpuperf)"
-    )
-    config.addinivalue_line(
         "markers",
-        "training_models(*kinds): the kinds of model spec a test takes from --gpuperf-models "
-        f"({', '.join(MODEL_KINDS)})",
+        "gpuperf_models(*kinds): the kinds of model spec a test's model fixture takes from --gpuperf-models "
+        f"({', '.join(MODEL_KINDS)}) (pytest-gpuperf)",
     )
     values = {spec.name: resolve(config, spec)[0] for spec in OPTIONS}  # bad values stop the run here
     config.stash[options_key] = TrainingOptions(
@@ -141,14 +139,14 @@ def model_kinds(spec: ModelSpec) -> set[str]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
-    if "model" in metafunc.fixturenames and not parametrized_by_test(metafunc, "model"):
+    if uses_own_fixture(metafunc, "model", __name__):
         from pytest_gpuperf.models.registry import get_spec
 
-        marker = metafunc.definition.get_closest_marker("training_models")
+        marker = metafunc.definition.get_closest_marker("gpuperf_models")
         kinds = set(marker.args) if marker else set(MODEL_KINDS)
         unknown = kinds - set(MODEL_KINDS)
         if unknown:
-            raise pytest.UsageError(f"{metafunc.definition.nodeid}: training_models{tuple(sorted(unknown))}: "
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: gpuperf_models{tuple(sorted(unknown))}: "
                                     f"unknown kind; use {', '.join(MODEL_KINDS)}")  # fmt: skip
         names = selected_models(config)
         specs = [get_spec(name) for name in names if model_kinds(get_spec(name)) & kinds]
@@ -159,7 +157,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(
                 "model", [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=["none"], indirect=True
             )
-    if "precision" in metafunc.fixturenames and not parametrized_by_test(metafunc, "precision"):
+    if uses_own_fixture(metafunc, "precision", __name__):
         names = selected_precisions(config)
         metafunc.parametrize("precision", names, ids=list(names), indirect=True)
 

@@ -75,7 +75,7 @@ def _record_all(perf: Any, runs: list, *, spec: Any, precision: str, budget: Any
     return record.record_convergence(perf, runs, target=target, budget=budget, tier=tier.name)
 
 
-@pytest.mark.training_models("pretrain")
+@pytest.mark.gpuperf_models("pretrain")
 def test_pretrain(
     perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None, gpuperf_sizing: Any
 ) -> None:
@@ -95,7 +95,7 @@ def test_pretrain(
     judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
 
 
-@pytest.mark.training_models("lora")
+@pytest.mark.gpuperf_models("lora")
 def test_lora_finetune(
     perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None, gpuperf_sizing: Any
 ) -> None:
