@@ -1,7 +1,7 @@
 """Run state of one pytest session: loads baselines, judges each test's metrics, saves, writes the results.
 
 Data flows one way: the `perf` fixture measures (measure.py), this module turns measurements into judged
-results (stats.py against store.py), report.py renders them.
+results (verdict.py, against store.py), report.py renders them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Any
 from pytest_gpuperf import __version__
 from pytest_gpuperf.core.perf import Perf
 from pytest_gpuperf.core.settings import Settings
-from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare, summarize
+from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, summarize
 from pytest_gpuperf.core.store import BaselineStore, Curve, MetricRun, NewCurve, NewMetric, write_atomic
+from pytest_gpuperf.core.verdict import judge
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySummary, TelemetryUnavailable, judge_clocks
 
@@ -206,13 +207,16 @@ class GpuperfSession:
             context, conditions = self._check_conditions(perf.nodeid, metric.name, metric.context, bool(runs))
             if metric.unjudgeable:
                 conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
-            comparison = compare(
-                metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules, conditions=conditions
+            comparison = judge(
+                metric.samples,
+                runs,
+                higher_is_better=metric.higher_is_better,
+                rules=rules,
+                conditions=conditions,
+                rule=metric.rule,
             )
-            external = metric.judged_elsewhere
-            if external is not None:  # its own rule decided; the comparison's figures stay for the report
-                comparison = replace(comparison, verdict=external.verdict, reason=f"{external.rule}: {external.reason}")
-                context = {**context, "judged_by": external.rule}
+            if metric.rule is not None:
+                context = {**context, "judged_by": metric.rule.name}
             baseline_stack = baseline.runs[-1].stack if baseline and runs else None
             result = MetricResult(
                 test=perf.nodeid,
