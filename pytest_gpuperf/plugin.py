@@ -101,7 +101,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_report_teststatus(report: pytest.TestReport) -> Any:
-    if report.outcome == "rerun":
+    if getattr(report, "gpuperf_attempt", None):
         from pytest_gpuperf.core.attempts import report_status
 
         return report_status(report)

@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 from xml.etree import ElementTree
 
 MAX_BYTES = 256 * 1024 * 1024
@@ -344,7 +344,8 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
         raise InputError(f"{source}: the root element is not a JUnit <testsuites> or <testsuite>") from None
     except (ValueError, RecursionError, LookupError) as error:  # bad encodings, deep nesting
         raise InputError(f"{source}: not valid XML ({_short(error)})") from None
-    hardware_key, slug, stack, created = None, UNKNOWN_HARDWARE, {}, ""
+    hardware_key, slug, created = None, UNKNOWN_HARDWARE, ""
+    stack: dict[str, str] = {}
     metrics: dict[tuple[str, str], MetricData] = {}
     for suite in xml:
         if suite.__class__.__name__ != "TestSuite":
@@ -437,7 +438,7 @@ def _text_field(entry: dict[str, Any], name: str, where: str) -> str:
     return value
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
     try:
@@ -446,7 +447,7 @@ def _is_number(value: Any) -> bool:
         return False
 
 
-def _number_list(values: Any) -> bool:
+def _number_list(values: Any) -> TypeGuard[list[float]]:
     return isinstance(values, list) and all(_is_number(value) for value in values)
 
 
