@@ -106,6 +106,27 @@ def perf(request: pytest.FixtureRequest) -> Perf:
     return recorder
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """A perf test runs through core/attempts.py, which repeats the whole protocol to confirm a regression."""
+    settings = get_settings(item.config)
+    if "perf" not in getattr(item, "fixturenames", ()) or not (settings.confirm and not settings.save):
+        return None  # nothing to confirm: pytest's own protocol runs the test
+    if not reporting(item.config):
+        return None
+    from pytest_gpuperf.core.attempts import run_protocol
+
+    return run_protocol(item, nextitem)
+
+
+def pytest_report_teststatus(report: pytest.TestReport) -> Any:
+    if getattr(report, "gpuperf_attempt", None):
+        from pytest_gpuperf.core.attempts import report_status
+
+        return report_status(report)
+    return None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     outcome = yield  # a test that raised is not judged: the exception propagates from the yield
@@ -113,17 +134,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if recorder is None or not (recorder.metrics or recorder.curves) or not reporting(item.config):
         return outcome
     session = gpuperf_session(item.config)
-    from pytest_gpuperf.core.session import confirm
+    from pytest_gpuperf.core.attempts import settle
 
     try:
-        results = session.evaluate(recorder)
-        for attempt in range(2, session.settings.confirm + 2):
-            if not session.suspects_regression(results):
-                break
-            # Measure the whole test again before failing it: a transient slowdown rarely lasts two attempts.
-            recorder.reset()
-            item.runtest()
-            results = confirm(results, session.evaluate(recorder), attempt)
+        final = settle(item, session, session.evaluate(recorder))
+        if final is None:  # suspected REGRESSED: another attempt of the whole test decides
+            return outcome
+        results = final
         session.accept(recorder, results)
     except StoreError as error:
         pytest.fail(f"gpuperf: {error}", pytrace=False)

@@ -121,7 +121,7 @@ def test_corrupted_baseline_under_xdist_is_a_clear_error(project: pytest.Pyteste
     (project.path / "baselines" / "some-key" / "x.json").write_text('{"cut')
     result = project.runpytest_subprocess("-n", "2", "-m", "perf", "--gpuperf-device", "cpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: baseline file *x.json is not valid JSON*"])
+    result.stderr.fnmatch_lines(["ERROR: baseline file *x.json is *JSON*"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 

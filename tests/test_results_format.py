@@ -65,7 +65,7 @@ def test_a_bad_baseline_stops_the_session_as_a_usage_error(pytester: pytest.Pyte
     path = pytester.path / "baselines" / "cpu-x" / "m.json"
     path.parent.mkdir(parents=True)
     path.write_text(content)
-    pytester.makepyfile("def test_x(): pass")
+    pytester.makepyfile("def test_x(perf): pass")  # the folder is checked in runs that use the plugin
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: baseline file {path} *{problem}*"])

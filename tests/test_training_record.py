@@ -137,21 +137,22 @@ def _seed_runs(reached: list[int]) -> list[SeedRun]:
 
 
 @pytest.mark.parametrize(
-    ("reference", "current", "verdict"),
+    ("reference", "current", "steps_verdict", "curve_verdict"),
     [
-        ([20, 21, 22], [20, 21, 22], "PASS"),
-        ([20, 21, 22], [30, 31, 32], "REGRESSED"),
-        ([], [20, 21, 22], "NO_BASELINE"),
+        ([20, 21, 22], [20, 21, 22], "PASS", "PASS"),
+        ([20, 21, 22], [30, 31, 32], "REGRESSED", "REGRESSED"),
+        ([], [20, 21, 22], "NO_BASELINE", "NO_BASELINE"),
     ],
 )
-def test_steps_to_target_carries_the_convergence_checks_verdict_only(
-    reference: list[int], current: list[int], verdict: str
+def test_convergence_metrics_carry_their_rules_evidence(
+    reference: list[int], current: list[int], steps_verdict: str, curve_verdict: str
 ) -> None:
     from types import SimpleNamespace
 
     from pytest_gpuperf.core.perf import Perf
     from pytest_gpuperf.core.store import Curve
-    from pytest_gpuperf.training.record import STEPS_RULE, Target, judge_convergence, record_convergence
+    from pytest_gpuperf.core.verdict import CurveMatch, StepsToTarget
+    from pytest_gpuperf.training.record import Target, record_convergence
     from pytest_gpuperf.training.tiers import Budget
 
     curves = [Curve(steps=list(range(60)), values=_curve(r), stack={}, date="2026-11-30") for r in reference]
@@ -160,13 +161,35 @@ def test_steps_to_target_carries_the_convergence_checks_verdict_only(
         device="cpu",
         noise_limit=0.5,
         baseline_curves=lambda name: curves,
-        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=True),
-    )  # save: report, not fail
+        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=False),
+    )
     budget = Budget(seeds=3, steps=60, batch_size=1, lr=1e-3, timing_warmup=0, curve_warmup=5, window=1)
     target = Target(floor=1.0, margin=0.05, source="test")
-    runs = _seed_runs(current)
-    steps = record_convergence(perf, runs, target=target, budget=budget, tier="cpu")
-    judge_convergence(perf, runs, steps, target=target, budget=budget, precision="fp32", tier="cpu")
-    external = perf.metric("steps_to_target").judged_elsewhere
-    assert external is not None and external.rule == STEPS_RULE and external.verdict.value == verdict
-    assert perf.metric("time_to_target").judged_elsewhere is None  # a timing: judged as one
+    record_convergence(perf, _seed_runs(current), target=target, budget=budget, tier="cpu", precision="fp32")
+    steps_rule, curve_rule = perf.metric("steps_to_target").rule, perf.metric("final_loss").rule
+    assert isinstance(steps_rule, StepsToTarget) and steps_rule.decide().verdict.value == steps_verdict
+    assert isinstance(curve_rule, CurveMatch) and curve_rule.decide().verdict.value == curve_verdict
+    assert perf.metric("time_to_target").rule is None  # a timing: judged as one
+    assert perf.metric("final_loss").context["precision"] == "fp32"
+
+
+def test_a_seed_missing_the_target_is_a_regressed_final_loss_with_or_without_goldens() -> None:
+    from types import SimpleNamespace
+
+    from pytest_gpuperf.core.perf import Perf
+    from pytest_gpuperf.core.store import Curve
+    from pytest_gpuperf.training.record import Target, record_convergence
+    from pytest_gpuperf.training.tiers import Budget
+
+    budget = Budget(seeds=3, steps=60, batch_size=1, lr=1e-3, timing_warmup=0, curve_warmup=5, window=1)
+    target = Target(floor=1.0, margin=0.05, source="test")
+    for reference in ([], [20, 21, 22]):
+        curves = [Curve(steps=list(range(60)), values=_curve(r), stack={}, date="2026-11-30") for r in reference]
+        perf = Perf(nodeid="m.py::t", device="cpu", noise_limit=0.5, baseline_curves=lambda name, c=curves: c,
+                    settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=False))  # fmt: skip
+        runs = _seed_runs([20, 21, 22])
+        runs[1].losses[:] = [2.0] * 60  # this seed never gets near the target
+        record_convergence(perf, runs, target=target, budget=budget, tier="cpu")
+        assert [m.name for m in perf.metrics] == ["final_loss"]  # no steps to target without every seed's
+        decision = perf.metric("final_loss").rule.decide()
+        assert decision.verdict.value == "REGRESSED" and "[1]" in decision.reason, decision

@@ -52,8 +52,9 @@ def rules_for(base: Side, given: Thresholds) -> Rules:
         if value is not None:
             return value
         stored = settings.get(name)
-        ok = isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1
-        return float(stored) if ok else default
+        if isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1:
+            return float(stored)
+        return default
 
     return Rules(
         delta=pick(given.threshold, "threshold", CPU_DEFAULTS["threshold"]),

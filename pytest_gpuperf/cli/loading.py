@@ -390,7 +390,8 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
         raise InputError(f"{source}: the root element is not a JUnit <testsuites> or <testsuite>") from None
     except (ValueError, RecursionError, LookupError) as error:  # bad encodings, deep nesting
         raise InputError(f"{source}: not valid XML ({_short(error)})") from None
-    hardware_key, slug, stack, created = None, UNKNOWN_HARDWARE, {}, ""
+    hardware_key, slug, created = None, UNKNOWN_HARDWARE, ""
+    stack: dict[str, str] = {}
     metrics: dict[tuple[str, str], MetricData] = {}
     for suite in xml:
         if suite.__class__.__name__ != "TestSuite":

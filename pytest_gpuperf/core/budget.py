@@ -60,7 +60,7 @@ def grace_s(budget_s: float) -> float:
     return min(60.0, max(2.0, budget_s / 10))
 
 
-class BudgetExceeded(pytest.fail.Exception):  # type: ignore[misc,name-defined]
+class BudgetExceeded(pytest.fail.Exception):  # type: ignore[name-defined]
     """Raised in a perf test that ran past its time budget (a failure, not an error of the plugin)."""
 
 

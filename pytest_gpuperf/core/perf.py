@@ -18,6 +18,7 @@ import pytest
 from pytest_gpuperf.core import schema
 from pytest_gpuperf.core.stats import Comparison, Verdict, summarize
 from pytest_gpuperf.core.store import Curve
+from pytest_gpuperf.core.verdict import RULE_VERDICTS, External, Rule
 from pytest_gpuperf.machine.contention import MachineState, MachineWindow, judge_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 
@@ -43,24 +44,9 @@ class MetricRecord:
     unjudgeable: str | None = None
     """Why these samples cannot support a verdict although they are valid figures (too few requests behind a
     p99, say): the verdict is then NOISY, never PASS or REGRESSED. Stored in the results' context."""
-    judged_elsewhere: ExternalVerdict | None = None
-    """The verdict another rule gave this metric (``Perf.judge_elsewhere``); the baseline comparison is then not
-    applied to it, so one figure never carries two verdicts that could disagree."""
-
-
-EXTERNAL_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.NO_BASELINE)
-"""What another rule may decide; the others (NOISY, AMBIGUOUS, IMPROVED) are the timing comparison's own."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExternalVerdict:
-    """A metric's verdict from a rule of its own (the convergence t-test on steps to target, say)."""
-
-    rule: str
-    """What decided it, for the report ("convergence: olympic mean of steps to target, one-sided t-test")."""
-    verdict: Verdict
-    """One of EXTERNAL_VERDICTS."""
-    reason: str
+    rule: Rule | None = None
+    """The rule of its own that judges this metric (core/verdict.py: steps to target, curve match, a user's
+    verdict); None: the samples are compared with the baseline's. Never both: one figure, one verdict."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -193,6 +179,7 @@ class Perf:
         rounds: int = 1,
         context: dict[str, Any] | None = None,
         unjudgeable: str | None = None,
+        rule: Rule | None = None,
     ) -> MetricRecord:
         """Record a metric with its repeated samples (several values, so the verdict can judge noise).
 
@@ -201,7 +188,10 @@ class Perf:
 
         A sample that is NaN, infinite or beyond what the statistics can hold (schema.SAMPLE_MAX), or such a value
         in ``context``, fails the test at once (the measurement diverged): that is a verdict on this test, and
-        nothing of it reaches the baselines or the results, which stay writable for every other test."""
+        nothing of it reaches the baselines or the results, which stay writable for every other test.
+
+        ``rule`` (from core/verdict.py) judges the metric instead of the baseline comparison: ``StepsToTarget``
+        for steps to a target loss over seeds, ``CurveMatch`` for a final loss whose curves meet a golden band."""
         self._check_name(name)
         values = [float(value) for value in samples]
         problem = schema.sample_problem(values)
@@ -234,6 +224,7 @@ class Perf:
             rounds=rounds,
             context=context | ({"unjudgeable": unjudgeable} if unjudgeable else {}),
             unjudgeable=unjudgeable,
+            rule=rule,
         )
         self.metrics.append(record)
         return record
@@ -408,13 +399,12 @@ class Perf:
         """Give metric ``name`` (already recorded) the verdict another rule reached instead of the baseline
         comparison: a figure with a rule of its own (MLPerf's steps-to-target test) must not also be judged as a
         timing, or the two verdicts can disagree."""
-        if verdict not in {v.value for v in EXTERNAL_VERDICTS}:
+        if verdict not in {v.value for v in RULE_VERDICTS}:
             raise ValueError(
-                f"judge_elsewhere({name!r}): verdict must be one of "
-                f"{', '.join(v.value for v in EXTERNAL_VERDICTS)}, "
+                f"judge_elsewhere({name!r}): verdict must be one of {', '.join(v.value for v in RULE_VERDICTS)}, "
                 f"got {verdict!r}"
             )
-        self.metric(name).judged_elsewhere = ExternalVerdict(rule=rule, verdict=Verdict(verdict), reason=reason)
+        self.metric(name).rule = External(rule=rule, verdict=Verdict(verdict), reason=reason)
 
     def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
         """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks.

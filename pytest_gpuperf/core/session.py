@@ -1,7 +1,7 @@
 """Run state of one pytest session: loads baselines, judges each test's metrics, saves, writes the results.
 
 Data flows one way: the `perf` fixture measures (measure.py), this module turns measurements into judged
-results (stats.py against store.py), report.py renders them.
+results (verdict.py, against store.py), report.py renders them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pytest_gpuperf.core.perf import MetricRecord, Perf
 from pytest_gpuperf.core.results import MetricResult
 from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
-from pytest_gpuperf.core.stats import Rules, Verdict, compare, exact_agreement, summarize
+from pytest_gpuperf.core.stats import Rules, Verdict, exact_agreement, summarize
 from pytest_gpuperf.core.store import (
     BaselineStore,
     Curve,
@@ -32,6 +32,7 @@ from pytest_gpuperf.core.store import (
     os_reason,
     write_atomic,
 )
+from pytest_gpuperf.core.verdict import judge
 from pytest_gpuperf.machine.contention import MachineState, judge_machine
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
@@ -196,8 +197,13 @@ class GpuperfSession:
                 runs = [samples for i, samples in enumerate(runs) if i not in dropped]
         if metric.unjudgeable:
             conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
-        comparison = compare(
-            metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules, conditions=conditions
+        comparison = judge(
+            metric.samples,
+            runs,
+            higher_is_better=metric.higher_is_better,
+            rules=rules,
+            conditions=conditions,
+            rule=metric.rule,
         )
         if dropped:
             left_out = ", ".join(str(i + 1) for i in dropped)
@@ -210,10 +216,8 @@ class GpuperfSession:
                 comparison,
                 reason=f"{comparison.reason} [{metric.looks} looks, alpha {rules.alpha:.2g} each (sequential)]",
             )
-        external = metric.judged_elsewhere
-        if external is not None:  # its own rule decided; the comparison's figures stay for the report
-            comparison = replace(comparison, verdict=external.verdict, reason=f"{external.rule}: {external.reason}")
-            context = {**context, "judged_by": external.rule}
+        if metric.rule is not None:  # its own rule decided; the comparison's figures stay for the report
+            context = {**context, "judged_by": metric.rule.name}
         baseline_stack = baseline.runs[-1].stack if baseline and runs else None
         return MetricResult(
             test=nodeid,

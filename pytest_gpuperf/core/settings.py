@@ -144,7 +144,7 @@ def resolve(config: pytest.Config, spec: OptionSpec[T]) -> tuple[T | None, str]:
     cli_value = config.getoption(spec.dest, default=None)
     if cli_value is not None:
         if spec.flag:
-            return cli_value, spec.cli  # type: ignore[return-value]
+            return cli_value, spec.cli
         return _parse(spec, str(cli_value), spec.cli), spec.cli
     env_value = os.environ.get(spec.env)
     if env_value is not None and env_value.strip():
@@ -343,7 +343,7 @@ class Settings:
 
 
 def build_settings(config: pytest.Config) -> Settings:
-    values = {spec.name.replace("-", "_"): resolve(config, spec)[0] for spec in OPTIONS}
+    values: dict[str, Any] = {spec.name.replace("-", "_"): resolve(config, spec)[0] for spec in OPTIONS}
     baselines = values.pop("baselines")
     results = values.pop("results")
     rootdir = Path(str(config.rootpath))

@@ -31,6 +31,7 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -111,7 +112,7 @@ class Summary:
         }
 
 
-def summarize(samples: Sequence[float]) -> Summary:
+def summarize(samples: Sequence[float] | np.ndarray) -> Summary:
     values = _as_array(samples, "samples")
     q25, median, q75 = (float(q) for q in np.percentile(values, [25, 50, 75]))
     iqr = q75 - q25
@@ -212,7 +213,7 @@ def compare(
         ci_low, ci_high = math.exp(log_ratio - half), math.exp(log_ratio + half)
     else:
         ci_low, ci_high = ratio_interval(now, runs, run_sd, higher_is_better=higher_is_better, rules=rules)
-    figures = {
+    figures: dict[str, Any] = {
         "ratio": ratio,
         "ci_low": ci_low,
         "ci_high": ci_high,
@@ -346,7 +347,7 @@ def samples_needed(rules: Rules, baseline_n: int) -> int:
     return n
 
 
-def _as_array(samples: Sequence[float], what: str) -> np.ndarray:
+def _as_array(samples: Sequence[float] | np.ndarray, what: str) -> np.ndarray:
     values = np.asarray(samples, dtype=float)
     if values.ndim != 1 or values.size == 0:
         raise ValueError(f"{what}: need a non-empty flat list of numbers, got shape {values.shape}")

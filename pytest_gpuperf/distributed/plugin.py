@@ -54,8 +54,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     # Resolved now so that a bad value stops the run before collection, naming the value and its source.
-    config.stash[meshes_key] = resolve(config, OPTIONS[0])[0]
-    config.stash[cpu_ranks_key] = resolve(config, OPTIONS[1])[0]
+    meshes: Any = resolve(config, OPTIONS[0])[0]  # both options have defaults: never None
+    cpu_ranks: Any = resolve(config, OPTIONS[1])[0]
+    config.stash[meshes_key] = meshes
+    config.stash[cpu_ranks_key] = cpu_ranks
     # Before any test touches CUDA/ROCm: afterwards the visibility variable is no longer read.
     if os.environ.get("PYTEST_XDIST_WORKER"):
         assign_worker_devices()

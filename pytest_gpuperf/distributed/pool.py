@@ -197,6 +197,8 @@ class RankPool:
 
     def _spawn(self, pg_timeout_s: float) -> None:
         ctx = multiprocessing.get_context("spawn")
+        assert self._store is not None, "ranks are spawned by __init__, before close() drops the store"
+        port = self._store.port
         extra: dict[str, str] = {}
         if self.key.device_type == "cpu":
             # Single host: keep gloo on loopback even where the hostname does not resolve.
@@ -209,7 +211,7 @@ class RankPool:
                 rank=rank,
                 world_size=self.key.world_size,
                 master_addr=MASTER_ADDR,
-                master_port=self._store.port,
+                master_port=port,
             )
             environ.update(extra)
             dump_path = os.path.join(self._dump_dir, f"rank{rank}.stack")
@@ -223,7 +225,7 @@ class RankPool:
                     "environ": environ,
                     "backend": self.key.backend,
                     "device_type": self.key.device_type,
-                    "store_port": self._store.port,
+                    "store_port": port,
                     "pg_timeout_s": pg_timeout_s,
                     "dump_path": dump_path,
                 },

@@ -78,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def inference_settings(config: pytest.Config) -> InferenceSettings:
     found = config.stash.get(_key, None)
     if found is None:
-        values = {spec.name: resolve(config, spec)[0] for spec in OPTIONS}
+        values: dict[str, Any] = {spec.name: resolve(config, spec)[0] for spec in OPTIONS}
         found = InferenceSettings(
             endpoint=values["inference-endpoint"],
             served_model=values["inference-served-model"],

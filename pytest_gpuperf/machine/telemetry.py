@@ -567,10 +567,10 @@ def open_reader(
             reasons.append("amdsmi not installed (it ships with ROCm)")
         else:
             # amdsmi enumerates every GPU on the host; HIP_VISIBLE_DEVICES is not mapped yet.
-            opened = _open_amdsmi(amdsmi, device_index)
-            if not isinstance(opened, TelemetryUnavailable):
-                return opened
-            reasons.append(opened.reason)
+            amd = _open_amdsmi(amdsmi, device_index)
+            if not isinstance(amd, TelemetryUnavailable):
+                return amd
+            reasons.append(amd.reason)
     return TelemetryUnavailable(reason="; ".join(reasons))
 
 
@@ -604,7 +604,7 @@ class TelemetrySampler:
         self._error: BaseException | None = None
 
     def _sample(self, now: float | None = None) -> None:
-        values = self._reader.read()
+        values: dict[str, Any] = dict(self._reader.read())
         now = self._clock() if now is None else now
         self._samples.append(TelemetrySample(t_s=now - self._start, **values))
 

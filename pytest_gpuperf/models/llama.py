@@ -103,6 +103,9 @@ class RotaryEmbedding(nn.Module):
     because DeepSpeed's bf16 engine no longer casts buffers, and fp32 tables meeting bf16 q/k fail in SDPA.
     """
 
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(self, head_dim: int, max_seq_len: int, theta: float) -> None:
         super().__init__()
         self.head_dim = head_dim
@@ -439,8 +442,8 @@ class Transformer(nn.Module):
 
     def aux_loss(self) -> torch.Tensor:
         """Sum of the auxiliary losses the blocks' feed-forwards recorded in the last forward (0 if none)."""
-        terms = [getattr(block.feed_forward, "aux_loss", None) for block in self.layers]
-        terms = [t for t in terms if t is not None]
+        found = (getattr(block.feed_forward, "aux_loss", None) for block in self.layers)
+        terms: list[torch.Tensor] = [t for t in found if t is not None]
         if not terms:
             return self.norm.weight.new_zeros(())
         return torch.stack(terms).sum()

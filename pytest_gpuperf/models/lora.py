@@ -85,6 +85,6 @@ def apply_lora(
     return [name for name, _ in matches]
 
 
-def lora_parameters(model: nn.Module) -> list[nn.Parameter]:
+def lora_parameters(model: nn.Module) -> list[torch.Tensor]:
     """The adapters' parameters (what an optimizer of a LoRA fine-tune should get)."""
     return [p for m in model.modules() if isinstance(m, LoRALinear) for p in (m.lora_a.weight, m.lora_b.weight)]

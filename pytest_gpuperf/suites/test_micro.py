@@ -93,6 +93,7 @@ def attach_peak(perf: Any, metric: str, *, dtype: str | None) -> None:
         what = "HBM bandwidth" if dtype is None else f"dense {dtype}"
         record.context["peak"] = {"kind": None, "note": f"no datasheet {what} figure for {name!r} in peaks.py"}
         return
+    assert entry is not None  # a peak was found in it
     value, unit = (peak.value * 1000, "GB/s") if dtype is None else (peak.value, "TFLOP/s")
     record.context["peak"] = {
         "kind": "datasheet",

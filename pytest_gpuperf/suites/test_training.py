@@ -72,7 +72,7 @@ def _record_all(perf: Any, runs: list, *, spec: Any, precision: str, budget: Any
     record.record_throughput(perf, runs, spec=spec, precision=precision, timing_warmup=budget.timing_warmup,
                              tier=tier.name)  # fmt: skip
     record.record_memory(perf, runs, tier=tier.name)
-    return record.record_convergence(perf, runs, target=target, budget=budget, tier=tier.name)
+    return record.record_convergence(perf, runs, target=target, budget=budget, tier=tier.name, precision=precision)
 
 
 @pytest.mark.gpuperf_models("pretrain")
@@ -80,7 +80,6 @@ def test_pretrain(
     perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None, gpuperf_sizing: Any
 ) -> None:
     from pytest_gpuperf.training.corpus import MarkovChain
-    from pytest_gpuperf.training.record import judge_convergence
 
     budget, precision = training_tier.pretrain, training_tier.convergence_precision
     _size(gpuperf_sizing, model, precision, steps=budget.seeds * budget.steps, batch_size=budget.batch_size,
@@ -90,9 +89,8 @@ def test_pretrain(
     runs = _run(perf, model, precision=precision, budget=budget, hook=gpuperf_model_hook,
                 batches=lambda step: chain.batch(step, batch_size=budget.batch_size, seq_len=model.seq_len,
                                                  device=perf.device))  # fmt: skip
-    steps = _record_all(perf, runs, spec=model, precision=precision, budget=budget, tier=training_tier,
-                        target=target)  # fmt: skip
-    judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
+    _record_all(perf, runs, spec=model, precision=precision, budget=budget, tier=training_tier,
+                target=target)  # fmt: skip
 
 
 @pytest.mark.gpuperf_models("lora")
@@ -100,7 +98,6 @@ def test_lora_finetune(
     perf: Any, model: Any, training_tier: Any, gpuperf_model_hook: Any, cpu_threads: None, gpuperf_sizing: Any
 ) -> None:
     from pytest_gpuperf.training.corpus import MarkovChain
-    from pytest_gpuperf.training.record import judge_convergence
     from pytest_gpuperf.training.workload import pretrain_state
 
     budget, precision = training_tier.finetune, training_tier.convergence_precision
@@ -116,9 +113,8 @@ def test_lora_finetune(
     runs = _run(perf, model, precision=precision, budget=budget, hook=gpuperf_model_hook, state=state,
                 batches=lambda step: shifted.batch(step, batch_size=budget.batch_size, seq_len=model.seq_len,
                                                    stream=1, device=perf.device))  # fmt: skip
-    steps = _record_all(perf, runs, spec=model, precision=precision, budget=budget, tier=training_tier,
-                        target=target)  # fmt: skip
-    judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
+    _record_all(perf, runs, spec=model, precision=precision, budget=budget, tier=training_tier,
+                target=target)  # fmt: skip
 
 
 def test_precision_ladder(
@@ -126,7 +122,7 @@ def test_precision_ladder(
 ) -> None:
     from pytest_gpuperf.models.registry import get_spec
     from pytest_gpuperf.training.corpus import SecondOrderMarkovChain
-    from pytest_gpuperf.training.record import final_loss, judge_convergence, metric_name
+    from pytest_gpuperf.training.record import final_loss, metric_name
     from pytest_gpuperf.training.tiers import REQUIRED_TO_CONVERGE
 
     spec = get_spec("tiny-llama")
@@ -149,7 +145,6 @@ def test_precision_ladder(
     perf.metric(metric_name("tokens_per_s", training_tier.name, perf.device)).context["ladder"] = summary
     if not all(reached) and precision not in REQUIRED_TO_CONVERGE:
         pytest.xfail(f"not production-ready here: {summary}")
-    judge_convergence(perf, runs, steps, target=target, budget=budget, precision=precision, tier=training_tier.name)
 
 
 @pytest.mark.gpu_tier

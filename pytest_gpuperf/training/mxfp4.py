@@ -10,7 +10,7 @@ Imported lazily by ``precision.py`` (this module imports torch at top).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -85,8 +85,9 @@ class MXFP4EmulatedLinear(nn.Linear):
         if type(linear) is not nn.Linear:
             raise TypeError(f"MXFP4EmulatedLinear.convert expects a plain nn.Linear, got {type(linear).__name__}")
         linear.__class__ = cls
-        linear.block_size = block_size
-        return linear  # type: ignore[return-value]
+        converted = cast("MXFP4EmulatedLinear", linear)  # the same object, now of this class
+        converted.block_size = block_size
+        return converted
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = _MXFP4MatMul.apply(x, self.weight, self.block_size)

@@ -103,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "gpuperf_models(*kinds): the kinds of model spec a test's model fixture takes from --gpuperf-models "
         f"({', '.join(MODEL_KINDS)}) (pytest-gpuperf)",
     )
-    values = {spec.name: resolve(config, spec)[0] for spec in OPTIONS}  # bad values stop the run here
+    values: dict[str, Any] = {spec.name: resolve(config, spec)[0] for spec in OPTIONS}  # bad values stop the run here
     config.stash[options_key] = TrainingOptions(
         models=values["models"], precisions=values["precisions"], tier_request=values["tier"]
     )
@@ -178,7 +178,8 @@ def gpuperf_model_hook() -> Any:
 @pytest.fixture
 def model(request: pytest.FixtureRequest) -> ModelSpec:
     """A model spec from ``--gpuperf-models`` (not built: a workload builds it per seed with ``spec.build``)."""
-    return request.param  # type: ignore[no-any-return]
+    spec: ModelSpec = request.param
+    return spec
 
 
 @pytest.fixture

@@ -278,12 +278,19 @@ def prepare(
 
 
 def _convert_fp8(model: nn.Module, recipe: str, keep_high: Callable[[str], bool]) -> tuple[str, ...]:
+    from torch import nn
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     chosen: list[str] = []
 
     def accept(module: nn.Module, fqn: str) -> bool:
-        ok = not keep_high(fqn) and module.in_features % 16 == 0 and module.out_features % 16 == 0
+        # torchao asks about nn.Linear modules only; the check says so to the type checker too
+        ok = (
+            isinstance(module, nn.Linear)
+            and not keep_high(fqn)
+            and module.in_features % 16 == 0
+            and module.out_features % 16 == 0
+        )
         if ok:
             chosen.append(fqn)
         return ok

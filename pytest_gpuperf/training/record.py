@@ -10,11 +10,11 @@ Metrics (each judged against its baseline by the foundation's verdict):
   ``tokens_per_s``'s context says which and why;
 * ``peak_memory`` (MiB, lower is better): one sample per seed or step (``workload.MemoryProbe``); judged on a
   GPU only, on a CPU the RSS high-water mark is kept in ``tokens_per_s``'s context (see ``record_memory``);
-* the ``loss`` curve of every seed (the golden for later runs), ``steps_to_target`` and ``time_to_target``
-  (s, every step counted, as MLPerf's time-to-train does), one sample per seed.
+* the ``loss`` curve of every seed (the golden for later runs); ``final_loss``, ``steps_to_target`` and
+  ``time_to_target`` (s, every step counted, as MLPerf's time-to-train does), one sample per seed.
 
-``judge_convergence`` then checks the curves and steps against the stored reference seeds
-(``pytest_gpuperf.training.convergence``) and fails the test with the statistics' message.
+The convergence metrics carry the evidence their rules need (``record_convergence``); core/verdict.py decides
+their verdicts, as it does every other metric's.
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
+from pytest_gpuperf.core import convergence
 from pytest_gpuperf.models.registry import ModelSpec
-from pytest_gpuperf.training import convergence
 from pytest_gpuperf.training.tiers import Budget
 from pytest_gpuperf.training.workload import SeedRun
 
@@ -159,89 +157,70 @@ def record_memory(perf: Any, runs: Sequence[SeedRun], *, tier: str, skip_steps: 
 
 
 def record_convergence(
-    perf: Any, runs: Sequence[SeedRun], *, target: Target, budget: Budget, tier: str, curve: str = "loss"
+    perf: Any,
+    runs: Sequence[SeedRun],
+    *,
+    target: Target,
+    budget: Budget,
+    tier: str,
+    precision: str | None = None,
+    curve: str = "loss",
 ) -> list[int | None]:
-    """Loss curves of every seed, steps_to_target and time_to_target; returns each seed's steps (None: missed)."""
+    """Loss curves of every seed, ``final_loss``, ``steps_to_target`` and ``time_to_target``, each with the
+    evidence its verdict needs; returns each seed's steps to the target (None: missed it).
+
+    What is measured is reported here; what it means is decided in core/verdict.py: ``final_loss`` (each seed's
+    smoothed loss at the last step) is judged by ``CurveMatch`` (the curves against the golden band of the stored
+    reference seeds, and every seed reaching the target), ``steps_to_target`` by ``StepsToTarget`` (MLPerf's
+    t-test over seeds). ``time_to_target`` is a timing and judged as one. A failed check is a REGRESSED metric
+    like any other: the test's throughput metrics stay in the results beside it.
+    """
+    from pytest_gpuperf.core.verdict import CurveMatch, StepsToTarget
+
     name = metric_name(curve, tier, perf.device)
+    reference = [list(c.values) for c in perf.baseline_curves(name)]
+    ref_steps = [convergence.steps_to_target(values, target.loss, window=budget.window) for values in reference]
     steps = []
     for run in runs:
         perf.record_curve(name, range(len(run.losses)), run.losses)
         steps.append(convergence.steps_to_target(run.losses, target.loss, window=budget.window))
+    context = {**target.as_dict(), "window": budget.window, "budget_steps": budget.steps}
+    if precision is not None:
+        context["precision"] = precision
+    words = (f"{target.loss:.4f} (floor {target.floor:.4f} + margin {target.margin:.4f}) within {budget.steps} "
+             "steps")  # fmt: skip
+    if len(runs) >= 3:
+        perf.record(
+            metric_name("final_loss", tier, perf.device),
+            [final_loss(run, budget.window) for run in runs],
+            unit="nats",
+            higher_is_better=False,
+            context=context,
+            rule=CurveMatch(
+                current=[run.losses for run in runs],
+                reference=reference,
+                current_steps=steps,
+                reference_steps=ref_steps,
+                target=words,
+                warmup=budget.curve_warmup,
+                window=budget.window,
+            ),  # fmt: skip
+        )
     if all(s is not None for s in steps) and len(runs) >= 3:
         reached = [s for s in steps if s is not None]
-        context = {**target.as_dict(), "window": budget.window, "budget_steps": budget.steps}
         perf.record(
             metric_name("steps_to_target", tier, perf.device),
             reached,
             unit="steps",
             higher_is_better=False,
             context=context,
+            rule=StepsToTarget(current=steps, reference=ref_steps),
         )
         times = [sum(run.step_seconds[:s]) for run, s in zip(runs, reached)]
         perf.record(
             metric_name("time_to_target", tier, perf.device), times, unit="s", higher_is_better=False, context=context
         )
     return steps
-
-
-STEPS_RULE = "convergence check (olympic mean of steps to target against the reference seeds, one-sided t-test)"
-"""The rule that judges steps_to_target: MLPerf's, over seeds. A timing comparison of the same figure on three
-seeds could disagree with it, so that one is not applied (``Perf.judge_elsewhere``)."""
-
-
-def judge_convergence(
-    perf: Any,
-    runs: Sequence[SeedRun],
-    steps: Sequence[int | None],
-    *,
-    target: Target,
-    budget: Budget,
-    precision: str,
-    tier: str,
-    curve: str = "loss",
-) -> list[str]:
-    """Check the curves and steps to target against the stored reference seeds; fail the test on a
-    regression (unless baselines are being recorded). Returns what was found, for the report."""
-    reference = [list(c.values) for c in perf.baseline_curves(metric_name(curve, tier, perf.device))]
-    findings: list[str] = []
-    failures: list[str] = []
-    steps_metric = metric_name("steps_to_target", tier, perf.device)
-    recorded = any(metric.name == steps_metric for metric in perf.metrics)
-    if len(reference) < 2:
-        findings.append(f"no golden loss curves for this test on this hardware ({len(reference)} stored; "
-                        "record them with --gpuperf-save): convergence judged against the target only")  # fmt: skip
-        if recorded:
-            perf.judge_elsewhere(steps_metric, rule=STEPS_RULE, verdict="NO_BASELINE", reason=findings[-1])
-    else:
-        curve_check = convergence.check_curve([r.losses for r in runs], reference, warmup=budget.curve_warmup,
-                                              window=budget.window)  # fmt: skip
-        findings.append(curve_check.message)
-        if not curve_check.passed:
-            failures.append(f"{precision}: {curve_check.message}")
-        ref_steps = [convergence.steps_to_target(values, target.loss, window=budget.window) for values in reference]
-        steps_check = convergence.compare_steps(steps, ref_steps)
-        findings.append(steps_check.message)
-        if recorded:  # this rule, not the timing comparison, judges steps to target
-            perf.judge_elsewhere(
-                steps_metric,
-                rule=STEPS_RULE,
-                verdict="PASS" if steps_check.passed else "REGRESSED",
-                reason=steps_check.message,
-            )
-        if not steps_check.passed:
-            failures.append(f"{precision}: steps to target {target.loss:.4f}: {steps_check.message}")
-    missed = [run.seed for run, s in zip(runs, steps) if s is None]
-    if missed and len(reference) < 2:
-        failures.append(
-            f"{precision}: seed(s) {missed} did not reach the target loss {target.loss:.4f} "
-            f"(floor {target.floor:.4f} + margin {target.margin:.4f}) within {budget.steps} steps"
-        )
-    for metric in perf.metrics:  # keep the verdicts with the results (results JSON, report)
-        if metric.name == metric_name("tokens_per_s", tier, perf.device):
-            metric.context["convergence"] = {"target": target.as_dict(), "findings": findings, "failures": failures}
-    if failures and not perf.settings.save:
-        pytest.fail("convergence regression:\n  " + "\n  ".join(failures), pytrace=False)
-    return findings
 
 
 def final_loss(run: SeedRun, window: int) -> float:

@@ -19,7 +19,7 @@ def prepare(
     if with_tp:
         tp_strategy.apply(model, mesh["tp"])
     dp_mesh = mesh["dp"] if mesh.ndim > 1 else mesh
-    for block in model.layers:
+    for block in model.get_submodule("layers").children():
         fully_shard(block, mesh=dp_mesh)
     fully_shard(model, mesh=dp_mesh)
     return Prepared(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=lr))

@@ -40,7 +40,7 @@ def apply(model: torch.nn.Module, tp_mesh: Any) -> None:
     check_divisible(model, tp_mesh.size())
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
     plan = {name: styles[style]() for name, style in BLOCK_PLAN.items()}
-    for block in model.layers:
+    for block in model.get_submodule("layers").children():
         parallelize_module(block, tp_mesh, plan)
 
 

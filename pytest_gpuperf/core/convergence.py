@@ -1,4 +1,5 @@
-"""Convergence verdicts: pure statistics on loss curves from several seeds (no pytest, no torch).
+"""Convergence statistics: pure functions on loss curves from several seeds (no pytest, no torch); core/verdict.py
+turns their results into verdicts.
 
 Two checks, each against reference runs of the same workload on several seeds:
 

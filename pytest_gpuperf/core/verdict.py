@@ -1,0 +1,148 @@
+"""The one place that turns evidence into a Verdict.
+
+A workload reports what it measured (``perf.record``: samples) and, where the figure has a rule of its own,
+which rule judges it (``perf.record(..., rule=StepsToTarget(...))``). Every metric then gets exactly one
+verdict, decided here:
+
+* no rule: the samples against the baseline's runs, by ``stats.compare`` (bootstrap interval of the ratio,
+  Mann-Whitney U, run-to-run noise: docs/verdicts.md);
+* ``StepsToTarget``: MLPerf's convergence-point check of steps to target over seeds (one-sided t-test,
+  ``convergence.compare_steps``);
+* ``CurveMatch``: the seeds' loss curves against the golden band of the stored reference seeds
+  (``convergence.check_curve``), and every seed reaching the target loss;
+* ``External``: a verdict another rule of the user's reached (``perf.judge_elsewhere``).
+
+A metric with a rule still gets the baseline comparison's figures (ratio, interval, p-value) for the report;
+only its verdict and reason come from the rule, so one figure never carries two verdicts that could disagree.
+Rules decide PASS, REGRESSED or NO_BASELINE; NOISY, AMBIGUOUS and IMPROVED are the timing comparison's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from pytest_gpuperf.core import convergence
+from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare
+
+RULE_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.NO_BASELINE)
+"""What a rule of its own may decide."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+
+
+class Rule(Protocol):
+    """The evidence for one metric's verdict and the rule that reads it."""
+
+    @property
+    def name(self) -> str:
+        """What decided the verdict, for the report and the results' context ("judged_by")."""
+        ...
+
+    def decide(self) -> Decision: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class External:
+    """A verdict reached by a rule outside this module (a user's own check)."""
+
+    rule: str
+    verdict: Verdict
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in RULE_VERDICTS:
+            raise ValueError(
+                f"judge_elsewhere: verdict must be one of {', '.join(v.value for v in RULE_VERDICTS)}, "
+                f"got {self.verdict.value!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.rule
+
+    def decide(self) -> Decision:
+        return Decision(verdict=self.verdict, reason=self.reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepsToTarget:
+    """Steps to the target loss of the current seeds against the reference seeds' (from the stored goldens)."""
+
+    current: Sequence[int | None]
+    reference: Sequence[int | None]
+    """One entry per stored golden curve: its steps to the same target (None: it never reached it)."""
+
+    name = "convergence check (olympic mean of steps to target against the reference seeds, one-sided t-test)"
+
+    def decide(self) -> Decision:
+        if len(self.reference) < 2:
+            return Decision(
+                verdict=Verdict.NO_BASELINE,
+                reason=f"{len(self.reference)} golden loss curve(s) stored for this hardware; record them with "
+                "--gpuperf-save",
+            )
+        check = convergence.compare_steps(self.current, self.reference)
+        verdicts = {convergence.StepsVerdict.PASS: Verdict.PASS, convergence.StepsVerdict.NO_REFERENCE: Verdict.PASS}
+        return Decision(verdict=verdicts.get(check.verdict, Verdict.REGRESSED), reason=check.message)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurveMatch:
+    """The seeds' loss curves against the golden band, and whether every seed reached the target loss."""
+
+    current: Sequence[Sequence[float]]
+    reference: Sequence[Sequence[float]]
+    """The stored golden curves (one per reference seed)."""
+    current_steps: Sequence[int | None]
+    """Each current seed's steps to the target (None: missed it within the budget)."""
+    reference_steps: Sequence[int | None]
+    target: str
+    """The target loss in words, for the message ("1.2345 (floor 1.2000 + margin 0.0345) within 200 steps")."""
+    warmup: int
+    window: int
+
+    name = "loss curve vs golden band (per-step t interval over seeds) and target loss reached"
+
+    def decide(self) -> Decision:
+        missed = [seed for seed, steps in enumerate(self.current_steps) if steps is None]
+        if len(self.reference) < 2:
+            if missed:
+                return Decision(
+                    verdict=Verdict.REGRESSED,
+                    reason=f"seed(s) {missed} did not reach the target loss {self.target}",
+                )
+            return Decision(
+                verdict=Verdict.NO_BASELINE,
+                reason=f"every seed reached the target loss {self.target}; {len(self.reference)} golden loss "
+                "curve(s) stored for this hardware: record them with --gpuperf-save",
+            )
+        curve = convergence.check_curve(self.current, self.reference, warmup=self.warmup, window=self.window)
+        if missed:
+            steps = convergence.compare_steps(self.current_steps, self.reference_steps)
+            if steps.verdict is convergence.StepsVerdict.NOT_CONVERGED:
+                return Decision(verdict=Verdict.REGRESSED, reason=f"{steps.message}; {curve.message}")
+        return Decision(verdict=Verdict.PASS if curve.passed else Verdict.REGRESSED, reason=curve.message)
+
+
+def judge(
+    samples: Sequence[float],
+    baseline_runs: Sequence[Sequence[float]],
+    *,
+    higher_is_better: bool,
+    rules: Rules,
+    conditions: str | None = None,
+    rule: Rule | None = None,
+) -> Comparison:
+    """The verdict on one metric: the baseline comparison, or the metric's own rule with the comparison's
+    figures kept for the report."""
+    comparison = compare(samples, baseline_runs, higher_is_better=higher_is_better, rules=rules, conditions=conditions)
+    if rule is None:
+        return comparison
+    decision = rule.decide()
+    return replace(comparison, verdict=decision.verdict, reason=f"{rule.name}: {decision.reason}")

@@ -1,0 +1,103 @@
+"""core/verdict.py: one verdict per metric, from the baseline comparison or the metric's own rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_gpuperf.core.stats import Rules, Verdict
+from pytest_gpuperf.core.verdict import CurveMatch, External, StepsToTarget, judge
+
+RULES = Rules(delta=0.02, noise_limit=0.10, run_noise=0.01)
+
+
+def _curves(offset: float, seeds: int = 3) -> list[list[float]]:
+    return [[max(1.0, 3.0 - 0.1 * i) + offset + 0.001 * seed for i in range(60)] for seed in range(seeds)]
+
+
+def test_a_metric_without_a_rule_is_the_baseline_comparison() -> None:
+    samples = [1.0 + 0.001 * i for i in range(10)]
+    assert judge(samples, [], higher_is_better=False, rules=RULES).verdict is Verdict.NO_BASELINE
+    slower = judge([1.5 * s for s in samples], [samples, samples], higher_is_better=False, rules=RULES)
+    assert slower.verdict is Verdict.REGRESSED
+
+
+def test_a_rule_decides_and_the_comparisons_figures_stay() -> None:
+    samples = [100.0 + i for i in range(5)]
+    rule = StepsToTarget(current=[100, 101, 102, 103, 104], reference=[100, 101, 102])
+    judged = judge([2 * s for s in samples], [samples, samples], higher_is_better=False, rules=RULES, rule=rule)
+    assert judged.ratio is not None and judged.ratio < 0.6  # the timing comparison's figures, for the report
+    assert judged.verdict is Verdict.PASS and judged.reason.startswith(rule.name)
+
+
+@pytest.mark.parametrize(
+    ("current", "reference", "verdict", "says"),
+    [
+        ([100, 101, 99, 100, 102], [100, 98, 102], Verdict.PASS, "consistent"),
+        ([130, 131, 129, 132, 130], [100, 98, 102], Verdict.REGRESSED, "converges slower"),
+        ([60, 61, 59, 60, 62], [100, 98, 102], Verdict.REGRESSED, "converges faster"),
+        ([100, None, 100], [100, 98, 102], Verdict.REGRESSED, "never reached"),
+        ([100, 101, 99], [100], Verdict.NO_BASELINE, "--gpuperf-save"),
+    ],
+)
+def test_steps_to_target_rule(current: list[int | None], reference: list[int], verdict: Verdict, says: str) -> None:
+    decision = StepsToTarget(current=current, reference=reference).decide()
+    assert decision.verdict is verdict and says in decision.reason, decision
+
+
+def _curve_rule(current: list[list[float]], reference: list[list[float]], steps: list[int | None]) -> CurveMatch:
+    return CurveMatch(current=current, reference=reference, current_steps=steps, reference_steps=[20, 20, 20],
+                      target="1.05 within 60 steps", warmup=5, window=5)  # fmt: skip
+
+
+def test_curve_match_rule() -> None:
+    assert _curve_rule(_curves(0.0), _curves(0.0), [20, 20, 20]).decide().verdict is Verdict.PASS
+    off = _curve_rule(_curves(0.2), _curves(0.0), [20, 20, 20]).decide()
+    assert off.verdict is Verdict.REGRESSED and "left the golden band" in off.reason
+    missed = _curve_rule(_curves(0.0), _curves(0.0), [20, None, 20]).decide()
+    assert missed.verdict is Verdict.REGRESSED and "never reached" in missed.reason
+    alone = _curve_rule(_curves(0.0), [], [20, 20, 20]).decide()
+    assert alone.verdict is Verdict.NO_BASELINE and "every seed reached" in alone.reason
+    assert _curve_rule(_curves(0.0), [], [20, None, 20]).decide().verdict is Verdict.REGRESSED
+
+
+def test_an_external_verdict_is_one_a_rule_may_give() -> None:
+    with pytest.raises(ValueError, match="must be one of PASS, REGRESSED, NO_BASELINE, got 'IMPROVED'"):
+        External(rule="mine", verdict=Verdict.IMPROVED, reason="x")
+
+
+def test_a_failed_convergence_check_keeps_the_tests_throughput_metrics(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_train="""
+        import os, pytest
+        from pytest_gpuperf.core.verdict import CurveMatch
+
+        def curves(offset):
+            return [[max(1.0, 3.0 - 0.1 * i) + offset + 0.001 * s for i in range(60)] for s in range(3)]
+
+        @pytest.mark.perf
+        def test_t(perf):
+            perf.record("tokens_per_s", [1000.0 + i for i in range(10)], unit="tok/s", higher_is_better=True)
+            offset = float(os.environ.get("LOSS_OFFSET", "0"))
+            current = curves(offset)
+            reference = [list(c.values) for c in perf.baseline_curves("loss")]
+            for curve in current:
+                perf.record_curve("loss", range(60), curve)
+            perf.record("final_loss", [c[-1] for c in current], unit="nats", higher_is_better=False,
+                        rule=CurveMatch(current=current, reference=reference, current_steps=[20, 20, 20],
+                                        reference_steps=[20, 20, 20], target="1.05", warmup=5, window=5))
+        """
+    )
+    pytester.runpytest("--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=1)
+    pytester.runpytest("--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=1)  # 2 golden runs
+    monkeypatch.setenv("LOSS_OFFSET", "0.3")
+    result = pytester.runpytest("--gpuperf-device", "cpu", "--gpuperf-results", "run.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*final_loss: REGRESSED - loss curve vs golden band*left the golden band*"])
+    judged = {r["metric"]: r for r in json.loads((pytester.path / "run.json").read_text())["results"]}
+    assert set(judged) == {"tokens_per_s", "final_loss"}  # the throughput is judged and kept beside it
+    assert judged["final_loss"]["verdict"] == "REGRESSED"
+    assert judged["final_loss"]["context"]["judged_by"].startswith("loss curve vs golden band")
