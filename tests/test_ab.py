@@ -313,3 +313,50 @@ def test_bad_budget_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
         ab("--a", "x", "--b", "y", "--budget", "soon", "--", "t.py")
     assert caught.value.code == 2
     assert "expected a duration" in capsys.readouterr().err
+
+
+# -- what the sessions run with --------------------------------------------------------------------------------
+
+RECORDED = """
+import os
+import pytest
+
+@pytest.mark.perf
+def test_rate(perf):
+    scale = float(os.environ.get("AB_TEST_SCALE", "1"))
+    perf.record("rate", [100.0 * scale * j for j in (1.0, 1.001, 0.999, 1.0005, 0.9995, 1.0002)], unit="tok/s",
+                higher_is_better=True)
+"""
+
+
+def test_measure_only_session_fails_nothing_saves_nothing_and_confirms_nothing(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_recorded=RECORDED)
+    pytester.runpytest("-p", "no:cacheprovider", "--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=1)
+    [baseline] = (pytester.path / "baselines").glob("*/*.json")
+    stored = baseline.read_text()
+    monkeypatch.setenv("AB_TEST_SCALE", "0.5")  # half the throughput: REGRESSED against the baseline
+    gating = pytester.runpytest("-p", "no:cacheprovider", "--gpuperf-device", "cpu")
+    gating.assert_outcomes(failed=1)
+    measuring = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gpuperf-device", "cpu", "--gpuperf-measure-only", "--gpuperf-save",
+        "--gpuperf-strict", "--gpuperf-results", "run.json",
+    )  # fmt: skip
+    measuring.assert_outcomes(passed=1)
+    assert baseline.read_text() == stored
+    document = json.loads((pytester.path / "run.json").read_text())
+    assert document["settings"]["measure_only"] is True and document["settings"]["saved"] is False
+    [result] = document["results"]
+    assert result["verdict"] == "REGRESSED" and "attempts" not in result["context"]
+
+
+def test_the_fingerprint_reads_torch_versions_without_importing_torch() -> None:
+    import torch
+
+    from pytest_gpuperf.machine import fingerprint
+
+    found = fingerprint._torch_version_file()
+    assert found is not None
+    assert found["git_version"] == torch.version.git_version
+    assert found.get("cuda") == torch.version.cuda
