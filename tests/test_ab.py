@@ -177,6 +177,16 @@ def test_the_table_fits_120_columns(tmp_path: Path) -> None:
     assert "REGRESSED" in lines[1] and "torch" in lines[1]
 
 
+def test_report_draws_an_ab_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    result = run_ab(plan(tmp_path / "out"), runner=Script(steady(slow_b=1.05)))
+    (tmp_path / "out" / "ab.json").write_text(json.dumps(result.as_dict(), default=str))
+    assert cli.main(["report", str(tmp_path / "out"), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "A/B comparison" in page and "REGRESSED" in page and "torch 2.13.0 -&gt; 2.14.1" in page
+    assert page.count("<img") == 1
+
+
 def test_session_argv_makes_the_session_only_measure(tmp_path: Path) -> None:
     argv = session_argv(plan(tmp_path, cmd_b=("env", "X=1", "python")), "B", tmp_path / "r.json")
     assert argv[:5] == ["env", "X=1", "python", "-m", "pytest"]

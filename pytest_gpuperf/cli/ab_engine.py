@@ -509,8 +509,8 @@ def _rules_from(plan: AbPlan, pair: PairRecord) -> PairedRules:
     if threshold is None:
         settings = (pair.side("A").document or {}).get("settings") or {}
         stored = settings.get("threshold")
-        ok = isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1
-        threshold = float(stored) if ok else 0.02
+        usable = isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1
+        threshold = float(stored) if usable and stored is not None else 0.02
     return PairedRules(threshold=threshold, alpha=plan.alpha, min_pairs=plan.min_pairs, max_pairs=plan.max_pairs)
 
 
