@@ -154,6 +154,10 @@ def judge(x: list[float] | np.ndarray, rules: PairedRules, boundary: Boundary | 
         verdict = Verdict.PASS
         reason = f"equivalence interval inside +-{rules.threshold:.1%}"
     needed = None if verdict is not Verdict.AMBIGUOUS else needed_pairs(values, estimate, flag, equivalence, rules)
+    if needed is not None:  # never fewer than the first look at which the boundary can decide at all
+        within = low_band < estimate < high_band
+        first = _first_decidable(boundary.equivalence if within else boundary.flag)
+        needed = max(needed, first) if first is not None else needed
     if verdict is Verdict.AMBIGUOUS:
         reason = _ambiguous_reason(n, rules, flag, equivalence, estimate)
     return PairedJudgement(
@@ -165,6 +169,10 @@ def judge(x: list[float] | np.ndarray, rules: PairedRules, boundary: Boundary | 
         needed_pairs=needed,
         reason=reason,
     )
+
+
+def _first_decidable(critical: dict[int, int]) -> int | None:
+    return min((n for n, c in critical.items() if c >= 0), default=None)
 
 
 def _ambiguous_reason(
