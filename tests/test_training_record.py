@@ -160,7 +160,7 @@ def test_steps_to_target_carries_the_convergence_checks_verdict_only(
         device="cpu",
         noise_limit=0.5,
         baseline_curves=lambda name: curves,
-        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=True),
+        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=True, gating=False),
     )  # save: report, not fail
     budget = Budget(seeds=3, steps=60, batch_size=1, lr=1e-3, timing_warmup=0, curve_warmup=5, window=1)
     target = Target(floor=1.0, margin=0.05, source="test")
