@@ -89,12 +89,13 @@ COLUMNS = (("test", 28), ("metric", 14), ("A median", 9), ("B median", 9), ("rat
 def table(result: AbResult) -> list[str]:
     rules = result.rules
     rows = [_row(metric) for metric in result.judged()]
-    widths = [
-        max(len(name), *(len(row[i]) for row in rows)) if rows else len(name) for i, (name, _) in enumerate(COLUMNS)
-    ]
-    widths = [min(w, limit) if limit else w for w, (_, limit) in zip(widths, COLUMNS)]
-    used = sum(widths[:-1]) + 2 * (len(COLUMNS) - 1)
-    widths[-1] = max(len(COLUMNS[-1][0]), WIDTH - used)
+    natural = [max([len(name)] + [len(row[i]) for row in rows]) for i, (name, _) in enumerate(COLUMNS)]
+    widths = [min(w, limit) if limit else w for w, (_, limit) in zip(natural, COLUMNS)]
+    separators = 2 * (len(COLUMNS) - 1)
+    # The test id gets what the other columns leave of WIDTH (never less than its limit), components the rest.
+    others = sum(widths[1:-1]) + separators
+    widths[0] = max(widths[0], min(natural[0], WIDTH - others - min(natural[-1], 24)))
+    widths[-1] = max(len(COLUMNS[-1][0]), WIDTH - others - widths[0])
     rows = [row[:-1] + [_fit(row[-1], widths[-1])] for row in rows]
     lines = ["  ".join(name.ljust(w) for (name, _), w in zip(COLUMNS, widths)).rstrip()]
     for row in rows:
