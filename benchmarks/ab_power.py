@@ -155,7 +155,9 @@ def main() -> int:
         for round_index in range(args.trials):
             for level in levels:  # interleaved: every level sees the machine's state of every period
                 seed += 1
-                trial = one_trial(folder, level, hog=round_index % 2 == 1, seed=seed)
+                # The hog alternates from trial to trial (levels x rounds): every level has it in half its trials,
+                # and a run stopped early still has both conditions.
+                trial = one_trial(folder, level, hog=(round_index + levels.index(level)) % 2 == 1, seed=seed)
                 trials.append(trial)
                 hog = "on" if trial["hog"] else "off"
                 print(
