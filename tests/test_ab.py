@@ -370,3 +370,10 @@ def test_the_fingerprint_reads_torch_versions_without_importing_torch() -> None:
     assert found is not None
     assert found["git_version"] == torch.version.git_version
     assert found.get("cuda") == torch.version.cuda
+
+
+def test_sessions_without_metrics_end_after_the_first_pair(tmp_path: Path) -> None:
+    script = Script(lambda side, number: {})
+    with pytest.raises(AbError, match="no perf metrics"):
+        run_ab(plan(tmp_path), runner=script)
+    assert len(script.calls) == 2

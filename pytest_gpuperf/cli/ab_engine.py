@@ -371,6 +371,9 @@ def run_ab(
             if result.rules is None:
                 result.rules = _rules_from(plan, pair)
             _add_pair(pair, result)
+            if not result.metrics:
+                result.stopped = "error"
+                raise AbError(_NO_METRICS, result)
             decided = _judge_all(result)
             result.wall_s = clock() - started
             say(_progress_line(pair, result, decided, pair_seconds))
@@ -384,12 +387,13 @@ def run_ab(
         if result.pairs and len(result.pairs[-1].sessions) < 2 and result.pairs[-1].dropped is None:
             result.pairs[-1].dropped = "interrupted"
     result.wall_s = clock() - started
-    if result.complete_pairs and not result.metrics:
-        raise AbError(
-            "the sessions recorded no perf metrics: PYTEST_ARGS must select tests that use the `perf` fixture",
-            result,
-        )
     return result
+
+
+_NO_METRICS = (
+    "the sessions recorded no perf metrics (or none of the metrics asked for): PYTEST_ARGS must select tests that "
+    "use the `perf` fixture"
+)
 
 
 def _typical(seconds: list[float]) -> float:
