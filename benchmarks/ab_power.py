@@ -103,13 +103,21 @@ def one_trial(folder: Path, level: float, hog: bool, seed: int) -> dict[str, Any
     }
 
 
+def pair_sd(log_ratios: list[float]) -> float:
+    """The spread of one comparison's pairs (1.4826 x MAD: robust to the bursts the rule itself shrugs off)."""
+    if len(log_ratios) < 2:
+        return float("nan")
+    centre = statistics.median(log_ratios)
+    return 1.4826 * statistics.median(abs(x - centre) for x in log_ratios)
+
+
 def summarise(trials: list[dict[str, Any]]) -> None:
     levels = sorted({t["level"] for t in trials})
     print(
         "| injected slowdown | hog | trials | flagged (REGRESSED / IMPROVED) | SAME (PASS) | AMBIGUOUS "
-        "| pairs median, max | median ratio | wall per comparison (median) |"
+        "| pairs median, max | median ratio | pair sd (median) | wall per comparison (median) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for level in levels:
         for hog in (False, True, None):
             chosen = [t for t in trials if t["level"] == level and (hog is None or t["hog"] == hog)]
@@ -129,6 +137,7 @@ def summarise(trials: list[dict[str, Any]]) -> None:
                 f"{regressed} / {improved}) | {same}/{n} ({same / n:.0%}) | {ambiguous}/{n} | "
                 f"{statistics.median(pairs):.0f}, {max(pairs)} | "
                 f"{statistics.median(ratios) if ratios else float('nan'):.4f} | "
+                f"{statistics.median(pair_sd(t['log_ratios']) for t in chosen):.1%} | "
                 f"{statistics.median(t['wall_s'] for t in chosen):.0f} s |"
             )
     dropped = sum(t["dropped"] for t in trials)
