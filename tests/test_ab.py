@@ -377,3 +377,12 @@ def test_sessions_without_metrics_end_after_the_first_pair(tmp_path: Path) -> No
     with pytest.raises(AbError, match="no perf metrics"):
         run_ab(plan(tmp_path), runner=script)
     assert len(script.calls) == 2
+
+
+def test_given_rules_set_the_pairs(tmp_path: Path) -> None:
+    from pytest_gpuperf.core.paired import PairedRules
+
+    rules = PairedRules(threshold=0.02, min_pairs=3, max_pairs=5)
+    result = run_ab(plan(tmp_path, rules=rules), runner=Script(steady(jitter=0.05)))
+    assert result.complete_pairs == 5 and result.stopped == "max pairs"
+    assert result.rules is rules

@@ -57,7 +57,8 @@ class AbPlan:
     out_dir: Path
     """Where each session's results and log, and the comparison's ab.json, are written."""
     rules: PairedRules | None = None
-    """None: PairedRules with the threshold the sessions report (their device's default)."""
+    """None: PairedRules from threshold, alpha, min_pairs and max_pairs below (the threshold, when None, from the
+    sessions' own setting: their device's default)."""
     threshold: float | None = None
     """Used when rules is None; None: the sessions' own threshold setting."""
     min_pairs: int = 4
@@ -324,14 +325,15 @@ def run_ab(
     sessions_dir = plan.out_dir / "sessions"
     sessions_dir.mkdir(parents=True, exist_ok=True)
     result = AbResult(plan=plan, rules=plan.rules)
-    order = balanced_order(plan.max_pairs + plan.max_dropped + 1, plan.seed)
+    max_pairs = plan.rules.max_pairs if plan.rules is not None else plan.max_pairs
+    order = balanced_order(max_pairs + plan.max_dropped + 1, plan.seed)
     env = dict(plan.env if plan.env is not None else os.environ)
     say = progress or (lambda line: None)
     started = clock()
     pair_seconds: list[float] = []
     try:
         for index, first in enumerate(order, start=1):
-            if result.complete_pairs >= plan.max_pairs:
+            if result.complete_pairs >= max_pairs:
                 result.stopped = "max pairs"
                 break
             elapsed = clock() - started
