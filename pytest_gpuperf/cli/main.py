@@ -56,6 +56,7 @@ EXAMPLES = """\
 examples:
   gpuperf env --json
   gpuperf run --baselines ~/gpuperf-baselines --suite training -- -m perf --gpuperf-save
+  gpuperf ab --a .venv/bin/python --b 'env MY_FLAG=1 .venv/bin/python' -- pytest_gpuperf/suites/test_micro.py -m perf
   gpuperf compare runs/rocm-7.0/ runs/rocm-7.1/ --format md
   gpuperf variance --reference ours.json partner-a/ partner-b/ --tolerance 1%
   gpuperf history nightly/ --accepted accepted-changes.json
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     suites.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS")
     suites.set_defaults(run=lazy("suites"))
+    _add_ab(commands)
 
     compare = commands.add_parser(
         "compare",
@@ -243,6 +245,83 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--signature", metavar="SIG", help="signature file (default: PATH.sig for one PATH)")
     verify.set_defaults(run=lazy("signing"), action="verify")
     return parser
+
+
+def _add_ab(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ab = commands.add_parser(
+        "ab",
+        help="compare two stacks interleaved on this machine (paired sessions, sequential stopping); exit 1 on "
+        "REGRESSED; example: gpuperf ab --a .venv-a/bin/python --b .venv-b/bin/python -- "
+        "pytest_gpuperf/suites/test_micro.py",
+        description="Runs `CMD -m pytest PYTEST_ARGS` for each side in balanced random order (ABBA/BAAB blocks), "
+        "judges every metric on the paired log-ratios after each pair (Wilcoxon signed-rank, Hodges-Lehmann "
+        "interval, error rates held over the repeated looks) and stops when every metric is PASS (same within "
+        "the threshold), REGRESSED or IMPROVED, or at --max-pairs / --budget (the rest AMBIGUOUS). See docs/ab.md.",
+    )
+    ab.add_argument("--a", required=True, metavar="CMD_A", help="side A's Python as a command prefix (shlex-split)")
+    ab.add_argument("--b", required=True, metavar="CMD_B", help="side B's, e.g. 'env VAR=1 /opt/b/bin/python'")
+    ab.add_argument(
+        "--threshold",
+        type=percentage,
+        default=None,
+        metavar="PCT",
+        help="smallest change that matters (default: the sessions' setting, 2%% on CPU, 1%% on GPU)",
+    )
+    ab.add_argument("--min-pairs", type=_count(1), default=4, metavar="N", help="first look (default 4)")
+    ab.add_argument("--max-pairs", type=_count(1), default=16, metavar="N", help="last look (default 16)")
+    ab.add_argument("--budget", type=_duration, default=None, metavar="DURATION", help="e.g. 15m, 1h, 600s")
+    ab.add_argument(
+        "--alpha",
+        type=_fraction,
+        default=0.01,
+        metavar="P",
+        help="chance that an unchanged metric is flagged, over all looks (default 0.01)",
+    )
+    ab.add_argument(
+        "--repeats",
+        type=_count(0),
+        default=10,
+        metavar="N",
+        help="timed repeats per measurement in each session (default 10; 0: the suite's own)",
+    )
+    ab.add_argument("--max-dropped", type=_count(0), default=3, metavar="N", help="dropped pairs allowed (default 3)")
+    ab.add_argument("--out", metavar="DIR", help="where sessions and ab.json go (default gpuperf-ab/<UTC time>)")
+    ab.add_argument("--junitxml", metavar="FILE", help="also write the verdicts as JUnit XML")
+    ab.add_argument("--seed", type=int, default=0, help="seed of the session order (default 0)")
+    ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="after --: what each session runs")
+    ab.set_defaults(run=lazy("ab"))
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= {minimum}")
+        return value
+
+    return parse
+
+
+def _duration(text: str) -> float:
+    from pytest_gpuperf.core.settings import SettingError, parse_duration
+
+    try:
+        return parse_duration(text)
+    except SettingError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a probability between 0 and 0.5, such as 0.01")
+    return value
 
 
 def _add_rules(parser: argparse.ArgumentParser) -> None:

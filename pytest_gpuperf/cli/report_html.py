@@ -9,8 +9,11 @@ import argparse
 import base64
 import html
 import io
+import json
+import math
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +236,66 @@ def pareto_section(runs: list[Run], labels: dict[Path, str]) -> str:
     return "<h2>Inference Pareto fronts</h2>" + "".join(parts)
 
 
-def build_report(runs: list[Run], *, baselines: Path | None) -> str:
+AB_SCHEMA = "gpuperf-ab/1"
+
+
+def ab_document(path: Path) -> dict[str, Any] | None:
+    """The `gpuperf ab` result a path names (its ab.json, or the --out folder holding one), else None."""
+    candidate = path / "ab.json" if path.is_dir() else path
+    if candidate.suffix.lower() != ".json" or not candidate.is_file():
+        return None
+    from pytest_gpuperf.cli.loading import read_bytes
+
+    try:
+        document = json.loads(read_bytes(candidate))
+    except ValueError:
+        return None  # not ours: the results loader reports what is wrong with it
+    if not isinstance(document, dict) or document.get("schema") != AB_SCHEMA:
+        return None
+    if not isinstance(document.get("metrics"), list):
+        raise InputError(f"{candidate}: a gpuperf ab result without its metrics list")
+    return document
+
+
+def ab_section(document: dict[str, Any], source: str) -> str:
+    """A comparison's verdict table and, per metric, each pair's ratio with the threshold band."""
+    import matplotlib.pyplot as plt
+
+    command = document.get("command") or {}
+    rules = document.get("rules") or {}
+    threshold = float(rules.get("threshold") or 0.02)
+    header = ["test", "metric", "A median", "B median", "ratio", "interval", "pairs", "verdict", "components"]
+    cells: list[list[str]] = []
+    plots: list[str] = []
+    for metric in document["metrics"]:
+        interval = metric.get("interval") or [None, None]
+        cells.append([cell_text(metric.get(k)) for k in ("test", "metric", "a_median", "b_median", "ratio")]
+                     + [f"[{cell_text(interval[0])}, {cell_text(interval[1])}]", cell_text(metric.get("pairs")),
+                        cell_text(metric.get("verdict")), cell_text(metric.get("components"))])  # fmt: skip
+        ratios = [math.exp(x) for x in metric.get("log_ratios") or [] if isinstance(x, (int, float))]
+        if ratios and len(plots) < MAX_PLOTS:
+            figure, axes = plt.subplots(figsize=(6, 2.4))
+            axes.axhspan(1 - threshold, 1 + threshold, color="#dbf5d5", label=f"+-{threshold:.1%}")
+            axes.plot(range(1, len(ratios) + 1), ratios, "o-", label="pair ratio (B / A, < 1 worse)")
+            if metric.get("ratio"):
+                axes.axhline(metric["ratio"], color="#444", linestyle="--", label="estimate")
+            axes.set_xlabel("pair")
+            axes.set_title(f"{metric.get('test')} {metric.get('metric')}: {metric.get('verdict')}", fontsize=9)
+            axes.legend(fontsize=7)
+            plots.append(image(png(figure), f"pairs of {metric.get('test')} {metric.get('metric')}"))
+    changes = "; ".join(document.get("stack_changes") or []) or "none recorded"
+    return (
+        f"<h2>A/B comparison {html.escape(source)}</h2>"
+        f"<p>A: <code>{html.escape(' '.join(command.get('a') or []))}</code>; B: "
+        f"<code>{html.escape(' '.join(command.get('b') or []))}</code>; order "
+        f"{html.escape(' '.join(document.get('order') or []))}; stopped: {html.escape(str(document.get('stopped')))}; "
+        f"stack changes: {html.escape(changes)}</p>" + html_table(header, cells) + "".join(plots)
+    )
+
+
+def build_report(
+    runs: list[Run], *, baselines: Path | None, comparisons: Sequence[tuple[str, dict[str, Any]]] = ()
+) -> str:
     import matplotlib
 
     matplotlib.use("Agg")  # no display: render to PNG only
@@ -250,16 +312,16 @@ def build_report(runs: list[Run], *, baselines: Path | None) -> str:
         np.errstate(over="ignore", invalid="ignore"),
     ):
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
-        body = "".join(
-            [
+        parts = [ab_section(document, source) for source, document in comparisons]
+        if runs or not comparisons:
+            parts += [
                 f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
                 summary_section(runs, labels),
                 throughput_section(runs, labels),
                 curves_section(runs, labels, baselines),
                 pareto_section(runs, labels),
             ]
-        )
-    return html_page("gpuperf report", body)
+    return html_page("gpuperf report", "".join(parts))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,10 +331,17 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             "matplotlib is not installed; install the report extra: pip install 'pytest-gpuperf[report]'"
         ) from None
-    runs = [run for path in args.paths for run in load_path(Path(path))]
+    runs: list[Run] = []
+    comparisons: list[tuple[str, dict[str, Any]]] = []
+    for name in args.paths:
+        document = ab_document(Path(name))
+        if document is not None:  # a `gpuperf ab` result (its sessions are drawn as its pairs)
+            comparisons.append((name, document))
+        else:
+            runs.extend(load_path(Path(name)))
     baselines = Path(args.baselines) if args.baselines else None
     if baselines is not None and not baselines.is_dir():
         raise InputError(f"{baselines}: baselines folder not found")
-    write_output(build_report(runs, baselines=baselines), Path(args.output), what="report")
+    write_output(build_report(runs, baselines=baselines, comparisons=comparisons), Path(args.output), what="report")
     emit(f"report written: {args.output}\n")
     return 0

@@ -277,7 +277,7 @@ class GpuperfSession:
         self.results.extend(results)
 
     def suspects_regression(self, results: list[MetricResult]) -> bool:
-        return not self.settings.save and any(result.verdict is Verdict.REGRESSED for result in results)
+        return self.settings.gating and any(result.verdict is Verdict.REGRESSED for result in results)
 
     def _check_conditions(
         self, nodeid: str, name: str, context: dict[str, Any], has_baseline: bool
@@ -296,8 +296,8 @@ class GpuperfSession:
         )
 
     def failing(self, results: list[MetricResult]) -> list[MetricResult]:
-        if self.settings.save:
-            return []  # recording baselines: report, don't gate
+        if not self.settings.gating:
+            return []  # recording baselines or measuring for `gpuperf ab`: report, don't gate
         verdicts = FAILING_STRICT if self.settings.strict else FAILING
         return [result for result in results if result.verdict in verdicts]
 
@@ -368,6 +368,7 @@ class GpuperfSession:
                 "warmup": self.settings.warmup,
                 "strict": self.settings.strict,
                 "saved": self.settings.save,
+                "measure_only": self.settings.measure_only,
             },
             results=self.results,
             curves=self.curves,

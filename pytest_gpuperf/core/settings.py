@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,22 @@ def parse_choice(*choices: str) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '15m', '1h', '1h30m' -> seconds; SettingError with what was expected."""
+    raw = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", raw):
+        seconds = float(raw)
+    else:
+        parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?:in)?)?(?:(\d+(?:\.\d+)?)s)?", raw)
+        if not raw or parts is None or not any(parts.groups()):
+            raise SettingError("expected a duration such as 600, 90s, 15m, 1h or 1h30m")
+        hours, minutes, secs = (float(g) if g else 0.0 for g in parts.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if seconds <= 0:
+        raise SettingError("expected a duration above zero")
+    return seconds
 
 
 def parse_text(text: str) -> str:
@@ -273,6 +290,14 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="S",
     ),
     OptionSpec(
+        name="measure-only",
+        help="measure and write results only: no verdict fails a test, nothing is saved, no confirmation attempt "
+        "(the sessions `gpuperf ab` runs)",
+        parse=parse_bool,
+        default=False,
+        flag=True,
+    ),
+    OptionSpec(
         name="remeasure",
         help="extra rounds a noisy measurement may take before it is reported NOISY (default 2)",
         parse=parse_count(0),
@@ -333,6 +358,13 @@ class Settings:
     never extends, the option's default is 2."""
     extend_seconds: float = 0.0
     """Time a test may spend on those rounds."""
+    measure_only: bool = False
+    """Measure only (a `gpuperf ab` session): verdicts are recorded but fail nothing, nothing is saved."""
+
+    @property
+    def gating(self) -> bool:
+        """Whether a verdict may fail a test: not while recording baselines, not in a measure-only session."""
+        return not (self.save or self.measure_only)
 
     def for_device(self, device: str, name: str) -> float:
         """A device-dependent setting: the explicit value, else the device's default."""
@@ -347,6 +379,8 @@ def build_settings(config: pytest.Config) -> Settings:
     baselines = values.pop("baselines")
     results = values.pop("results")
     rootdir = Path(str(config.rootpath))
+    if values["measure_only"]:  # a measuring session of `gpuperf ab`: the pairs decide, not this session
+        values.update(save=False, strict=False, confirm=0)
     return Settings(
         baselines_dir=(rootdir / baselines) if baselines else rootdir / "baselines",
         results_path=(Path(config.invocation_params.dir) / results) if results else None,

@@ -1,0 +1,185 @@
+"""Detection power and error rates of `gpuperf ab` on this machine, with injected slowdowns and a CPU hog.
+
+Each trial is one whole `gpuperf ab` comparison (the engine, cli/ab_engine.run_ab, with its defaults: threshold
+2%, alpha 0.01, 4..16 pairs, 10 repeats per session) of a pytest workload against itself (A/A) or against a copy
+that does more work. The workload is exact work, as in detection_power.py: a fixed count of one-thread 128x128
+matmuls per call, and a slowdown of s adds round(PRODUCTS * s) products. In half the trials a CPU hog runs: a busy
+loop pinned to one core, switching on and off every 20-60 s (seeded), the kind of neighbour a shared CI runner has.
+
+    python benchmarks/ab_power.py --trials 20 [--levels 0,1,2,3,5] [--out ab-power.json]
+    python benchmarks/ab_power.py --rejudge ab-power.json
+
+Prints, per level and hog condition: the share flagged (REGRESSED or IMPROVED), the share SAME (PASS),
+AMBIGUOUS, pairs used (median, max) and wall time per comparison. Trials of the levels are interleaved, so a
+change of the machine's state over the run spreads over every level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_gpuperf.cli.ab_engine import AbPlan, run_ab  # noqa: E402
+
+PRODUCTS = 100
+
+WORKLOAD = """
+import os
+import pytest
+import torch
+
+@pytest.mark.perf
+def test_matmuls(perf):
+    torch.set_num_threads(1)
+    products = int(os.environ.get("AB_POWER_PRODUCTS", "100"))
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(128, 128, generator=g)
+    b = torch.randn(128, 128, generator=g)
+    def call():
+        for _ in range(products):
+            torch.mm(a, b)
+    perf.measure("call_time", call, warmup=3)
+"""
+
+# A busy loop on one core that switches on and off every 20-60 s; killed by the parent.
+HOG = """
+import os, random, sys, time
+os.sched_setaffinity(0, {0})
+rng = random.Random(int(sys.argv[1]))
+while True:
+    end = time.monotonic() + rng.uniform(20, 60)
+    while time.monotonic() < end:
+        pass
+    time.sleep(rng.uniform(20, 60))
+"""
+
+SESSION_FLAGS = ("-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist")
+
+
+def one_trial(folder: Path, level: float, hog: bool, seed: int) -> dict[str, Any]:
+    python = shlex.quote(sys.executable)
+    extra = round(PRODUCTS * (1 + level))
+    out = folder / f"trial-{seed:03d}"
+    plan = AbPlan(
+        cmd_a=tuple(shlex.split(f"env AB_POWER_PRODUCTS={PRODUCTS} {python}")),
+        cmd_b=tuple(shlex.split(f"env AB_POWER_PRODUCTS={extra} {python}")),
+        pytest_args=("test_ab_power.py", "--gpuperf-device", "cpu", *SESSION_FLAGS),
+        out_dir=out,
+        seed=seed,
+        cwd=folder,
+    )
+    hog_process = subprocess.Popen([sys.executable, "-c", HOG, str(seed)]) if hog else None
+    started = time.monotonic()
+    try:
+        result = run_ab(plan)
+    finally:
+        if hog_process is not None:
+            hog_process.kill()
+            hog_process.wait()
+    [metric] = result.judged()
+    return {
+        "level": level,
+        "hog": hog,
+        "seed": seed,
+        "verdict": metric.verdict.value,
+        "pairs": len(metric.log_ratios),
+        "ratio": metric.judgement.ratio if metric.judgement else None,
+        "log_ratios": metric.log_ratios,
+        "dropped": len(result.dropped_pairs),
+        "wall_s": time.monotonic() - started,
+        "stopped": result.stopped,
+    }
+
+
+def pair_sd(log_ratios: list[float]) -> float:
+    """The spread of one comparison's pairs (1.4826 x MAD: robust to the bursts the rule itself shrugs off)."""
+    if len(log_ratios) < 2:
+        return float("nan")
+    centre = statistics.median(log_ratios)
+    return 1.4826 * statistics.median(abs(x - centre) for x in log_ratios)
+
+
+def summarise(trials: list[dict[str, Any]]) -> None:
+    levels = sorted({t["level"] for t in trials})
+    print(
+        "| injected slowdown | hog | trials | flagged (REGRESSED / IMPROVED) | SAME (PASS) | AMBIGUOUS "
+        "| pairs median, max | median ratio | pair sd (median) | wall per comparison (median) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for level in levels:
+        for hog in (False, True, None):
+            chosen = [t for t in trials if t["level"] == level and (hog is None or t["hog"] == hog)]
+            if not chosen:
+                continue
+            n = len(chosen)
+
+            def count(name: str, chosen: list[dict[str, Any]] = chosen) -> int:
+                return sum(1 for t in chosen if t["verdict"] == name)
+
+            regressed, improved, same, ambiguous = (count(v) for v in ("REGRESSED", "IMPROVED", "PASS", "AMBIGUOUS"))
+            pairs = [t["pairs"] for t in chosen]
+            ratios = [t["ratio"] for t in chosen if t["ratio"]]
+            label = {False: "off", True: "on", None: "**all**"}[hog]
+            print(
+                f"| {level:.0%} | {label} | {n} | {regressed + improved}/{n} ({(regressed + improved) / n:.0%}; "
+                f"{regressed} / {improved}) | {same}/{n} ({same / n:.0%}) | {ambiguous}/{n} | "
+                f"{statistics.median(pairs):.0f}, {max(pairs)} | "
+                f"{statistics.median(ratios) if ratios else float('nan'):.4f} | "
+                f"{statistics.median(pair_sd(t['log_ratios']) for t in chosen):.1%} | "
+                f"{statistics.median(t['wall_s'] for t in chosen):.0f} s |"
+            )
+    dropped = sum(t["dropped"] for t in trials)
+    print(f"\n{len(trials)} comparisons, {dropped} dropped pairs, {sum(t['wall_s'] for t in trials) / 60:.0f} min")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=20, help="comparisons per level (half of them with the hog)")
+    parser.add_argument("--levels", default="0,1,2,3,5", help="injected slowdowns in percent")
+    parser.add_argument("--out", type=Path, help="keep every trial here (JSON)")
+    parser.add_argument("--rejudge", type=Path, help="print the table of trials kept by --out")
+    args = parser.parse_args()
+    if args.rejudge:
+        summarise(json.loads(args.rejudge.read_text())["trials"])
+        return 0
+    levels = [float(text) / 100 for text in args.levels.split(",")]
+    trials: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="ab-power-") as name:
+        folder = Path(name)
+        (folder / "test_ab_power.py").write_text(WORKLOAD)
+        started = time.monotonic()
+        seed = 0
+        for round_index in range(args.trials):
+            for level in levels:  # interleaved: every level sees the machine's state of every period
+                seed += 1
+                # The hog alternates from trial to trial (levels x rounds): every level has it in half its trials,
+                # and a run stopped early still has both conditions.
+                trial = one_trial(folder, level, hog=(round_index + levels.index(level)) % 2 == 1, seed=seed)
+                trials.append(trial)
+                hog = "on" if trial["hog"] else "off"
+                print(
+                    f"trial {len(trials)}/{args.trials * len(levels)}: {level:.0%} hog {hog}"
+                    f" -> {trial['verdict']} after {trial['pairs']} pairs ({trial['wall_s']:.0f} s; "
+                    f"{(time.monotonic() - started) / 60:.0f} min so far)",
+                    flush=True,
+                )
+                if args.out:
+                    args.out.write_text(json.dumps({"trials": trials, "cpus": os.cpu_count()}))
+    summarise(trials)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

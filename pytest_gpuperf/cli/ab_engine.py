@@ -1,0 +1,608 @@
+"""The engine of `gpuperf ab`: runs two stacks' pytest sessions in interleaved pairs and judges every metric.
+
+A library first (``run_ab(plan) -> AbResult``), so `gpuperf bisect` can run one comparison per step with other
+command prefixes and a chosen set of metrics; the CLI (cli/ab.py) only parses arguments and prints.
+
+Sessions run one at a time, in blocks of two pairs ordered ABBA or BAAB (chosen by a seeded coin per block and
+recorded), so a drift of the machine that is linear over a block cancels between its two pairs. Each session is
+``CMD -m pytest PYTEST_ARGS --gpuperf-results FILE --gpuperf-measure-only ...``: it measures and writes its
+results, fails no test on a verdict, saves nothing. After every complete pair each undecided metric is judged on
+its paired log-ratios (core/paired.py); a decided metric keeps its verdict, and the run stops when every metric
+is decided, at max_pairs, at the time budget, on Ctrl-C (with the verdicts so far) or on an error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import random
+import shlex
+import signal
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pytest_gpuperf.core.paired import PairedJudgement, PairedRules, judge, log_ratio
+from pytest_gpuperf.core.stats import Verdict
+from pytest_gpuperf.machine.fingerprint import hardware_slug, stack_changes
+
+AB_SCHEMA = "gpuperf-ab/1"
+SIDES = ("A", "B")
+
+
+class AbError(Exception):
+    """A comparison that cannot go on (bad command, different machines, sessions that keep failing); one line.
+
+    ``result`` holds what was measured until then, so the caller can still write it."""
+
+    def __init__(self, message: str, result: AbResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AbPlan:
+    """One comparison: what to run and how to judge it."""
+
+    cmd_a: tuple[str, ...]
+    """Side A's Python as a command prefix (already split): ("/venv-a/bin/python",), ("env", "X=1", "python")."""
+    cmd_b: tuple[str, ...]
+    pytest_args: tuple[str, ...]
+    out_dir: Path
+    """Where each session's results and log, and the comparison's ab.json, are written."""
+    rules: PairedRules | None = None
+    """None: PairedRules from threshold, alpha, min_pairs and max_pairs below (the threshold, when None, from the
+    sessions' own setting: their device's default)."""
+    threshold: float | None = None
+    """Used when rules is None; None: the sessions' own threshold setting."""
+    min_pairs: int = 4
+    max_pairs: int = 16
+    alpha: float = 0.01
+    budget_s: float | None = None
+    seed: int = 0
+    repeats: int | None = 10
+    """--gpuperf-repeats for each session (the pairs carry the statistics); None: the suite's own."""
+    metrics: frozenset[tuple[str, str]] | None = None
+    """Only these (test node id, metric) pairs are judged; None: every metric the sessions record."""
+    max_dropped: int = 3
+    """More dropped pairs than this end the run with an error."""
+    cwd: Path | None = None
+    env: dict[str, str] | None = None
+    """Environment of the sessions (default: this process's); CMD may still set variables with `env`."""
+
+
+@dataclass(slots=True, kw_only=True)
+class SessionOutcome:
+    """One pytest session of one side."""
+
+    side: str
+    pair: int
+    argv: list[str]
+    returncode: int | None
+    """None: killed by the budget (not a failure of the stack)."""
+    seconds: float
+    results_file: Path
+    log_file: Path
+    document: dict[str, Any] | None = None
+    error: str | None = None
+    """Why this session cannot be used, or None."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "side": self.side,
+            "argv": self.argv,
+            "returncode": self.returncode,
+            "seconds": round(self.seconds, 3),
+            "results_file": str(self.results_file),
+            "log_file": str(self.log_file),
+            "error": self.error,
+            "results": self.document,
+        }
+
+
+@dataclass(slots=True, kw_only=True)
+class PairRecord:
+    index: int
+    order: str
+    """"AB" or "BA": which side ran first."""
+    sessions: list[SessionOutcome] = field(default_factory=list)
+    dropped: str | None = None
+    """Why the pair was dropped whole, or None."""
+
+    def side(self, name: str) -> SessionOutcome:
+        return next(session for session in self.sessions if session.side == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "order": self.order,
+            "dropped": self.dropped,
+            "sessions": [s.as_dict() for s in self.sessions],
+        }
+
+
+@dataclass(slots=True, kw_only=True)
+class MetricOutcome:
+    """One metric's verdict and the figures behind it."""
+
+    test: str
+    metric: str
+    unit: str
+    higher_is_better: bool
+    log_ratios: list[float] = field(default_factory=list)
+    a_medians: list[float] = field(default_factory=list)
+    b_medians: list[float] = field(default_factory=list)
+    judgement: PairedJudgement | None = None
+    decided_at: int | None = None
+    """Pairs used when it was decided; None while undecided."""
+    missing: str | None = None
+    """'only in A' / 'only in B' when one side never recorded it."""
+    components: list[str] = field(default_factory=list)
+    """Stack components that differ between the sides, beside a REGRESSED/IMPROVED verdict."""
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.judgement.verdict if self.judgement else Verdict.AMBIGUOUS
+
+    @property
+    def decided(self) -> bool:
+        return self.decided_at is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        judgement = self.judgement
+        low, high = judgement.interval_ratio() if judgement else (None, None)
+        return {
+            "test": self.test,
+            "metric": self.metric,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+            "verdict": "MISSING" if self.missing else self.verdict.value,
+            "missing": self.missing,
+            "pairs": len(self.log_ratios),
+            "decided_at": self.decided_at,
+            "a_median": statistics.median(self.a_medians) if self.a_medians else None,
+            "b_median": statistics.median(self.b_medians) if self.b_medians else None,
+            "ratio": judgement.ratio if judgement else None,
+            "interval": [_finite(low), _finite(high)],
+            "flag_interval": [_finite(math.exp(v)) for v in judgement.flag_interval] if judgement else None,
+            "equivalence_interval": [_finite(math.exp(v)) for v in judgement.equivalence_interval]
+            if judgement
+            else None,
+            "needed_pairs": judgement.needed_pairs if judgement else None,
+            "reason": self.missing or (judgement.reason if judgement else "no pairs"),
+            "log_ratios": self.log_ratios,
+            "a_medians": self.a_medians,
+            "b_medians": self.b_medians,
+            "components": self.components,
+        }
+
+
+@dataclass(slots=True, kw_only=True)
+class AbResult:
+    """Everything one comparison did and decided."""
+
+    plan: AbPlan
+    rules: PairedRules | None = None
+    pairs: list[PairRecord] = field(default_factory=list)
+    metrics: dict[tuple[str, str], MetricOutcome] = field(default_factory=dict)
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each side's fingerprint, from its first session's results."""
+    stopped: str = "not started"
+    """Why it stopped: 'every metric decided', 'max pairs', 'budget', 'interrupted', or an error."""
+    wall_s: float = 0.0
+
+    @property
+    def complete_pairs(self) -> int:
+        return sum(1 for pair in self.pairs if pair.dropped is None and len(pair.sessions) == 2)
+
+    @property
+    def dropped_pairs(self) -> list[PairRecord]:
+        return [pair for pair in self.pairs if pair.dropped is not None]
+
+    @property
+    def stack_changes(self) -> list[str]:
+        if not all(side in self.fingerprints for side in SIDES):
+            return []
+        return stack_changes(self.fingerprints["A"].get("stack", {}), self.fingerprints["B"].get("stack", {}))
+
+    def judged(self) -> list[MetricOutcome]:
+        return sorted(self.metrics.values(), key=lambda m: (m.test, m.metric))
+
+    def regressed(self) -> list[MetricOutcome]:
+        return [m for m in self.judged() if not m.missing and m.verdict is Verdict.REGRESSED]
+
+    def as_dict(self) -> dict[str, Any]:
+        plan, rules = self.plan, self.rules
+        return {
+            "schema": AB_SCHEMA,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": {"a": list(plan.cmd_a), "b": list(plan.cmd_b), "pytest_args": list(plan.pytest_args)},
+            "seed": plan.seed,
+            "rules": None
+            if rules is None
+            else {
+                "threshold": rules.threshold,
+                "alpha": rules.alpha,
+                "equivalence_alpha": rules.equivalence_alpha,
+                "min_pairs": rules.min_pairs,
+                "max_pairs": rules.max_pairs,
+                "method": "Wilcoxon signed-rank / Hodges-Lehmann on paired log-ratios, Pocock-type boundary "
+                "calibrated by simulation",
+            },
+            "budget_s": plan.budget_s,
+            "order": [pair.order for pair in self.pairs],
+            "stopped": self.stopped,
+            "wall_s": round(self.wall_s, 2),
+            "complete_pairs": self.complete_pairs,
+            "dropped_pairs": len(self.dropped_pairs),
+            "fingerprints": self.fingerprints,
+            "stack_changes": self.stack_changes,
+            "metrics": [m.as_dict() for m in self.judged()],
+            "pairs": [pair.as_dict() for pair in self.pairs],
+        }
+
+
+class SessionRunner(Protocol):
+    """Runs one session: argv, where its output goes, an optional time limit; returns (returncode, seconds),
+    returncode None when the limit killed it. Replaceable so tests and other front ends can drive the engine."""
+
+    def __call__(
+        self, argv: list[str], *, log_file: Path, timeout: float | None, cwd: Path | None, env: dict[str, str]
+    ) -> tuple[int | None, float]: ...
+
+
+def subprocess_runner(
+    argv: list[str], *, log_file: Path, timeout: float | None, cwd: Path | None, env: dict[str, str]
+) -> tuple[int | None, float]:
+    """A real session: no shell, output to its log; on Ctrl-C the session is stopped before re-raising."""
+    started = time.monotonic()
+    with log_file.open("wb") as log:
+        try:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+        except FileNotFoundError:
+            raise AbError(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:3])} ...)") from None
+        except PermissionError:
+            raise AbError(f"command not executable: {shlex.quote(argv[0])}") from None
+        try:
+            returncode: int | None = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            returncode = None
+        except BaseException:  # Ctrl-C: the session must not outlive the comparison
+            _stop(process)
+            raise
+    return returncode, time.monotonic() - started
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def session_argv(plan: AbPlan, side: str, results_file: Path) -> list[str]:
+    """CMD + -m pytest PYTEST_ARGS + what makes the session only measure and write its results."""
+    prefix = plan.cmd_a if side == "A" else plan.cmd_b
+    extra = ["--gpuperf-results", str(results_file), "--gpuperf-measure-only", "--gpuperf-remeasure", "0"]
+    if plan.repeats is not None:
+        extra += ["--gpuperf-repeats", str(plan.repeats)]
+    return [*prefix, "-m", "pytest", *plan.pytest_args, *extra]
+
+
+def balanced_order(pairs: int, seed: int) -> list[str]:
+    """Pair orders in blocks of two pairs, ABBA -> ["AB", "BA"] or BAAB -> ["BA", "AB"], a seeded coin per block."""
+    rng = random.Random(seed)
+    order: list[str] = []
+    while len(order) < pairs:
+        order += ["AB", "BA"] if rng.random() < 0.5 else ["BA", "AB"]
+    return order[:pairs]
+
+
+Progress = Callable[[str], None]
+
+
+def run_ab(
+    plan: AbPlan,
+    *,
+    runner: SessionRunner = subprocess_runner,
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> AbResult:
+    """Run the comparison to its end and return what it decided; raises AbError (with the partial result) when
+    it cannot go on. Ctrl-C returns the verdicts so far (stopped == 'interrupted')."""
+    if not plan.cmd_a or not plan.cmd_b:
+        raise AbError("--a and --b each need a command prefix (a Python, for example .venv/bin/python)")
+    sessions_dir = plan.out_dir / "sessions"
+    sessions_dir.mkdir(parents=True, exist_ok=True)
+    result = AbResult(plan=plan, rules=plan.rules)
+    max_pairs = plan.rules.max_pairs if plan.rules is not None else plan.max_pairs
+    order = balanced_order(max_pairs + plan.max_dropped + 1, plan.seed)
+    env = dict(plan.env if plan.env is not None else os.environ)
+    say = progress or (lambda line: None)
+    started = clock()
+    pair_seconds: list[float] = []
+    try:
+        for index, first in enumerate(order, start=1):
+            if result.complete_pairs >= max_pairs:
+                result.stopped = "max pairs"
+                break
+            elapsed = clock() - started
+            if plan.budget_s is not None and pair_seconds and elapsed + _typical(pair_seconds) > plan.budget_s:
+                result.stopped = "budget"
+                break
+            pair = PairRecord(index=index, order=first)
+            result.pairs.append(pair)
+            pair_started = clock()
+            for side in first:
+                remaining = None if plan.budget_s is None else max(1.0, plan.budget_s - (clock() - started))
+                outcome = _run_session(plan, side, index, sessions_dir, runner, remaining, env)
+                pair.sessions.append(outcome)
+                if outcome.returncode is None:
+                    break
+                if outcome.error is not None:
+                    break  # the pair is dropped whole: its other side need not run
+            if any(s.returncode is None for s in pair.sessions):
+                pair.dropped = "killed at the end of the time budget"
+                result.stopped = "budget"
+                break
+            failed = [s for s in pair.sessions if s.error is not None]
+            if failed:
+                pair.dropped = f"{failed[0].side}: {failed[0].error}"
+                _check_fatal(failed[0], result)
+                say(f"pair {index} {first}: dropped ({pair.dropped}; log {failed[0].log_file})")
+                if len(result.dropped_pairs) > plan.max_dropped:
+                    result.stopped = "too many dropped pairs"
+                    raise AbError(
+                        f"{len(result.dropped_pairs)} pairs dropped (at most {plan.max_dropped} allowed); the last: "
+                        f"{pair.dropped}; see {failed[0].log_file}",
+                        result,
+                    )
+                continue
+            pair_seconds.append(clock() - pair_started)
+            _absorb_fingerprints(pair, result)
+            if result.rules is None:
+                result.rules = _rules_from(plan, pair)
+            _add_pair(pair, result)
+            if not result.metrics:
+                result.stopped = "error"
+                raise AbError(_NO_METRICS, result)
+            decided = _judge_all(result)
+            result.wall_s = clock() - started
+            say(_progress_line(pair, result, decided, pair_seconds))
+            if result.metrics and all(m.decided or m.missing for m in result.metrics.values()):
+                result.stopped = "every metric decided"
+                break
+        else:
+            result.stopped = "max pairs"
+    except KeyboardInterrupt:
+        result.stopped = "interrupted"
+        if result.pairs and len(result.pairs[-1].sessions) < 2 and result.pairs[-1].dropped is None:
+            result.pairs[-1].dropped = "interrupted"
+    result.wall_s = clock() - started
+    return result
+
+
+_NO_METRICS = (
+    "the sessions recorded no perf metrics (or none of the metrics asked for): PYTEST_ARGS must select tests that "
+    "use the `perf` fixture"
+)
+
+
+def _typical(seconds: list[float]) -> float:
+    return statistics.median(seconds[-4:])
+
+
+def _run_session(
+    plan: AbPlan,
+    side: str,
+    index: int,
+    sessions_dir: Path,
+    runner: SessionRunner,
+    timeout: float | None,
+    env: dict[str, str],
+) -> SessionOutcome:
+    results_file = sessions_dir / f"{index:03d}-{side}.json"
+    log_file = sessions_dir / f"{index:03d}-{side}.log"
+    results_file.unlink(missing_ok=True)
+    argv = session_argv(plan, side, results_file)
+    returncode, seconds = runner(argv, log_file=log_file, timeout=timeout, cwd=plan.cwd, env=env)
+    outcome = SessionOutcome(
+        side=side,
+        pair=index,
+        argv=argv,
+        returncode=returncode,
+        seconds=seconds,
+        results_file=results_file,
+        log_file=log_file,
+    )
+    if returncode is None:
+        return outcome
+    if returncode != 0:
+        outcome.error = _failure(returncode, log_file)
+        return outcome
+    try:
+        document = json.loads(results_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        outcome.error = "exit status 0 but no results file was written"
+        return outcome
+    except (OSError, ValueError) as error:
+        outcome.error = f"unreadable results file ({error})"
+        return outcome
+    if not isinstance(document, dict) or not isinstance(document.get("results"), list):
+        outcome.error = "the results file is not a pytest-gpuperf results document"
+        return outcome
+    outcome.document = document
+    return outcome
+
+
+def _failure(returncode: int, log_file: Path) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    names = {1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+    return f"exit status {returncode} ({names.get(returncode, 'crashed')}): {_last_line(log_file)}"
+
+
+def _last_line(log_file: Path) -> str:
+    try:
+        lines = [line.strip() for line in log_file.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        return "no log"
+    useful = [line for line in lines if line and not set(line) <= set("=-_ ")]
+    errors = [line for line in useful if line.startswith(("ERROR", "E ", "FAILED")) or "Error" in line]
+    text = (errors or useful or ["no output"])[-1]
+    return text[:200]
+
+
+def _check_fatal(outcome: SessionOutcome, result: AbResult) -> None:
+    """Failures no repetition can fix end the run at once: a usage error (a bad option or PYTEST_ARGS, a plugin
+    too old for --gpuperf-measure-only), no tests selected, or a command that is not a Python with pytest."""
+    code = outcome.returncode
+    text = outcome.error or ""
+    cmd = shlex.join(outcome.argv[: outcome.argv.index("-m")] if "-m" in outcome.argv else outcome.argv[:1])
+    if code in (4, 5) or "No module named pytest" in text or (code == 127):
+        result.stopped = "error"
+        raise AbError(f"side {outcome.side} ({cmd}): {text}; see {outcome.log_file}", result)
+
+
+def _absorb_fingerprints(pair: PairRecord, result: AbResult) -> None:
+    for session in pair.sessions:
+        fingerprint = (session.document or {}).get("fingerprint") or {}
+        if not fingerprint:
+            continue
+        known = result.fingerprints.setdefault(session.side, fingerprint)
+        if known.get("hardware_key") != fingerprint.get("hardware_key"):
+            result.stopped = "error"
+            raise AbError(
+                f"side {session.side}'s hardware key changed between sessions ({_slug(known)} -> "
+                f"{_slug(fingerprint)}); compare on one machine",
+                result,
+            )
+    a, b = result.fingerprints.get("A"), result.fingerprints.get("B")
+    if a and b and a.get("hardware_key") != b.get("hardware_key"):
+        result.stopped = "error"
+        differing = sorted(
+            name
+            for name in set(a.get("hardware_key", {})) | set(b.get("hardware_key", {}))
+            if a["hardware_key"].get(name) != b["hardware_key"].get(name)
+        )
+        raise AbError(
+            f"hardware keys differ between the sides: A is {_slug(a)}, B is {_slug(b)} (differs in "
+            f"{', '.join(differing)}); two machines are not an A/B comparison (use gpuperf compare on runs of each)",
+            result,
+        )
+
+
+def _slug(fingerprint: dict[str, Any]) -> str:
+    return str(fingerprint.get("hardware_slug") or hardware_slug(fingerprint.get("hardware_key") or {}))
+
+
+def _rules_from(plan: AbPlan, pair: PairRecord) -> PairedRules:
+    threshold = plan.threshold
+    if threshold is None:
+        settings = (pair.side("A").document or {}).get("settings") or {}
+        stored = settings.get("threshold")
+        usable = isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1
+        threshold = float(stored) if usable and stored is not None else 0.02
+    return PairedRules(threshold=threshold, alpha=plan.alpha, min_pairs=plan.min_pairs, max_pairs=plan.max_pairs)
+
+
+def _session_medians(document: dict[str, Any]) -> dict[tuple[str, str], tuple[float, str, bool]]:
+    found = {}
+    for entry in document.get("results", []):
+        try:
+            samples = [float(v) for v in entry["samples"]]
+            key = (str(entry["test"]), str(entry["metric"]))
+            found[key] = (statistics.median(samples), str(entry.get("unit", "")), bool(entry["higher_is_better"]))
+        except (KeyError, TypeError, ValueError, statistics.StatisticsError):
+            continue  # a malformed entry of another version: that metric is not compared in this pair
+    return found
+
+
+def _add_pair(pair: PairRecord, result: AbResult) -> None:
+    a = _session_medians(pair.side("A").document or {})
+    b = _session_medians(pair.side("B").document or {})
+    wanted = result.plan.metrics
+    for key in sorted(set(a) | set(b)):
+        if wanted is not None and key not in wanted:
+            continue
+        source = a.get(key) or b[key]
+        metric = result.metrics.get(key)
+        if metric is None:
+            metric = result.metrics[key] = MetricOutcome(
+                test=key[0], metric=key[1], unit=source[1], higher_is_better=source[2]
+            )
+        if key in a and key in b:
+            metric.missing = None
+            if metric.decided:
+                continue
+            metric.a_medians.append(a[key][0])
+            metric.b_medians.append(b[key][0])
+            try:
+                metric.log_ratios.append(log_ratio(a[key][0], b[key][0], higher_is_better=metric.higher_is_better))
+            except ValueError:
+                metric.a_medians.pop()
+                metric.b_medians.pop()
+        elif not metric.log_ratios:
+            metric.missing = "only in A" if key in a else "only in B"
+
+
+def _judge_all(result: AbResult) -> int:
+    assert result.rules is not None
+    boundary = result.rules.boundary()
+    for metric in result.metrics.values():
+        if metric.decided or metric.missing or not metric.log_ratios:
+            continue
+        metric.judgement = judge(metric.log_ratios, result.rules, boundary)
+        if metric.judgement.verdict is not Verdict.AMBIGUOUS:
+            metric.decided_at = len(metric.log_ratios)
+            if metric.judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED):
+                metric.components = result.stack_changes
+    return sum(1 for m in result.metrics.values() if m.decided)
+
+
+def _progress_line(pair: PairRecord, result: AbResult, decided: int, pair_seconds: Sequence[float]) -> str:
+    assert result.rules is not None
+    total = sum(1 for m in result.metrics.values() if not m.missing)
+    pending = [m for m in result.metrics.values() if not m.decided and not m.missing]
+    done = result.complete_pairs
+    wanted = [
+        min(result.rules.max_pairs, max(result.rules.min_pairs, m.judgement.needed_pairs or result.rules.max_pairs))
+        if m.judgement
+        else result.rules.max_pairs
+        for m in pending
+    ]
+    left_pairs = max([w - done for w in wanted] + [0])
+    left = left_pairs * _typical(list(pair_seconds))
+    if result.plan.budget_s is not None:
+        left = min(left, max(0.0, result.plan.budget_s - result.wall_s))
+    return (
+        f"pair {done}/{result.rules.max_pairs} ({pair.order}): {decided}/{total} metrics decided, "
+        f"{_duration(result.wall_s)} used, ~{_duration(left)} left"
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) and value != 0.0 else None

@@ -1,0 +1,398 @@
+"""`gpuperf ab`: the engine driven by a scripted session runner (fast), and the command end to end on real pytest
+sessions of a tiny workload (two command prefixes that differ in environment variables).
+
+The real sessions time thread CPU time, so the other processes of a shared CI machine do not make them noisy, and
+the injected effect is 3x: what a real timing must decide here cannot be missed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpuperf.cli import main as cli
+from pytest_gpuperf.cli.ab import table
+from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, balanced_order, run_ab, session_argv
+from pytest_gpuperf.core.stats import Verdict
+
+# -- the engine with scripted sessions -------------------------------------------------------------------------
+
+
+class Script:
+    """Plays sessions: each writes a results document whose metrics are ``values(side, session_number)``."""
+
+    def __init__(self, values: Any, *, fail: dict[int, int] | None = None, interrupt_at: int | None = None) -> None:
+        self.values = values
+        self.fail = fail or {}
+        self.interrupt_at = interrupt_at
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], *, log_file: Path, timeout: float | None, cwd: Any, env: Any) -> Any:
+        self.calls.append(argv)
+        number = len(self.calls)
+        if number == self.interrupt_at:
+            raise KeyboardInterrupt
+        side = "A" if argv[0] == "python-a" else "B"
+        log_file.write_text(f"session {number}\n")
+        if number in self.fail:
+            log_file.write_text("E   RuntimeError: the stack crashed\n")
+            return self.fail[number], 0.1
+        results = Path(argv[argv.index("--gpuperf-results") + 1])
+        metrics = self.values(side, number)
+        document = {
+            "schema": 1,
+            "fingerprint": {
+                "hardware_key": {"device": "cpu", "cpu": {"model": "x", "cores": 2}},
+                "hardware_slug": "cpu-x-2c",
+                "stack": {"torch": "2.13.0" if side == "A" else "2.14.1", "python": "3.11.7"},
+            },
+            "settings": {"threshold": 0.02},
+            "results": [
+                {"test": test, "metric": metric, "unit": "s", "higher_is_better": False, "samples": [v, v, v]}
+                for (test, metric), v in metrics.items()
+            ],
+        }
+        results.write_text(json.dumps(document))
+        return 0, 0.1
+
+
+def plan(tmp_path: Path, **changes: Any) -> AbPlan:
+    values = {"cmd_a": ("python-a",), "cmd_b": ("python-b",), "pytest_args": ("suite.py",), "out_dir": tmp_path}
+    return AbPlan(**{**values, **changes})  # type: ignore[arg-type]
+
+
+def steady(slow_b: float = 1.0, jitter: float = 0.004) -> Any:
+    def values(side: str, number: int) -> dict[tuple[str, str], float]:
+        wobble = 1 + jitter * math.sin(number * 1.7)
+        return {("t.py::test_x", "step_s"): 0.010 * wobble * (slow_b if side == "B" else 1.0)}
+
+    return values
+
+
+def test_balanced_order_is_blocks_of_abba_or_baab_and_seeded() -> None:
+    order = balanced_order(40, seed=7)
+    blocks = {tuple(order[i : i + 2]) for i in range(0, 40, 2)}
+    assert blocks == {("AB", "BA"), ("BA", "AB")}
+    assert order == balanced_order(40, seed=7) and order != balanced_order(40, seed=8)
+
+
+def test_engine_regressed_with_components_and_every_session_recorded(tmp_path: Path) -> None:
+    script = Script(steady(slow_b=1.05))
+    result = run_ab(plan(tmp_path), runner=script)
+    metric = result.judged()[0]
+    assert metric.verdict is Verdict.REGRESSED
+    assert metric.components == ["torch 2.13.0 -> 2.14.1"]
+    assert result.stopped == "every metric decided"
+    assert metric.decided_at == result.complete_pairs == len(script.calls) // 2
+    for pair, first in zip(result.pairs, balanced_order(len(result.pairs), 0)):
+        assert pair.order == first and [s.side for s in pair.sessions] == list(first)
+    document = result.as_dict()
+    assert document["pairs"][0]["sessions"][0]["results"]["results"][0]["metric"] == "step_s"
+    assert document["order"] == [pair.order for pair in result.pairs]
+
+
+def test_engine_a_over_a_is_same(tmp_path: Path) -> None:
+    result = run_ab(plan(tmp_path), runner=Script(steady()))
+    assert result.judged()[0].verdict is Verdict.PASS
+    assert result.judged()[0].components == []
+
+
+def test_a_failed_session_drops_its_pair_whole_and_the_run_goes_on(tmp_path: Path) -> None:
+    script = Script(steady(slow_b=1.05), fail={3: 1})
+    result = run_ab(plan(tmp_path), runner=script)
+    assert len(result.dropped_pairs) == 1
+    dropped = result.dropped_pairs[0]
+    assert dropped.index == 2 and len(dropped.sessions) == 1  # its other side was never run
+    assert "RuntimeError: the stack crashed" in (dropped.dropped or "")
+    assert result.judged()[0].verdict is Verdict.REGRESSED
+    assert len(result.judged()[0].log_ratios) == result.complete_pairs
+
+
+def test_more_than_max_dropped_pairs_is_an_error(tmp_path: Path) -> None:
+    script = Script(steady(), fail={n: 1 for n in range(1, 40, 2)})
+    with pytest.raises(AbError, match="at most 2 allowed") as caught:
+        run_ab(plan(tmp_path, max_dropped=2), runner=script)
+    assert caught.value.result is not None and len(caught.value.result.dropped_pairs) == 3
+
+
+def test_a_usage_error_ends_the_run_at_once(tmp_path: Path) -> None:
+    with pytest.raises(AbError, match="usage error"):
+        run_ab(plan(tmp_path), runner=Script(steady(), fail={1: 4}))
+
+
+def test_ctrl_c_ends_with_the_verdicts_so_far(tmp_path: Path) -> None:
+    result = run_ab(plan(tmp_path), runner=Script(steady(slow_b=1.05), interrupt_at=9))
+    assert result.stopped == "interrupted"
+    assert result.complete_pairs == 4
+    assert result.pairs[-1].dropped == "interrupted"
+    assert result.judged()[0].verdict is Verdict.AMBIGUOUS  # 4 pairs cannot decide at alpha 0.01
+
+
+def test_budget_stops_before_a_pair_that_would_not_fit(tmp_path: Path) -> None:
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 5.0  # every reading of the clock is 5 s later
+        return now[0]
+
+    result = run_ab(plan(tmp_path, budget_s=100.0), runner=Script(steady(jitter=0.05)), clock=clock)
+    assert result.stopped == "budget"
+    assert 0 < result.complete_pairs < 16
+
+
+def test_only_the_chosen_metrics_are_judged(tmp_path: Path) -> None:
+    def two(side: str, number: int) -> dict[tuple[str, str], float]:
+        return {**steady()(side, number), ("t.py::test_y", "other_s"): 1.0}
+
+    chosen = frozenset({("t.py::test_y", "other_s")})
+    result = run_ab(plan(tmp_path, metrics=chosen), runner=Script(two))
+    assert [(m.test, m.metric) for m in result.judged()] == [("t.py::test_y", "other_s")]
+
+
+def test_a_metric_one_side_lacks_is_missing(tmp_path: Path) -> None:
+    def only_a(side: str, number: int) -> dict[tuple[str, str], float]:
+        extra = {("t.py::test_gone", "s"): 1.0} if side == "A" else {}
+        return {**steady()(side, number), **extra}
+
+    result = run_ab(plan(tmp_path), runner=Script(only_a))
+    gone = next(m for m in result.judged() if m.test == "t.py::test_gone")
+    assert gone.missing == "only in A"
+    assert result.stopped == "every metric decided"
+
+
+def test_the_table_fits_120_columns(tmp_path: Path) -> None:
+    def long(side: str, number: int) -> dict[tuple[str, str], float]:
+        test = "suites/test_micro.py::test_gemm[bf16-4096x4096x4096-transposed-b]"
+        return {(test, "tflops_per_second_per_device"): 0.01 * (1.1 if side == "B" else 1)}
+
+    result = run_ab(plan(tmp_path), runner=Script(long))
+    lines = table(result)
+    assert all(len(line) <= 120 for line in lines[:2]), lines[:2]
+    assert "REGRESSED" in lines[1] and "torch" in lines[1]
+
+
+def test_report_draws_an_ab_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    result = run_ab(plan(tmp_path / "out"), runner=Script(steady(slow_b=1.05)))
+    (tmp_path / "out" / "ab.json").write_text(json.dumps(result.as_dict(), default=str))
+    assert cli.main(["report", str(tmp_path / "out"), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "A/B comparison" in page and "REGRESSED" in page and "torch 2.13.0 -&gt; 2.14.1" in page
+    assert page.count("<img") == 1
+
+
+def test_session_argv_makes_the_session_only_measure(tmp_path: Path) -> None:
+    argv = session_argv(plan(tmp_path, cmd_b=("env", "X=1", "python")), "B", tmp_path / "r.json")
+    assert argv[:5] == ["env", "X=1", "python", "-m", "pytest"]
+    assert {"--gpuperf-measure-only", "--gpuperf-results"} <= set(argv)
+    assert argv[argv.index("--gpuperf-repeats") + 1] == "10"
+
+
+# -- the command on real pytest sessions -----------------------------------------------------------------------
+
+WORKLOAD = """
+import os, time
+import pytest
+
+@pytest.mark.perf
+def test_work(perf):
+    n = int(20000 * float(os.environ.get("AB_TEST_SLOWDOWN", "1")))
+    samples = []
+    for repeat in range(8):  # the first 2 warm the interpreter up
+        start = time.thread_time()
+        total = 0
+        for i in range(n):
+            total += i * i
+        if repeat >= 2:
+            samples.append(time.thread_time() - start)
+    perf.record("cpu_time", samples, unit="s", higher_is_better=False)
+
+@pytest.mark.perf
+def test_fixed(perf):
+    # Known figures, the same in every session: what an A/A of a deterministic metric sees
+    slow = float(os.environ.get("AB_TEST_SLOWDOWN", "1"))
+    perf.record("latency", [0.010 * slow * j for j in (1.0, 1.0004, 0.9997, 1.0002, 0.9999)], unit="s",
+                higher_is_better=False)
+"""
+
+CONFTEST = """
+import os, signal
+
+def pytest_gpuperf_stack(config):
+    return {"mathlib": os.environ.get("AB_TEST_MATHLIB", "1.0")}
+
+def pytest_sessionstart(session):
+    marker = os.environ.get("AB_TEST_CRASH_ONCE")
+    if marker and not os.path.exists(marker):  # this side's first session dies as a crashing stack would
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+PYTHON = shlex.quote(sys.executable)
+FAST = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--gpuperf-device", "cpu"]
+
+
+@pytest.fixture
+def workload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "test_ab_workload.py").write_text(WORKLOAD)
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def ab(*args: str) -> int:
+    return cli.main(["ab", *args])
+
+
+def test_slower_side_regressed_with_the_hook_component(workload: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = ab(
+        "--a", PYTHON, "--b", f"env AB_TEST_SLOWDOWN=3 AB_TEST_MATHLIB=2.0 {PYTHON}",
+        "--alpha", "0.2", "--min-pairs", "4", "--max-pairs", "4",
+        "--out", "out", "--junitxml", "ab.xml", "--", "test_ab_workload.py", *FAST,
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert "pair 4/4" in err
+    for test in ("test_work", "test_fixed"):
+        row = next(line for line in out.splitlines() if line.startswith(f"test_ab_workload.py::{test}"))
+        assert "REGRESSED" in row and "mathlib" in row
+    assert "interleaved A/B confirms it comes with: mathlib 1.0 -> 2.0" in out
+    document = json.loads((workload / "out" / "ab.json").read_text())
+    assert len(document["order"]) == 4 and document["stack_changes"] == ["mathlib 1.0 -> 2.0"]
+    assert all(len(pair["sessions"]) == 2 for pair in document["pairs"])
+    timed = next(m for m in document["metrics"] if m["metric"] == "cpu_time")
+    assert timed["verdict"] == "REGRESSED" and timed["ratio"] < 0.6
+    xml = (workload / "ab.xml").read_text()
+    assert "<failure" in xml and "gpuperf.ab.components" in xml
+
+
+def test_a_over_a_is_same_and_a_crashed_session_drops_its_pair(
+    workload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The figures are fixed (test_fixed), so the verdict cannot depend on how loaded the machine is; timing noise
+    # is the statistics' business (tests/test_paired.py).
+    marker = workload / "crashed"
+    code = ab(
+        "--a", PYTHON, "--b", f"env AB_TEST_CRASH_ONCE={marker} {PYTHON}",
+        "--min-pairs", "5", "--max-pairs", "5", "--out", "out", "--", "test_ab_workload.py", "-k", "fixed", *FAST,
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "dropped (B: killed by SIGKILL" in err
+    assert "1 dropped" in out and "PASS" in out
+    document = json.loads((workload / "out" / "ab.json").read_text())
+    assert document["dropped_pairs"] == 1 and document["complete_pairs"] == 5
+    assert document["metrics"][0]["verdict"] == "PASS"
+
+
+def test_different_hardware_keys_are_an_error(workload: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A torchrun job of 2 nodes is another hardware key (fingerprint.read_nodes)
+    code = ab("--a", PYTHON, "--b", f"env WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 {PYTHON}", "--out", "out", "--",
+              "test_ab_workload.py", *FAST)  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("gpuperf ab: error: hardware keys differ between the sides") and "nodes" in err[-1]
+    assert (workload / "out" / "ab.json").exists()
+
+
+def test_pytest_args_that_select_nothing_runnable_are_an_error(
+    workload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = ab("--a", PYTHON, "--b", PYTHON, "--out", "out", "--", "no_such_test_file.py", *FAST)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("gpuperf ab: error: side ") and "usage error" in err[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--a", "python 'unclosed", "--b", PYTHON, "--", "t.py"], "cannot be split"),
+        (["--a", "/no/such/python", "--b", PYTHON, "--", "t.py"], "not an executable command"),
+        (["--a", "", "--b", PYTHON, "--", "t.py"], "--a is empty"),
+        (["--a", PYTHON, "--b", PYTHON], "no PYTEST_ARGS"),
+        (["--a", PYTHON, "--b", PYTHON, "--min-pairs", "9", "--max-pairs", "8", "--", "t.py"], "--min-pairs 9"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert ab("--out", str(tmp_path), *args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_bad_budget_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        ab("--a", "x", "--b", "y", "--budget", "soon", "--", "t.py")
+    assert caught.value.code == 2
+    assert "expected a duration" in capsys.readouterr().err
+
+
+# -- what the sessions run with --------------------------------------------------------------------------------
+
+RECORDED = """
+import os
+import pytest
+
+@pytest.mark.perf
+def test_rate(perf):
+    scale = float(os.environ.get("AB_TEST_SCALE", "1"))
+    perf.record("rate", [100.0 * scale * j for j in (1.0, 1.001, 0.999, 1.0005, 0.9995, 1.0002)], unit="tok/s",
+                higher_is_better=True)
+"""
+
+
+def test_measure_only_session_fails_nothing_saves_nothing_and_confirms_nothing(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_recorded=RECORDED)
+    pytester.runpytest("-p", "no:cacheprovider", "--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=1)
+    [baseline] = (pytester.path / "baselines").glob("*/*.json")
+    stored = baseline.read_text()
+    monkeypatch.setenv("AB_TEST_SCALE", "0.5")  # half the throughput: REGRESSED against the baseline
+    gating = pytester.runpytest("-p", "no:cacheprovider", "--gpuperf-device", "cpu")
+    gating.assert_outcomes(failed=1)
+    measuring = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gpuperf-device", "cpu", "--gpuperf-measure-only", "--gpuperf-save",
+        "--gpuperf-strict", "--gpuperf-results", "run.json",
+    )  # fmt: skip
+    measuring.assert_outcomes(passed=1)
+    assert baseline.read_text() == stored
+    document = json.loads((pytester.path / "run.json").read_text())
+    assert document["settings"]["measure_only"] is True and document["settings"]["saved"] is False
+    [result] = document["results"]
+    assert result["verdict"] == "REGRESSED" and "attempts" not in result["context"]
+
+
+def test_the_fingerprint_reads_torch_versions_without_importing_torch() -> None:
+    import torch
+
+    from pytest_gpuperf.machine import fingerprint
+
+    found = fingerprint._torch_version_file()
+    assert found is not None
+    assert found["git_version"] == torch.version.git_version
+    assert found.get("cuda") == torch.version.cuda
+
+
+def test_sessions_without_metrics_end_after_the_first_pair(tmp_path: Path) -> None:
+    script = Script(lambda side, number: {})
+    with pytest.raises(AbError, match="no perf metrics"):
+        run_ab(plan(tmp_path), runner=script)
+    assert len(script.calls) == 2
+
+
+def test_given_rules_set_the_pairs(tmp_path: Path) -> None:
+    from pytest_gpuperf.core.paired import PairedRules
+
+    rules = PairedRules(threshold=0.02, min_pairs=3, max_pairs=5)
+    result = run_ab(plan(tmp_path, rules=rules), runner=Script(steady(jitter=0.05)))
+    assert result.complete_pairs == 5 and result.stopped == "max pairs"
+    assert result.rules is rules
