@@ -228,7 +228,14 @@ def throughput_section(runs: list[Run], labels: dict[Path, str]) -> str:
             axis.tick_params(labelsize=6)
             axis.set_title(rollup.shorten(f"{data.test.split('::', 1)[-1]} {data.metric}", 44), fontsize=6)
         handles = [plt_patch(colours[name]) for name in names]
-        figure.legend(handles, [name[:60] for name in names], loc="upper center", fontsize=6, ncol=min(len(names), 3))
+        figure.legend(
+            handles,
+            [name[:60] for name in names],
+            loc="lower center",
+            bbox_to_anchor=(0.5, -0.12),
+            fontsize=6,
+            ncol=min(len(names), 3),
+        )
         figure.suptitle(f"{family} throughput: {suite}", fontsize=8, y=1.04)
         parts.append(
             f'<figure data-family="{html.escape(family)}" data-suite="{html.escape(suite)}">'

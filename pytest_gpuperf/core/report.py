@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 
 from pytest_gpuperf.core import rollup
@@ -115,6 +116,7 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
     lines += [rollup.fit(line, width) for line in stack_lines(results)]
     header = ("test", "metric", "now", "baseline", "ratio", "verdict", "evidence")
     rows = []
+    footnotes: dict[str, int] = {}
     for result in sorted(results, key=lambda r: (rollup.suite_of(r.test), r.test, r.metric)):
         now = summarize(result.samples)
         baseline = "-"
@@ -130,11 +132,21 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
                 baseline,
                 ratio,
                 result.verdict.value,
-                rollup.evidence(result.verdict.value, note if isinstance(note, str) else None),
+                short_evidence(result.verdict.value, note if isinstance(note, str) else None, footnotes),
             ]
         )
-    lines += fit_table(header, rows, width=width, shrink=(0, 6, 1))
+    lines += fit_table(header, rows, width=width, shrink=(1, 0, 6))
+    for note, number in footnotes.items():
+        lines += textwrap.wrap(f"[{number}] the machine's state also differed: {note}", width, subsequent_indent="    ")
     return lines
+
+
+def short_evidence(verdict: str, note: str | None, footnotes: dict[str, int]) -> str:
+    """``rollup.evidence`` for a table cell: the machine's state, long, goes to a numbered note under the table."""
+    if not note:
+        return rollup.evidence(verdict, None)
+    number = footnotes.setdefault(note, len(footnotes) + 1)
+    return f"{rollup.evidence(verdict, None)} [{number}]"
 
 
 def fit_table(header: Sequence[str], rows: list[list[str]], *, width: int, shrink: Sequence[int]) -> list[str]:
