@@ -201,3 +201,34 @@ def test_long_test_ids_are_shortened_to_fit_120_columns() -> None:
     assert all(len(line) <= 120 for line in lines)
     assert lines[1].startswith("suites/test_inference.py::test_serving_sweep[xx") and "...  " in lines[1]
     assert "IMPROVED" in lines[1]
+
+
+def test_history_reports_the_step_at_a_stack_switch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15.6: four runs of the old stack, one of the new 10% slower: the search alone (p < 0.001, two runs
+    after) reported nothing; the switch is a known point and is tested there."""
+    medians = [1.000, 1.004, 0.997, 1.002, 1.10]
+    for number, median in enumerate(medians):
+        document = {
+            "schema": 1,
+            "created": f"2026-12-01T0{number}:00:00+00:00",
+            "fingerprint": {
+                "hardware_key": {"cpu": "test"},
+                "hardware_slug": "cpu-test",
+                "stack": {"torch": "2.13.0" if number < 4 else "2.14.1"},
+            },
+            "settings": {},
+            "results": [
+                {
+                    "test": "suites/test_micro.py::test_sdpa",
+                    "metric": "latency",
+                    "unit": "s",
+                    "higher_is_better": False,
+                    "samples": [median * f for f in (0.999, 1.0, 1.001)],
+                }
+            ],
+        }
+        (tmp_path / f"run{number}.json").write_text(json.dumps(document))
+    assert cli.main(["history", str(tmp_path), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["run"], r["found_by"], r["change"]) for r in rows] == [("run4.json", "stack switch", "+9.9%")]
+    assert rows[0]["stack_changes"] == ["torch 2.13.0 -> 2.14.1"]
