@@ -8,6 +8,7 @@ row here means what the same row means in a pytest session.
 from __future__ import annotations
 
 import argparse
+import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -150,7 +151,8 @@ def headline_notes(base: Side, new: Side, rows: list[dict[str, Any]]) -> list[st
         )
         for row in rows
     )
-    return rollup.render(roll) + [rollup.stack_line(base.stack, new.stack, against="BASE")]
+    stack = rollup.stack_line(base.stack, new.stack, against="BASE")
+    return rollup.render(roll) + textwrap.wrap(stack, 120, subsequent_indent="  ")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -113,7 +113,7 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
     metric, now, baseline, ratio, verdict, what the evidence supports), every line at most ``width`` columns;
     the full detail is in the results JSON and JUnit properties."""
     lines = rollup.render(rollup.build(rollup_rows(results)), width=width)
-    lines += [rollup.fit(line, width) for line in stack_lines(results)]
+    lines += [part for line in stack_lines(results) for part in textwrap.wrap(line, width, subsequent_indent="  ")]
     header = ("test", "metric", "now", "baseline", "ratio", "verdict", "evidence")
     rows = []
     footnotes: dict[str, int] = {}
@@ -158,7 +158,7 @@ def fit_table(header: Sequence[str], rows: list[list[str]], *, width: int, shrin
         excess = sum(widths) + 2 * (len(widths) - 1) - width
         if excess <= 0:
             break
-        widths[index] = max(widths[index] - excess, floor.get(index, 12), len(header[index]))
+        widths[index] = min(widths[index], max(widths[index] - excess, floor.get(index, 12), len(header[index])))
     out = []
     for row in [list(header), *rows]:
         cells = [rollup.shorten(cell, w).ljust(w) for cell, w in zip(row, widths)]
