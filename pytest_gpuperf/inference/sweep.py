@@ -233,7 +233,7 @@ def fresh_targets(fronts: Sequence[Sequence[OperatingPoint]], fractions: Sequenc
             step = 10 ** (math.floor(math.log10(reach)) - 2)
             target = float(f"{math.floor(reach / step) * step:.3g}")
         targets.append(target)
-    return targets
+    return list(dict.fromkeys(targets))  # a narrow range rounds several fractions to one point: name it once
 
 
 def _record_pareto(perf: Any, sweep: SweepResult, fractions: Sequence[float]) -> list[str]:
