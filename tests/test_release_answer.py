@@ -232,3 +232,24 @@ def test_history_reports_the_step_at_a_stack_switch(tmp_path: Path, capsys: pyte
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["run"], r["found_by"], r["change"]) for r in rows] == [("run4.json", "stack switch", "+9.9%")]
     assert rows[0]["stack_changes"] == ["torch 2.13.0 -> 2.14.1"]
+
+
+def test_headline_says_why_metrics_are_undecided_and_machine_notes_read_plain_contexts() -> None:
+    from pytest_gpuperf.core import rollup
+
+    rows = [
+        rollup.Row(test="suites/test_micro.py::test_gemm[a]", metric="tflops", verdict="PASS"),
+        rollup.Row(test="suites/test_micro.py::test_gemm[b]", metric="tflops", verdict="AMBIGUOUS"),
+        rollup.Row(test="suites.test_inference::test_serve", metric="ttft", verdict="NO_BASELINE"),
+    ]
+    built = rollup.build(rows)
+    assert built.suites["test_micro.py"] == {"REGRESSED": 0, "IMPROVED": 0, "PASS": 1, "undecided": 1}
+    assert built.suites["test_inference"]["undecided"] == 1
+    assert built.headline.startswith("undecided: 2 of 3 metrics could not be judged (1 AMBIGUOUS:")
+    assert "more repeats" in built.headline and "--gpuperf-save" in built.headline
+    assert rollup.build(rows[:1]).headline == "no regression found"
+    quiet = {"machine": {"canary_s": [0.010, 0.011, 0.010], "steal_share": 0.0}}
+    loaded = {"machine": {"canary_s": [0.017, 0.017, 0.018], "steal_share": 0.2}}
+    note = rollup.machine_note(quiet, [loaded, loaded])
+    assert note == "canary 1.7x slower when the baseline was recorded; steal 20% in the baseline, 0% now"
+    assert rollup.machine_note(quiet, [quiet]) is None and rollup.machine_note({}, [loaded]) is None
