@@ -184,7 +184,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     payload = getattr(node, "workeroutput", {}).get("gpuperf")
-    keys = ("results", "curves", "saved_files", "save_failures", "telemetry_note")
+    keys = ("results", "curves", "saved_files", "not_saved", "save_failures", "telemetry_note")
     if payload and any(payload.get(key) for key in keys):
         gpuperf_session(node.config).absorb_worker(payload)
 
@@ -196,6 +196,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if not (state.results or state.saved_files or state.telemetry_note or state.end_failed):
         return
     from pytest_gpuperf.core.report import summary_table
+    from pytest_gpuperf.core.rollup import shorten
 
     terminalreporter.section("gpuperf")
     if state.telemetry_note:
@@ -204,12 +205,20 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         fingerprint = state.fingerprint
         cpu_name = fingerprint.labels.get("cpu")
         terminalreporter.write_line(f"hardware: {fingerprint.slug}" + (f" ({cpu_name})" if cpu_name else ""))
-        for line in summary_table(state.results):
+        for line in summary_table(state.results, width=120):
             terminalreporter.write_line(line)
     if state.save_interrupted:
         terminalreporter.write_line("gpuperf: interrupted while saving baselines (Ctrl-C)", red=True)
     for path in sorted(set(state.saved_files)):
         terminalreporter.write_line(f"baselines saved: {path}")
+    if state.settings.save:
+        saved = len(state.results) - len(state.not_saved)
+        terminalreporter.write_line(
+            f"baselines: {saved} of {len(state.results)} measurements saved"
+            + (f", {len(state.not_saved)} not saved (regressed):" if state.not_saved else "")
+        )
+        for test, metric, why in state.not_saved:
+            terminalreporter.write_line(shorten(f"  not saved: {test} {metric}: {why}", 120), yellow=True)
     for path, reason in state.save_failures:
         terminalreporter.write_line(f"gpuperf: baselines not saved: {path}: {reason}", red=True)
     if state.results_failure is not None:

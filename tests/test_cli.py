@@ -158,7 +158,8 @@ def test_compare_flags_exactly_the_slowed_tests(runs: Path, capsys: pytest.Captu
     assert all(verdict == "PASS" for key, verdict in found.items() if key not in regressed), found
     assert code == 1
     row = next(r for r in document["rows"] if r["metric"] == "latency" and "serve" not in r["test"])
-    assert row["stack_changes"] == ["driver 580.1 -> 590.2"]
+    assert document["stack_changes"] == ["driver 580.1 -> 590.2"]  # stated once, not per row
+    assert "stack_changes" not in row and "driver" not in row["evidence"]
     assert row["ratio"] == pytest.approx(1 / 1.5, rel=1e-6)
     assert row["ci_low"] < row["ratio"] < row["ci_high"]
     # the same runs read from their JUnit files, stack from the testsuite property
@@ -240,10 +241,12 @@ def test_report_is_self_contained_and_renders(runs: Path, capsys: pytest.Capture
     )
     assert code == 0
     text = report.read_text()
-    for heading in ("Summary", "Throughput per stack version", "Loss curves", "Inference Pareto fronts"):
+    headings = ("Verdict", "Ratio to baseline", "Throughput per stack version", "Every metric, by suite")
+    for heading in (*headings, "Loss curves", "Inference Pareto fronts"):
         assert heading in text
+    assert [text.index(f"<h2>{h}") for h in headings] == sorted(text.index(f"<h2>{h}") for h in headings)
     images = text.split('src="data:image/png;base64,')[1:]
-    assert len(images) >= 4  # rate, throughput per stack; the loss curve; the sweep's Pareto front
+    assert len(images) >= 3  # rate and throughput as small multiples of one suite; the loss curve; the Pareto front
     assert "Pareto front of test_cli_workload::test_sweep" in text
     assert "pareto.interactivity curve" not in text  # sweep operating points are fronts, not loss curves
     assert all(base64.b64decode(chunk.split('"', 1)[0])[:8] == b"\x89PNG\r\n\x1a\n" for chunk in images)

@@ -48,3 +48,19 @@ def test_the_long_output_pair_stays_out_of_the_gpu_tier() -> None:
     assert not any(m.name == "gpu_tier" for m in long.marks)
     # alone it would take more than the whole check's bound
     assert suite.decode_steps("cuda", 1024, 8192, runs=3) * suite.GPU_DECODE_STEP_S > CHECK_BOUND_S
+
+
+def test_a_fresh_sweep_chooses_points_every_run_reaches() -> None:
+    """Issue 15.6: without a baseline, the points come from the range each run's front reaches, so a fresh
+    folder never reports a point "of the baseline" that a slower run's front falls short of."""
+    from pytest_gpuperf.inference.pareto import OperatingPoint, throughput_at
+    from pytest_gpuperf.inference.sweep import fresh_targets
+
+    def front(scale: float) -> list[OperatingPoint]:
+        return [OperatingPoint(concurrency=c, interactivity=x * scale, throughput=t) for c, x, t in
+                ((8, 100.0, 800.0), (4, 300.0, 600.0), (1, 750.4, 300.0))]  # fmt: skip
+
+    fronts = [front(1.0), front(0.6), front(1.1)]
+    targets = fresh_targets(fronts, (0.2, 0.4, 0.6, 1.0))
+    assert targets[-1] <= 750.4 * 0.6 and targets == sorted(targets)
+    assert all(value is not None for f in fronts for value in throughput_at(f, targets))

@@ -75,7 +75,7 @@ def test_save_rerun_unchanged_passes_then_slower_is_regressed(
             "*now:      median *",
             "*baseline: median *",
             "*ratio 0.7*95% CI*p(worse)=*",
-            "*stack unchanged since the baseline*",
+            "*stack: same as the baseline*",
         ]
     )
     junit = (project.path / "junit.xml").read_text()

@@ -8,14 +8,16 @@ row here means what the same row means in a pytest session.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import textwrap
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pytest_gpuperf.cli.loading import InputError, MetricData, Side, load_side, quote
+from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
+from pytest_gpuperf.core import rollup
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats import Rules, Verdict, compare, summarize
 from pytest_gpuperf.machine.fingerprint import stack_changes
@@ -33,7 +35,7 @@ COLUMNS = (
     ("ci", "95% CI"),
     ("p_worse", "p(worse)"),
     ("verdict", "verdict"),
-    ("stack_changes", "stack changes"),
+    ("evidence", "evidence"),
 )
 
 
@@ -63,61 +65,100 @@ def rules_for(base: Side, given: Thresholds) -> Rules:
     )
 
 
+def session_conditions(context: dict[str, Any]) -> str | None:
+    """Why the session could not judge NEW's samples, from what it recorded (a metric's own ``unjudgeable``, the
+    device's clock check), so a row here gets the same NOISY the session gave it."""
+    reasons = []
+    if isinstance(context.get("unjudgeable"), str):
+        reasons.append(context["unjudgeable"])
+    check = context.get("clock_check")
+    if isinstance(check, dict) and check.get("comparable") is False:
+        reasons.append(f"measured under different device conditions ({check.get('detail', 'clocks differ')})")
+    return "; ".join(reasons) or None
+
+
 def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
-    changes = stack_changes(base.stack, new.stack)
+    """One row per test and metric. The verdict is the session's: ``stats.compare`` with the same rules and the
+    conditions the session recorded, and a verdict another rule gave (``judged_by``: the convergence test of
+    steps to target) is kept, never re-judged as a timing. The medians shown are the ones the ratio is formed
+    from (NEW's pooled samples, the median of BASE's run medians)."""
     rows = []
     for key in base.keys() + [key for key in new.keys() if key not in set(base.keys())]:
         base_runs, new_runs = base.metric_runs(key), new.metric_runs(key)
         sample = (new_runs or base_runs)[0]
+        row: dict[str, Any] = {
+            "test": sample.test,
+            "metric": sample.metric,
+            "suite": rollup.suite_of(sample.test),
+            "unit": sample.unit,
+            "higher_is_better": sample.higher_is_better,
+            "base_runs": len(base_runs),
+            "new_runs": len(new_runs),
+        }
+        if base_runs:
+            row["base_median"] = rollup.baseline_median([run.samples for run in base_runs])
+        if not new_runs:
+            rows.append({**row, "verdict": MISSING, "reason": f"in {base.source} but not in {new.source}"})
+            continue
+        current = [v for run in new_runs for v in run.samples]
+        row["new_median"] = summarize(current).median
+        flips = {run.higher_is_better for run in base_runs} - {sample.higher_is_better}
+        if flips:
+            raise InputError(
+                f"{quote(sample.test)} {quote(sample.metric)}: higher_is_better differs between "
+                f"{base.source} and {new.source}; the metric's meaning changed"
+            )
+        latest = new_runs[-1]
         try:
             # numpy's overflow is an error here, not a warning on stderr beside a verdict computed from inf
             with np.errstate(over="raise", invalid="raise"):
-                rows.append(compare_metric(base, new, base_runs, new_runs, rules, changes))
+                result = compare(
+                    current,
+                    [run.samples for run in base_runs],
+                    higher_is_better=sample.higher_is_better,
+                    rules=rules,
+                    conditions=session_conditions(latest.context),
+                )
         except (ValueError, OverflowError, FloatingPointError) as error:  # medians <= 0; beyond float range
             raise InputError(
                 f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot form a ratio within "
                 f"float range ({error}); check the units of both sides"
             ) from None
+        judged_by = latest.context.get("judged_by")
+        if isinstance(judged_by, str) and latest.verdict in {v.value for v in Verdict}:
+            recorded = latest.comparison.get("reason")
+            result = replace(
+                result,
+                verdict=Verdict(latest.verdict),
+                reason=recorded if isinstance(recorded, str) and recorded else f"{judged_by}: recorded verdict",
+            )
+            row["judged_by"] = judged_by
+        row.update(result.as_dict())
+        row["verdict"] = result.verdict.value
+        if result.ci_low is not None:
+            row["ci"] = f"[{result.ci_low:.4f}, {result.ci_high:.4f}]"
+        note = rollup.machine_note(latest.context, [run.context for run in base_runs])
+        row["machine_note"] = note
+        row["evidence"] = rollup.evidence(result.verdict.value, note, source="BASE")
+        rows.append(row)
     return rows
 
 
-def compare_metric(
-    base: Side,
-    new: Side,
-    base_runs: list[MetricData],
-    new_runs: list[MetricData],
-    rules: Rules,
-    changes: list[str],
-) -> dict[str, Any]:
-    """One row: BASE's runs of a metric against NEW's."""
-    sample = (new_runs or base_runs)[0]
-    row: dict[str, Any] = {
-        "test": sample.test,
-        "metric": sample.metric,
-        "unit": sample.unit,
-        "higher_is_better": sample.higher_is_better,
-        "stack_changes": changes,
-        "base_runs": len(base_runs),
-        "new_runs": len(new_runs),
-    }
-    if base_runs:
-        row["base_median"] = summarize([v for run in base_runs for v in run.samples]).median
-    if not new_runs:
-        return {**row, "verdict": MISSING, "reason": f"in {base.source} but not in {new.source}"}
-    current = [v for run in new_runs for v in run.samples]
-    row["new_median"] = summarize(current).median
-    flips = {run.higher_is_better for run in base_runs} - {sample.higher_is_better}
-    if flips:
-        raise InputError(
-            f"{quote(sample.test)} {quote(sample.metric)}: higher_is_better differs between "
-            f"{base.source} and {new.source}; the metric's meaning changed"
+def headline_notes(base: Side, new: Side, rows: list[dict[str, Any]]) -> list[str]:
+    """The roll-up and the stack difference, once, before any row."""
+    roll = rollup.build(
+        rollup.Row(
+            test=row["test"],
+            metric=row["metric"],
+            verdict=row["verdict"],
+            ratio=row.get("ratio"),
+            ci_low=row.get("ci_low"),
+            ci_high=row.get("ci_high"),
         )
-    result = compare(current, [run.samples for run in base_runs], higher_is_better=sample.higher_is_better, rules=rules)
-    row.update(result.as_dict())
-    row["verdict"] = result.verdict.value
-    if result.ci_low is not None:
-        row["ci"] = f"[{result.ci_low:.4f}, {result.ci_high:.4f}]"
-    return row
+        for row in rows
+    )
+    stack = rollup.stack_line(base.stack, new.stack, against="BASE")
+    return rollup.render(roll) + textwrap.wrap(stack, 120, subsequent_indent="  ")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,9 +188,11 @@ def run(args: argparse.Namespace) -> int:
         rows=rows,
         notes=notes,
         fmt=args.format,
+        head=headline_notes(base, new, rows),
         extra={
             "base": {"source": str(base.source), "stack": base.stack, "hardware": base.hardware_slug},
             "new": {"source": str(new.source), "stack": new.stack, "hardware": new.hardware_slug},
+            "stack_changes": stack_changes(base.stack, new.stack),
         },
     )
     write_output(text, Path(args.output) if args.output else None)

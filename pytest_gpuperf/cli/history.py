@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from pytest_gpuperf.cli.changepoints import change_points
 from pytest_gpuperf.cli.loading import InputError, Run, decode_json, load_path, quote, read_bytes
@@ -34,7 +35,7 @@ COLUMNS = (
     ("change", "change"),
     ("pvalue", "p"),
     ("runs_after", "runs after"),
-    ("attribution", "stack changes"),
+    ("attribution", "stack changes at that run (coincide; not shown to cause it)"),
 )
 
 
@@ -123,6 +124,9 @@ def analyse(
                 "reset_at": points[0][0].label if start else None,
             }
         )
+        found = change_points(medians, max_pvalue=max_pvalue)
+        for switch in stack_switch_changes(points, medians, {change.index for change in found}, threshold):
+            rows.append({**switch, "test": test, "metric": metric})
         for number, change in enumerate(found):
             end = found[number + 1].index if number + 1 < len(found) else len(points)
             runs_after = end - change.index
@@ -145,9 +149,57 @@ def analyse(
                     "runs_after": runs_after,
                     "attribution": changes or ["no stack component changed (the code, data or machine did)"],
                     "stack_changes": changes,
+                    "found_by": "change-point search",
                 }
             )
     return rows, series_out
+
+
+STACK_SWITCH_PVALUE = 0.01
+"""Significance of the split at a stack switch. The switch is a point given in advance, not one searched for
+among all splits, so it needs no search correction: the change-point search's 0.001 (set against the many
+splits it tries) left a real upgrade step unreported when only a run or two of the new stack existed."""
+
+
+def stack_switch_changes(
+    points: list[tuple[Run, Any]], medians: list[float], found: set[int], threshold: float
+) -> list[dict[str, Any]]:
+    """A change at each point where the stack switches and the search found none: the runs since the previous
+    switch against the runs up to the next, Student's t-test (p < STACK_SWITCH_PVALUE, |change| > threshold).
+    One run after the switch is enough, judged against the spread of the runs before it."""
+    switches = [i for i in range(1, len(points)) if points[i][0].stack != points[i - 1][0].stack]
+    rows = []
+    for number, index in enumerate(switches):
+        if index in found:
+            continue
+        start = switches[number - 1] if number else 0
+        end = switches[number + 1] if number + 1 < len(switches) else len(points)
+        before, after = np.array(medians[start:index]), np.array(medians[index:end])
+        if len(before) < 2 or np.std(before) == 0 and np.std(after) == 0:
+            continue
+        pvalue = float(scipy_stats.ttest_ind(before, after, equal_var=True).pvalue)
+        magnitude = float(after.mean() / before.mean() - 1)
+        if not pvalue < STACK_SWITCH_PVALUE or abs(magnitude) <= threshold:
+            continue
+        at_run = points[index][0]
+        changes = stack_changes(points[index - 1][0].stack, at_run.stack)
+        rows.append(
+            {
+                "hardware": at_run.hardware_slug,
+                "run": at_run.label,
+                "index": index,
+                "before": float(before.mean()),
+                "after": float(after.mean()),
+                "change": f"{magnitude:+.1%}",
+                "magnitude": magnitude,
+                "pvalue": pvalue,
+                "runs_after": len(after),
+                "attribution": changes,
+                "stack_changes": changes,
+                "found_by": "stack switch",
+            }
+        )
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:

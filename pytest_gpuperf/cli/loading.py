@@ -51,6 +51,8 @@ class MetricData:
     samples: tuple[float, ...]
     verdict: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    comparison: dict[str, Any] = field(default_factory=dict)
+    """The comparison the session recorded (figures and reason), empty for JUnit input."""
 
     @property
     def clock_mhz(self) -> float | None:
@@ -329,6 +331,7 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
             samples=tuple(float(value) for value in entry["samples"]),
             verdict=verdict if isinstance(verdict, str) else None,
             context=entry.get("context", {}),
+            comparison=entry["comparison"] if isinstance(entry.get("comparison"), dict) else {},
         )
         key = (metric.key, metric.metric)
         if key in metrics:  # two node ids with one JUnit address

@@ -23,6 +23,7 @@ from pytest_gpuperf.cli.history import order_runs
 from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
 from pytest_gpuperf.cli.output import emit, printable
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
+from pytest_gpuperf.core import rollup
 from pytest_gpuperf.core.stats import summarize
 
 MAX_PLOTS = 60
@@ -60,70 +61,222 @@ def image(encoded: str | None, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{encoded}">'
 
 
-def summary_section(runs: list[Run], labels: dict[Path, str]) -> str:
-    header = ["run", "created", "hardware", "stack"]
-    cells = [[run.label, run.created or "-", run.hardware_slug, labels[run.source]] for run in runs]
+FAMILIES = ("GEMM", "SDPA", "bandwidth", "training", "distributed", "inference")
+
+
+def family_of(data: MetricData) -> str:
+    """The throughput family a metric belongs to, by its suite, test and unit; 'other' where none fits."""
+    text, suite = f"{data.test} {data.metric}".lower(), rollup.suite_of(data.test).lower()
+    if "gemm" in text or "matmul" in text or data.unit.startswith("TFLOP"):
+        return "GEMM"
+    if "sdpa" in text or "attention" in text:
+        return "SDPA"
+    if "bandwidth" in text or "copy" in text or data.unit in ("GB/s", "GiB/s"):
+        return "bandwidth"
+    for family in ("distributed", "inference", "training"):
+        if family in suite:
+            return family
+    return "other"
+
+
+def latest_metrics(runs: list[Run]) -> dict[tuple[str, str], tuple[Run, MetricData, int]]:
     latest: dict[tuple[str, str], tuple[Run, MetricData, int]] = {}
     for run in runs:
         for key, data in run.metrics.items():
             count = latest[key][2] + 1 if key in latest else 1
             latest[key] = (run, data, count)
+    return latest
+
+
+def rollup_section(runs: list[Run]) -> str:
+    """The headline first: the latest run of each metric, its recorded verdict, and the stack difference once."""
     rows = []
-    for run, data, count in latest.values():
-        stats = summarize(data.samples)
+    for _, data, _ in latest_metrics(runs).values():
+        comparison = data.comparison
         rows.append(
+            rollup.Row(
+                test=data.test,
+                metric=data.metric,
+                verdict=data.verdict or "NO_BASELINE",
+                ratio=_number(comparison.get("ratio")),
+                ci_low=_number(comparison.get("ci_low")),
+                ci_high=_number(comparison.get("ci_high")),
+            )
+        )
+    lines = rollup.render(rollup.build(rows))
+    if len(runs) > 1:
+        lines.append(rollup.stack_line(runs[0].stack, runs[-1].stack, against=f"first run ({runs[0].label})"))
+    return '<h2>Verdict</h2><pre class="rollup">' + html.escape("\n".join(lines)) + "</pre>"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def summary_section(runs: list[Run], labels: dict[Path, str]) -> str:
+    header = ["run", "created", "hardware", "stack"]
+    cells = [[run.label, run.created or "-", run.hardware_slug, labels[run.source]] for run in runs]
+    by_suite: dict[str, list[list[str]]] = {}
+    for run, data, count in latest_metrics(runs).values():
+        stats = summarize(data.samples)
+        ratio = _number(data.comparison.get("ratio"))
+        by_suite.setdefault(rollup.suite_of(data.test), []).append(
             [
                 data.test,
                 data.metric,
                 f"{stats.median:.4g} {data.unit}",
                 f"{stats.spread:.1%}",
+                f"{ratio:.3f}" if ratio is not None else "-",
                 data.verdict or "-",
                 str(count),
                 run.label,
             ]
         )
+    columns = ["test", "metric", "median", "IQR/median", "ratio", "verdict", "runs", "latest run"]
+    tables = "".join(
+        f"<h3>{html.escape(suite)}</h3>" + html_table(columns, rows).replace("<table>", '<table class="sortable">', 1)
+        for suite, rows in sorted(by_suite.items())
+    )
     return (
         "<h2>Runs</h2>"
         + html_table(header, cells)
-        + "<h2>Summary (latest run of each metric)</h2>"
-        + html_table(["test", "metric", "median", "IQR/median", "verdict", "runs", "latest run"], rows)
+        + "<h2>Every metric, by suite (latest run; click a heading to sort)</h2>"
+        + tables
+        + SORT_SCRIPT
     )
 
 
-def throughput_section(runs: list[Run], labels: dict[Path, str]) -> str:
+SORT_SCRIPT = """<script>
+document.querySelectorAll("table.sortable th").forEach(function (th, column) {
+  th.style.cursor = "pointer";
+  th.addEventListener("click", function () {
+    var index = Array.prototype.indexOf.call(th.parentNode.children, th);
+    var body = th.closest("table").tBodies[0];
+    var rows = Array.from(body.rows), up = th.dataset.order !== "up";
+    th.dataset.order = up ? "up" : "down";
+    rows.sort(function (a, b) {
+      var x = a.cells[index].textContent, y = b.cells[index].textContent;
+      var nx = parseFloat(x), ny = parseFloat(y);
+      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+      return up ? c : -c;
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+  });
+});
+</script>"""
+
+
+def small_multiples(count: int, *, width: float = 2.6, height: float = 2.0) -> tuple[Any, list[Any]]:
     import matplotlib.pyplot as plt
 
-    keys: dict[tuple[str, str], MetricData] = {}
-    for run in runs:
-        keys.update({key: data for key, data in run.metrics.items() if data.higher_is_better})
+    columns = min(count, 4)
+    rows = (count + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    flat = [axis for line in axes for axis in line]
+    for axis in flat[count:]:
+        axis.set_visible(False)
+    return figure, flat[:count]
+
+
+def ratio_section(runs: list[Run]) -> str:
+    """Ratio to baseline with its interval, per suite: the first chart, what the verdicts are made of."""
+    by_suite: dict[str, list[tuple[str, float, float, float, str]]] = {}
+    for _, data, _ in latest_metrics(runs).values():
+        c = data.comparison
+        ratio, low, high = _number(c.get("ratio")), _number(c.get("ci_low")), _number(c.get("ci_high"))
+        if ratio is None or low is None or high is None:
+            continue
+        name = f"{data.test.split('::', 1)[-1]} {data.metric}"
+        by_suite.setdefault(rollup.suite_of(data.test), []).append((name, ratio, low, high, data.verdict or ""))
+    if not by_suite:
+        return "<h2>Ratio to baseline</h2><p>No metric in these runs was judged against a baseline.</p>"
+    import matplotlib.pyplot as plt
+
     parts = []
-    for key, data in list(keys.items())[:MAX_PLOTS]:
-        by_stack: dict[str, list[float]] = {}
-        for run in runs:
-            if key in run.metrics:
-                by_stack.setdefault(labels[run.source], []).extend(run.metrics[key].samples)
-        names = list(by_stack)
-        summaries = [summarize(by_stack[name]) for name in names]
-        figure, axes = plt.subplots(figsize=(5.5, 2.8))
-        medians = [s.median for s in summaries]
-        errors = [[s.median - s.minimum for s in summaries], [s.maximum - s.median for s in summaries]]
-        axes.bar(range(len(names)), medians, yerr=errors, capsize=4, color="#4c78a8")
-        axes.set_xticks(
-            range(len(names)), [printable(name[:40]) for name in names], rotation=15, ha="right", fontsize=7
-        )
-        axes.set_ylabel(printable(data.unit))
-        axes.set_title(printable(f"{data.test} {data.metric}"), fontsize=8)
-        parts.append(image(png(figure), f"{data.metric} per stack version"))
-    if not parts:
+    for suite, entries in sorted(by_suite.items()):
+        entries = entries[:MAX_PLOTS]
+        figure, axes = plt.subplots(figsize=(7.5, 0.8 + 0.28 * len(entries)))
+        colours = {"REGRESSED": "#c0392b", "IMPROVED": "#2e86c1", "PASS": "#27ae60"}
+        for y, (_, ratio, low, high, verdict) in enumerate(entries):
+            axes.errorbar(
+                ratio, y, xerr=[[ratio - low], [high - ratio]], fmt="o", color=colours.get(verdict, "#888"), capsize=3
+            )
+        axes.axvline(1.0, color="k", linewidth=0.8)
+        axes.set_yticks(range(len(entries)), [printable(rollup.shorten(e[0], 50)) for e in entries], fontsize=6)
+        axes.invert_yaxis()
+        axes.set_xlabel("ratio to baseline (< 1 is worse), 95% interval", fontsize=7)
+        axes.set_title(printable(suite), fontsize=8)
+        parts.append(image(png(figure), f"ratio to baseline: {suite}"))
+    return "<h2>Ratio to baseline</h2><p>Red REGRESSED, blue IMPROVED, green PASS, grey undecided.</p>" + "".join(parts)
+
+
+def throughput_section(runs: list[Run], labels: dict[Path, str]) -> str:
+    """Every higher-is-better metric per stack, one small-multiples figure per suite and family."""
+    groups: dict[tuple[str, str], dict[tuple[str, str], MetricData]] = {}
+    for run in runs:
+        for key, data in run.metrics.items():
+            if data.higher_is_better:
+                groups.setdefault((rollup.suite_of(data.test), family_of(data)), {})[key] = data
+    if not groups:
         return "<h2>Throughput per stack version</h2><p>No higher-is-better metrics in these runs.</p>"
-    return "<h2>Throughput per stack version</h2><p>Median per stack version; bars span min to max.</p>" + "".join(
-        parts
+    names = list(dict.fromkeys(labels[run.source] for run in runs))
+    colours = {name: f"C{index % 10}" for index, name in enumerate(names)}
+    parts = []
+    for (suite, family), keys in sorted(groups.items(), key=lambda item: (item[0][0], _family_order(item[0][1]))):
+        chosen = list(keys.items())[:MAX_PLOTS]
+        figure, axes = small_multiples(len(chosen))
+        for axis, (key, data) in zip(axes, chosen):
+            by_stack: dict[str, list[float]] = {}
+            for run in runs:
+                if key in run.metrics:
+                    by_stack.setdefault(labels[run.source], []).extend(run.metrics[key].samples)
+            stacks = list(by_stack)
+            summaries = [summarize(by_stack[name]) for name in stacks]
+            axis.bar(
+                range(len(stacks)),
+                [s.median for s in summaries],
+                yerr=[[s.median - s.minimum for s in summaries], [s.maximum - s.median for s in summaries]],
+                capsize=3,
+                color=[colours[name] for name in stacks],
+            )
+            axis.set_xticks([])
+            axis.set_ylabel(printable(data.unit), fontsize=6)
+            axis.tick_params(labelsize=6)
+            axis.set_title(printable(rollup.shorten(f"{data.test.split('::', 1)[-1]} {data.metric}", 44)), fontsize=6)
+        handles = [plt_patch(colours[name]) for name in names]
+        figure.legend(
+            handles,
+            [printable(name[:60]) for name in names],
+            loc="lower center",
+            bbox_to_anchor=(0.5, -0.12),
+            fontsize=6,
+            ncol=min(len(names), 3),
+        )
+        figure.suptitle(printable(f"{family} throughput: {suite}"), fontsize=8, y=1.04)
+        parts.append(
+            f'<figure data-family="{html.escape(family)}" data-suite="{html.escape(suite)}">'
+            + image(png(figure), f"{family} throughput per stack: {suite}")
+            + "</figure>"
+        )
+    return (
+        "<h2>Throughput per stack version</h2><p>Every higher-is-better metric, by suite and family (GEMM, SDPA, "
+        "bandwidth, training, distributed, inference); median per stack, bars span min to max.</p>" + "".join(parts)
     )
 
 
 SAFE_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,199}")
 """What a hardware slug may be (fingerprint.slugify's alphabet, the store's rule for its folders): it becomes a
 folder name under --baselines, so it must not climb out of it ('..', '/', a drive)."""
+
+
+def _family_order(family: str) -> int:
+    return FAMILIES.index(family) if family in FAMILIES else len(FAMILIES)
+
+
+def plt_patch(colour: str) -> Any:
+    from matplotlib.patches import Patch
+
+    return Patch(color=colour)
 
 
 def golden_curves(baselines: Path | None, run: Run, curve: CurveData) -> list[tuple[list[float], list[float]]]:
@@ -170,9 +323,17 @@ def curves_section(runs: list[Run], labels: dict[Path, str], baselines: Path | N
     parts = []
     for (_, name), entries in list(grouped.items())[:MAX_PLOTS]:
         figure, axes = plt.subplots(figsize=(5.5, 2.8))
-        for run, curve in entries:
+        colours: dict[str, str] = {}
+        for run, curve in entries:  # one legend entry per stack, however many runs (seeds) it holds
+            stack = labels[run.source]
+            first = stack not in colours
+            colours.setdefault(stack, f"C{len(colours) % 10}")
             axes.plot(
-                curve.steps, curve.values, linewidth=1.2, label=printable(f"{run.label} ({labels[run.source]})"[:60])
+                curve.steps,
+                curve.values,
+                linewidth=1.2,
+                color=colours[stack],
+                label=printable(stack[:60]) if first else None,
             )
         goldens = golden_curves(baselines, entries[-1][0], entries[-1][1])
         for number, (steps, values) in enumerate(goldens):
@@ -316,8 +477,10 @@ def build_report(
         if runs or not comparisons:
             parts += [
                 f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
-                summary_section(runs, labels),
+                rollup_section(runs),
+                ratio_section(runs),
                 throughput_section(runs, labels),
+                summary_section(runs, labels),
                 curves_section(runs, labels, baselines),
                 pareto_section(runs, labels),
             ]

@@ -21,12 +21,14 @@ def render(
     notes: Sequence[str] = (),
     fmt: str,
     extra: dict[str, Any] | None = None,
+    head: Sequence[str] = (),
 ) -> str:
-    """``columns`` are (row key, heading) pairs; JSON carries every key of every row, the others the columns."""
+    """``columns`` are (row key, heading) pairs; JSON carries every key of every row, the others the columns.
+    ``head`` lines (the roll-up) come before the table, ``notes`` after it."""
     if fmt == "json":
         return (
             json.dumps(
-                {"title": title, "notes": list(notes), "rows": list(rows), **(extra or {})},
+                {"title": title, "headline": list(head), "notes": list(notes), "rows": list(rows), **(extra or {})},
                 indent=1,
                 sort_keys=True,
                 default=str,
@@ -36,14 +38,16 @@ def render(
     cells = [[cell_text(row.get(key)) for key, _ in columns] for row in rows]
     headings = [heading for _, heading in columns]
     if fmt == "md":
-        lines = [f"## {title}", "", "| " + " | ".join(headings) + " |", "|" + " --- |" * len(headings)]
+        lines = [f"## {title}", ""] + ([f"    {line}" for line in head] + [""] if head else [])
+        lines += ["| " + " | ".join(headings) + " |", "|" + " --- |" * len(headings)]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in cells]
         lines += [""] + [f"- {note}" for note in notes]
         return "\n".join(lines) + "\n"
     if fmt == "html":
-        return html_page(title, html_table(headings, cells) + "".join(f"<p>{html.escape(n)}</p>" for n in notes))
+        top = f"<pre>{html.escape(chr(10).join(head))}</pre>" if head else ""
+        return html_page(title, top + html_table(headings, cells) + "".join(f"<p>{html.escape(n)}</p>" for n in notes))
     widths = [max([len(heading)] + [len(row[i]) for row in cells]) for i, heading in enumerate(headings)]
-    lines = [title, "  ".join(h.ljust(w) for h, w in zip(headings, widths)).rstrip()]
+    lines = [title, *head, "  ".join(h.ljust(w) for h, w in zip(headings, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines + list(notes)) + "\n"
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import textwrap
+from collections.abc import Iterable, Sequence
 
+from pytest_gpuperf.core import rollup
 from pytest_gpuperf.core.results import MetricResult, junit_properties
 from pytest_gpuperf.core.stats import summarize
 
@@ -32,7 +34,8 @@ def describe(result: MetricResult) -> str:
     if result.baseline_runs:
         pooled = summarize([value for run in result.baseline_runs for value in run])
         lines.append(
-            f"  baseline: median {format_value(pooled.median, result.unit)}, IQR {pooled.spread:.1%} of median, "
+            f"  baseline: median {format_value(rollup.baseline_median(result.baseline_runs), result.unit)} "
+            f"(of the run medians), IQR {pooled.spread:.1%} of median, "
             f"n={pooled.n} in {len(result.baseline_runs)} run(s)"
         )
     if comparison.ratio is not None:
@@ -42,10 +45,10 @@ def describe(result: MetricResult) -> str:
             f"[{comparison.ci_low:.4f}, {comparison.ci_high:.4f}], p(worse)={comparison.p_worse:.3g}, "
             f"between-run noise {comparison.run_noise:.2%}"
         )
-    if result.stack_changes:
-        lines.append("  stack changed since the baseline: " + "; ".join(result.stack_changes))
-    elif result.baseline_runs:
-        lines.append("  stack unchanged since the baseline")
+    if result.baseline_runs:
+        note = result.context.get("machine_note")
+        lines.append("  evidence: " + rollup.evidence(result.verdict.value, note if isinstance(note, str) else None))
+        lines.extend("  " + line for line in stack_lines([result]))
     return "\n".join(lines)
 
 
@@ -67,34 +70,97 @@ def failure_message(results: Iterable[MetricResult], *, strict: bool) -> str:
     return f"{head}{mode}\n{body}\n" + "".join(f"hint: {hint}\n" for hint in hints)
 
 
-def summary_table(results: list[MetricResult]) -> list[str]:
-    """Rows for the terminal summary: test, metric, now, baseline, ratio, verdict, what changed."""
-    header = ("test", "metric", "now", "baseline", "ratio", "verdict", "stack changes")
-    rows = [header]
-    for result in sorted(results, key=lambda r: (r.test, r.metric)):
+def rollup_rows(results: Iterable[MetricResult]) -> list[rollup.Row]:
+    return [
+        rollup.Row(
+            test=r.test,
+            metric=r.metric,
+            verdict=r.verdict.value,
+            ratio=r.comparison.ratio,
+            ci_low=r.comparison.ci_low,
+            ci_high=r.comparison.ci_high,
+        )
+        for r in results
+    ]
+
+
+def stack_lines(results: Iterable[MetricResult]) -> list[str]:
+    """The stack difference, once: one line per distinct difference among the baselines judged against (entries
+    recorded on several stacks give several), never one per metric."""
+    groups: dict[tuple[str, ...], int] = {}
+    for result in results:
+        if result.baseline_runs:
+            key = tuple(result.stack_changes)
+            groups[key] = groups.get(key, 0) + 1
+    if not groups:
+        return []
+    lines = []
+    for changes, count in sorted(groups.items(), key=lambda item: -item[1]):
+        scope = "" if len(groups) == 1 else f" ({count} metrics)"
+        if not changes:
+            lines.append(f"stack: same as the baseline{scope}")
+        else:
+            lines.append(
+                f"stack differs from the baseline{scope}: "
+                + "; ".join(changes)
+                + " (one of the differences; a change below is not attributed to it)"
+            )
+    return lines
+
+
+def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]:
+    """The terminal summary: the roll-up first, the stack difference once, then one row per metric (test,
+    metric, now, baseline, ratio, verdict, what the evidence supports), every line at most ``width`` columns;
+    the full detail is in the results JSON and JUnit properties."""
+    lines = rollup.render(rollup.build(rollup_rows(results)), width=width)
+    lines += [part for line in stack_lines(results) for part in textwrap.wrap(line, width, subsequent_indent="  ")]
+    header = ("test", "metric", "now", "baseline", "ratio", "verdict", "evidence")
+    rows = []
+    footnotes: dict[str, int] = {}
+    for result in sorted(results, key=lambda r: (rollup.suite_of(r.test), r.test, r.metric)):
         now = summarize(result.samples)
         baseline = "-"
         if result.baseline_runs:
-            baseline = format_value(summarize([v for run in result.baseline_runs for v in run]).median, result.unit)
+            baseline = format_value(rollup.baseline_median(result.baseline_runs), result.unit)
         ratio = f"{result.comparison.ratio:.3f}" if result.comparison.ratio is not None else "-"
-        changes = "; ".join(result.stack_changes) if result.stack_changes else "-"
+        note = result.context.get("machine_note")
         rows.append(
-            (
+            [
                 result.test,
                 result.metric,
                 format_value(now.median, result.unit),
                 baseline,
                 ratio,
                 result.verdict.value,
-                changes,
-            )
+                short_evidence(result.verdict.value, note if isinstance(note, str) else None, footnotes),
+            ]
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    lines = []
-    for row in rows:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.verdict.value] = counts.get(result.verdict.value, 0) + 1
-    lines.append(", ".join(f"{count} {verdict}" for verdict, count in sorted(counts.items())))
+    lines += fit_table(header, rows, width=width, shrink=(1, 0, 6))
+    for note, number in footnotes.items():
+        lines += textwrap.wrap(f"[{number}] the machine's state also differed: {note}", width, subsequent_indent="    ")
     return lines
+
+
+def short_evidence(verdict: str, note: str | None, footnotes: dict[str, int]) -> str:
+    """``rollup.evidence`` for a table cell: the machine's state, long, goes to a numbered note under the table."""
+    if not note:
+        return rollup.evidence(verdict, None)
+    number = footnotes.setdefault(note, len(footnotes) + 1)
+    return f"{rollup.evidence(verdict, None)} [{number}]"
+
+
+def fit_table(header: Sequence[str], rows: list[list[str]], *, width: int, shrink: Sequence[int]) -> list[str]:
+    """Aligned columns within ``width``: the columns named in ``shrink`` (in that order) give up room, their cells
+    shortened the way pytest shortens long test ids ('...')."""
+    widths = [max([len(header[i])] + [len(row[i]) for row in rows]) for i in range(len(header))]
+    floor = {0: 24, 1: 16}
+    for index in shrink:
+        excess = sum(widths) + 2 * (len(widths) - 1) - width
+        if excess <= 0:
+            break
+        widths[index] = min(widths[index], max(widths[index] - excess, floor.get(index, 12), len(header[index])))
+    out = []
+    for row in [list(header), *rows]:
+        cells = [rollup.shorten(cell, w).ljust(w) for cell, w in zip(row, widths)]
+        out.append(rollup.fit("  ".join(cells).rstrip(), width))
+    return out

@@ -18,6 +18,7 @@ from pytest_gpuperf import __version__
 from pytest_gpuperf.core import results as results_format
 from pytest_gpuperf.core.perf import MetricRecord, Perf
 from pytest_gpuperf.core.results import MetricResult
+from pytest_gpuperf.core.rollup import machine_note
 from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
 from pytest_gpuperf.core.stats import Rules, Verdict, exact_agreement, summarize
@@ -79,6 +80,9 @@ class GpuperfSession:
         self._to_save: list[NewMetric] = []
         self._curves_to_save: list[NewCurve] = []
         self.saved_files: list[Path] = []
+        self.not_saved: list[tuple[str, str, str]] = []
+        """(test, metric, why) of measurements --gpuperf-save left out: they regressed against the entry they would
+        join, and --gpuperf-accept was not given."""
         self.save_failures: list[tuple[Path, str]] = []
         """Baseline files that could not be written, with the reason (the others were written)."""
         self.save_interrupted = False
@@ -219,6 +223,9 @@ class GpuperfSession:
         if metric.rule is not None:  # its own rule decided; the comparison's figures stay for the report
             context = {**context, "judged_by": metric.rule.name}
         baseline_stack = baseline.runs[-1].stack if baseline and runs else None
+        note = machine_note(metric.context, [run.context for run in baseline.runs]) if baseline and runs else None
+        if note:
+            context = {**context, "machine_note": note}
         return MetricResult(
             test=nodeid,
             metric=metric.name,
@@ -249,7 +256,20 @@ class GpuperfSession:
                 raise NotStorable(f"curve {curve.name!r} {where} is not a finite number: the run diverged")
         stack = self.fingerprint.stack
         today = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        verdicts = {result.metric: result for result in results}
         for metric in perf.metrics:
+            judged = verdicts.get(metric.name)
+            if self.settings.save and not self.settings.accept and judged and judged.verdict is Verdict.REGRESSED:
+                ratio = judged.comparison.ratio
+                size = f" by {1 - ratio:.1%}" if ratio is not None else ""
+                self.not_saved.append(
+                    (
+                        perf.nodeid,
+                        metric.name,
+                        f"REGRESSED{size} against the entry it would join; --gpuperf-accept stores it",
+                    )
+                )
+                continue
             self._to_save.append(
                 NewMetric(
                     test=perf.nodeid,
@@ -329,6 +349,7 @@ class GpuperfSession:
             "fingerprint": self.fingerprint.as_dict() if self.measured_anything() else None,
             "device": self._device,
             "saved_files": [str(path) for path in self.saved_files],
+            "not_saved": [list(entry) for entry in self.not_saved],
             "save_failures": [[str(path), reason] for path, reason in self.save_failures],
             "save_interrupted": self.save_interrupted,
             "telemetry_note": self.telemetry_note,
@@ -338,6 +359,7 @@ class GpuperfSession:
         self.results.extend(MetricResult.from_dict(data) for data in payload.get("results", []))
         self.curves.extend(payload.get("curves", []))
         self.saved_files.extend(Path(path) for path in payload.get("saved_files", []))
+        self.not_saved.extend((str(t), str(m), str(why)) for t, m, why in payload.get("not_saved", []))
         self.save_failures.extend((Path(path), reason) for path, reason in payload.get("save_failures", []))
         self.save_interrupted = self.save_interrupted or bool(payload.get("save_interrupted"))
         self.telemetry_note = self.telemetry_note or payload.get("telemetry_note")
@@ -369,6 +391,7 @@ class GpuperfSession:
                 "strict": self.settings.strict,
                 "saved": self.settings.save,
                 "measure_only": self.settings.measure_only,
+                "not_saved": [{"test": t, "metric": m, "why": why} for t, m, why in self.not_saved],
             },
             results=self.results,
             curves=self.curves,

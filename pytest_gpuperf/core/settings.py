@@ -196,6 +196,14 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         flag=True,
     ),
     OptionSpec(
+        name="accept",
+        help="with --gpuperf-save, also store metrics that REGRESSED against the entry they would join "
+        "(an intended slowdown); without it they are left out and the summary says so",
+        parse=parse_bool,
+        default=False,
+        flag=True,
+    ),
+    OptionSpec(
         name="results",
         help="write a JSON document of the run: fingerprint, raw samples, baselines used, verdicts",
         parse=parse_text,
@@ -331,6 +339,8 @@ class Settings:
     """Where baseline JSON files live."""
     save: bool
     """Store this run's measurements as baselines."""
+    accept: bool = False
+    """Store REGRESSED measurements too (--gpuperf-accept); without it a save never absorbs a regression."""
     results_path: Path | None
     """Where the run's JSON document goes, if anywhere."""
     device_request: str

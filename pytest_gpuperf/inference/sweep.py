@@ -8,6 +8,7 @@ spreads over all points instead of biasing one.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -216,6 +217,25 @@ def record_sweep(
     return problems
 
 
+def fresh_targets(fronts: Sequence[Sequence[OperatingPoint]], fractions: Sequence[float]) -> list[float]:
+    """The interactivity points of a sweep without a baseline: inside the range every run's front reaches, so
+    the first save records each point for each run (points from the median front alone can lie beyond a slower
+    run's front, and a fresh folder then reported a point "of the baseline" that did not exist)."""
+    reach = min(front[-1].interactivity for front in fronts)
+    start = min(max(front[0].interactivity for front in fronts), reach)
+    span = [
+        OperatingPoint(concurrency=0, interactivity=start, throughput=1.0),
+        OperatingPoint(concurrency=1, interactivity=reach, throughput=1.0),
+    ]
+    targets = []
+    for target in interactivity_targets(span, fractions):
+        if target > reach:  # 3-digit rounding went up past the slowest front: round down instead
+            step = 10 ** (math.floor(math.log10(reach)) - 2)
+            target = float(f"{math.floor(reach / step) * step:.3g}")
+        targets.append(target)
+    return list(dict.fromkeys(targets))  # a narrow range rounds several fractions to one point: name it once
+
+
 def _record_pareto(perf: Any, sweep: SweepResult, fractions: Sequence[float]) -> list[str]:
     concurrencies = sorted(c for c, runs in sweep.runs.items() if "tpot" in runs[0].latency)
     if len(concurrencies) < 2:
@@ -245,7 +265,7 @@ def _record_pareto(perf: Any, sweep: SweepResult, fractions: Sequence[float]) ->
     stored = perf.baseline_curves(TARGETS_CURVE)
     # The points are fixed by the first saved baseline and carried forward by every later save, so metric
     # names (which hold the point) stay the same from run to run.
-    targets = list(stored[0].values) if stored else interactivity_targets(pareto_front(medians), fractions)
+    targets = list(stored[0].values) if stored else fresh_targets(fronts, fractions)
     perf.record_curve(TARGETS_CURVE, list(range(len(targets))), targets)
     problems = []
     for target in targets:
@@ -257,6 +277,8 @@ def _record_pareto(perf: Any, sweep: SweepResult, fractions: Sequence[float]) ->
                 f"{name} left out: the front reaches {reached:.4g} tok/s/user at most, below the fixed "
                 f"interactivity point {target:g} of the baseline: every concurrency serves its users more "
                 "slowly than the baseline's"
+                if stored
+                else f"{name} left out: a run's front reaches {reached:.4g} tok/s/user at most, below {target:g}"
             )
             problems.append(message)
             continue

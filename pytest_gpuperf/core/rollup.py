@@ -1,0 +1,247 @@
+"""The headline a release engineer reads first, shared by the session summary, `gpuperf compare` and `report`.
+
+Three things live here, so the three outputs cannot say different things:
+
+* the roll-up: per suite (test module) the counts of REGRESSED / IMPROVED / PASS / undecided, the worst
+  regressions with their size and interval, and one line: "no regression found", "N regressions" or
+  "undecided: X of Y metrics could not be judged (why; what would decide them)";
+* the stack difference, stated once at the top (``stack_line``), never per metric;
+* what the evidence next to a metric supports (``evidence``): a change seen against a stored baseline "differs
+  from baseline"; where the runs carry the machine's state (the ``machine`` context the measurement records:
+  canary timings, steal, other cores' load) and it differed, that is said too. A component is never named as
+  the cause of a change seen only against a stored baseline: the stack is one of several things that differ.
+
+Pure (no pytest, standard library only): inputs are plain rows, so the CLI and the session build them from
+their own data.
+"""
+
+from __future__ import annotations
+
+import statistics
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DECIDED = ("REGRESSED", "IMPROVED", "PASS")
+UNDECIDED_WHY = {
+    "NOISY": (
+        "too noisy or measured under other machine conditions",
+        "a quiet machine, or a baseline recorded on one",
+    ),
+    "AMBIGUOUS": (
+        "interval straddles the threshold without a significant change",
+        "more repeats (--gpuperf-repeats) or more baseline runs",
+    ),
+    "NO_BASELINE": ("no baseline on this hardware", "a baseline recorded with --gpuperf-save"),
+    "MISSING": ("in the baseline but not measured now", "running the test again"),
+}
+"""Per undecided verdict: why it could not be judged, and what would decide it."""
+CANARY_DIFFERS = 1.10
+"""Canary medians further apart than this factor count as a different machine state (a loaded VM moves it 20-40%,
+a quiet one ~3%: machine/contention.py of the machine-state verdict)."""
+WORST = 5
+"""Regressions listed by name in the roll-up; the table below it holds all."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """One judged metric, as the roll-up needs it."""
+
+    test: str
+    metric: str
+    verdict: str
+    ratio: float | None = None
+    """Oriented ratio (< 1 is worse), stats.compare's definition."""
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+    @property
+    def suite(self) -> str:
+        return suite_of(self.test)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollUp:
+    suites: dict[str, dict[str, int]]
+    """Suite -> {"REGRESSED", "IMPROVED", "PASS", "undecided"} -> count."""
+    worst: list[Row]
+    undecided: dict[str, int]
+    """Undecided verdict -> count."""
+    total: int
+    headline: str
+    lines: list[str] = field(default_factory=list)
+
+
+def suite_of(test: str) -> str:
+    """The test module of a node id ('suites/test_micro.py::test_gemm[x]' -> 'test_micro.py') or of a JUnit
+    address ('suites.test_micro::test_gemm[x]' -> 'test_micro')."""
+    module = test.split("::", 1)[0]
+    if module.endswith(".py") or "/" in module:
+        return module.rsplit("/", 1)[-1]
+    parts = module.split(".")
+    named = [part for part in parts if part.startswith("test")]
+    return named[0] if named else parts[-1]
+
+
+def build(rows: Iterable[Row]) -> RollUp:
+    rows = list(rows)
+    suites: dict[str, dict[str, int]] = {}
+    undecided: dict[str, int] = {}
+    for row in rows:
+        counts = suites.setdefault(row.suite, dict.fromkeys((*DECIDED, "undecided"), 0))
+        if row.verdict in DECIDED:
+            counts[row.verdict] += 1
+        else:
+            counts["undecided"] += 1
+            undecided[row.verdict] = undecided.get(row.verdict, 0) + 1
+    regressed = sorted((r for r in rows if r.verdict == "REGRESSED"), key=lambda r: (r.ratio or 1.0, r.test, r.metric))
+    return RollUp(
+        suites=dict(sorted(suites.items())),
+        worst=regressed[:WORST],
+        undecided=undecided,
+        total=len(rows),
+        headline=headline(len(regressed), undecided, len(rows)),
+    )
+
+
+def headline(regressions: int, undecided: Mapping[str, int], total: int) -> str:
+    """The one line: no regression found / N regressions / undecided: X of Y (why; what would decide them)."""
+    count = sum(undecided.values())
+    if total == 0:
+        return "no metrics were measured"
+    parts = []
+    for verdict, n in sorted(undecided.items()):
+        cause, cure = UNDECIDED_WHY.get(verdict, ("not judged", "a rerun"))
+        parts.append(f"{n} {verdict}: {cause}, decided by {cure}")
+    why = "; ".join(parts)
+    if regressions:
+        text = f"{regressions} regression{'s' if regressions != 1 else ''}"
+        return text + (f" (and {count} of {total} metrics undecided)" if count else "")
+    if count:
+        return f"undecided: {count} of {total} metrics could not be judged ({why})"
+    return "no regression found"
+
+
+def render(rollup: RollUp, *, width: int = 120) -> list[str]:
+    """The roll-up as text lines, none wider than ``width``."""
+    lines = textwrap.wrap(f"verdict: {rollup.headline}", width, subsequent_indent="  ")
+    if not rollup.suites:
+        return lines
+    name_width = min(max(len(suite) for suite in rollup.suites), 48)
+    heading = "suite".ljust(name_width) + "  regressed  improved  pass  undecided"
+    lines.append(heading)
+    for suite, counts in rollup.suites.items():
+        lines.append(
+            shorten(suite, name_width).ljust(name_width)
+            + f"  {counts['REGRESSED']:>9}  {counts['IMPROVED']:>8}  {counts['PASS']:>4}  {counts['undecided']:>9}"
+        )
+    for row in rollup.worst:
+        lines.append("worst: " + regression_text(row, width - 7))
+    return [fit(line, width) for line in lines]
+
+
+def regression_text(row: Row, width: int) -> str:
+    size = f"{1 - row.ratio:.1%} worse" if row.ratio is not None else "worse"
+    interval = ""
+    if row.ci_low is not None and row.ci_high is not None:
+        interval = f" (ratio {row.ratio:.3f}, 95% CI [{row.ci_low:.3f}, {row.ci_high:.3f}])"
+    tail = f" {row.metric}: {size}{interval}"
+    return shorten(row.test, max(width - len(tail), 20)) + tail
+
+
+def stack_line(base: Mapping[str, str] | None, new: Mapping[str, str], *, against: str = "baseline") -> str:
+    """The stack difference, once: what differs between the baseline's stack and this one."""
+    if not base:
+        return f"stack: {against} stack unknown"
+    changed = [
+        f"{name} {base.get(name, 'absent')} -> {new.get(name, 'absent')}"
+        for name in sorted(set(base) | set(new))
+        if base.get(name) != new.get(name)
+    ]
+    if not changed:
+        return f"stack: same as the {against}"
+    return (
+        f"stack differs from the {against}: "
+        + "; ".join(changed)
+        + " (one of the differences; a change below is not attributed to it)"
+    )
+
+
+def evidence(verdict: str, machine_note: str | None, *, source: str = "baseline") -> str:
+    """What the evidence supports next to one metric, never a cause."""
+    if verdict in ("REGRESSED", "IMPROVED"):
+        text = f"differs from {source}"
+    elif verdict == "NOISY":
+        text = "not judged"
+    else:
+        return "-" if not machine_note else f"the machine's state differed: {machine_note}"
+    return text + (f"; the machine's state also differed: {machine_note}" if machine_note else "")
+
+
+def machine_note(current: Mapping[str, Any] | None, baseline: Sequence[Mapping[str, Any] | None]) -> str | None:
+    """How the machine's state differed between a measurement and its baseline runs, from the ``machine``
+    context each measurement records (canary timings; steal; other cores' load), or None when it did not or
+    when either side did not record it. Reads plain dicts: runs of any version slot in."""
+    now = _machine(current)
+    before = [state for state in (_machine(context) for context in baseline) if state]
+    if not now or not before:
+        return None
+    notes = []
+    now_canary = _canary(now)
+    base_canaries = [c for c in (_canary(state) for state in before) if c]
+    if now_canary and base_canaries:
+        ratio = statistics.median(base_canaries) / now_canary
+        if ratio >= CANARY_DIFFERS:
+            notes.append(f"canary {ratio:.2g}x slower when the baseline was recorded")
+        elif ratio <= 1 / CANARY_DIFFERS:
+            notes.append(f"canary {1 / ratio:.2g}x slower now than when the baseline was recorded")
+    now_steal = _number(now.get("steal_share"))
+    base_steal = [s for s in (_number(state.get("steal_share")) for state in before) if s is not None]
+    if now_steal is not None and base_steal and abs(max(base_steal) - now_steal) >= 0.05:
+        notes.append(f"steal {statistics.median(base_steal):.0%} in the baseline, {now_steal:.0%} now")
+    now_others = _number(now.get("others_cores"))
+    base_others = [s for s in (_number(state.get("others_cores")) for state in before) if s is not None]
+    if now_others is not None and base_others and abs(statistics.median(base_others) - now_others) >= 0.5:
+        notes.append(
+            f"other processes kept {statistics.median(base_others):.1f} cores busy in the baseline, "
+            f"{now_others:.1f} now"
+        )
+    return "; ".join(notes) or None
+
+
+def _machine(context: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    state = context.get("machine") if isinstance(context, Mapping) else None
+    return state if isinstance(state, Mapping) else None
+
+
+def _canary(state: Mapping[str, Any]) -> float | None:
+    values = state.get("canary_s")
+    if isinstance(values, list) and values and all(_number(v) for v in values):
+        return float(statistics.median(values))
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return float(value)
+
+
+def baseline_median(runs: Sequence[Sequence[float]]) -> float:
+    """The baseline figure the ratio is formed against: the median of the runs' medians (stats.compare), so a
+    printed ratio always matches the printed medians."""
+    return float(statistics.median(statistics.median(run) for run in runs))
+
+
+def shorten(text: str, width: int) -> str:
+    """Shorten a test id to ``width`` the way pytest shortens long lines: keep the start, end with '...'."""
+    if len(text) <= width:
+        return text
+    if width <= 3:
+        return text[:width]
+    return text[: width - 3] + "..."
+
+
+def fit(line: str, width: int) -> str:
+    return shorten(line, width)
