@@ -109,6 +109,34 @@ def test_a_contended_measurement_is_noisy_not_regressed(tmp_path: Path) -> None:
     assert "steal 12.0% of CPU time" in result.comparison.reason
 
 
+BASE = [10.0e-3 * (1 + 0.002 * (i % 5)) for i in range(15)]
+
+
+@pytest.mark.parametrize(
+    ("slowdown", "expected"),
+    [(2.0, Verdict.REGRESSED), (1.3, Verdict.NOISY), (1 / 1.5, Verdict.IMPROVED)],
+    ids=["2x-slower-than-a-1.4x-machine", "1.3x-within-what-a-1.4x-machine-explains", "faster-on-a-slower-machine"],
+)
+def test_a_machine_slower_by_the_canary_explains_at_most_its_factor(
+    tmp_path: Path, slowdown: float, expected: Verdict
+) -> None:
+    """The canary ran 1.4x slower now and nothing else says contention: a slower machine makes a timing look
+    worse by about that much and never better, so a change beyond it (or in the other direction) is decided."""
+    runs = [([v * f for v in BASE], state(canary_ms=1.0)) for f in (1.0, 1.01, 0.99)]
+    result = judge(make_session(tmp_path, runs), [v * slowdown for v in BASE], state(canary_ms=1.4))
+    assert result.verdict is expected, result.comparison.reason
+    assert "canary ran 40% slower than in the baseline" in result.comparison.reason
+    if expected is Verdict.REGRESSED:
+        assert "1.40x slower now (canary), the change is larger than that" in result.comparison.reason
+
+
+def test_contention_without_a_factor_bounds_nothing(tmp_path: Path) -> None:
+    """Steal time says the machine was shared but not by how much a workload slowed: even 2x stays NOISY."""
+    runs = [([v * f for v in BASE], state()) for f in (1.0, 1.01, 0.99)]
+    result = judge(make_session(tmp_path, runs), [v * 2 for v in BASE], state(canary_ms=1.4, steal=0.12))
+    assert result.verdict is Verdict.NOISY
+
+
 def test_one_contended_baseline_run_is_left_out_and_the_rest_judged(tmp_path: Path) -> None:
     runs = [([v * f for v in NOW], state()) for f in (1.0, 1.004, 0.996)]
     runs.insert(1, ([v * 1.5 for v in NOW], state(runqueue=0.4)))

@@ -34,7 +34,7 @@ from pytest_gpuperf.core.store import (
     write_atomic,
 )
 from pytest_gpuperf.core.verdict import judge
-from pytest_gpuperf.machine.contention import MachineState, judge_machine
+from pytest_gpuperf.machine.contention import MachineState, beyond_the_machine, judge_machine
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
     DeviceReader,
@@ -195,10 +195,12 @@ class GpuperfSession:
             assert baseline is not None
             check = judge_machine(machine_state(metric.context), [machine_state(run.context) for run in baseline.runs])
             context = {**context, "machine_check": check.as_dict()}
-            conditions = "; ".join(filter(None, (conditions, check.conditions))) or None
+            machine_conditions = check.conditions
             dropped = check.dropped
             if dropped:
                 runs = [samples for i, samples in enumerate(runs) if i not in dropped]
+        else:
+            check, machine_conditions = None, None
         if metric.unjudgeable:
             conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
         comparison = judge(
@@ -206,9 +208,18 @@ class GpuperfSession:
             runs,
             higher_is_better=metric.higher_is_better,
             rules=rules,
-            conditions=conditions,
+            conditions="; ".join(filter(None, (conditions, machine_conditions))) or None,
             rule=metric.rule,
         )
+        if check is not None and machine_conditions and metric.rule is None:
+            # A machine the canary shows slower can hide nothing in one direction: judge without its conditions
+            # and keep a verdict the machine's factor cannot explain, saying so; anything else stays NOISY.
+            unmasked = judge(
+                metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules, conditions=conditions
+            )
+            stands = beyond_the_machine(unmasked.verdict.value, unmasked.ci_low, unmasked.ci_high, check, rules.delta)
+            if stands is not None:
+                comparison = replace(unmasked, reason=f"{unmasked.reason} ({stands}; {machine_conditions})")
         if dropped:
             left_out = ", ".join(str(i + 1) for i in dropped)
             comparison = replace(

@@ -414,6 +414,12 @@ class MachineCheck:
     dropped: tuple[int, ...] = ()
     """Indexes of baseline runs left out: recorded under contention while clean runs remain."""
     detail: str = ""
+    slower_now: float | None = None
+    """When the canary alone says the machine is slower now (no other sign of contention): by what factor (> 1).
+    A slower machine can make a metric look worse by about that much, never better."""
+    slower_then: float | None = None
+    """When the canary alone says the baseline's machine was slower: by what factor (> 1). It can make the
+    current run look better by about that much, never worse."""
 
     @property
     def conditions(self) -> str | None:
@@ -471,6 +477,8 @@ def judge_machine(current: MachineState | None, baseline: Sequence[MachineState 
                 "on a quiet machine"
             )
     current_why = contention(current) if current is not None else None
+    contended_now = current_why is not None
+    slower_now = slower_then = None
     if current is not None and clean:
         deviation = canary_deviation(current, [state for _, state in clean])
         if deviation is not None:
@@ -480,11 +488,47 @@ def judge_machine(current: MachineState | None, baseline: Sequence[MachineState 
             if shift > band:
                 why = f"the reference canary ran {change:.0%} slower than in the baseline: the machine is slower now"
                 current_why = "; ".join(filter(None, (current_why, why)))
+                slower_now = None if contended_now or baseline_why else math.exp(shift)
             elif shift < -band and baseline_why is None:
+                slower_then = None if contended_now else math.exp(-shift)
                 baseline_why = (
                     f"the reference canary ran {-change / (1 + change):.0%} slower when the baseline was recorded "
                     "than now: the baseline came from a slower or loaded machine; re-record it"
                 )
     if current is None:
         details.append("no machine state recorded with this measurement")
-    return MachineCheck(current=current_why, baseline=baseline_why, dropped=dropped, detail="; ".join(details))
+    return MachineCheck(
+        current=current_why,
+        baseline=baseline_why,
+        dropped=dropped,
+        detail="; ".join(details),
+        slower_now=slower_now,
+        slower_then=slower_then,
+    )
+
+
+def beyond_the_machine(
+    verdict: str, ci_low: float | None, ci_high: float | None, check: MachineCheck, threshold: float
+) -> str | None:
+    """Why a verdict stands although the machine's state differed, or None when the machine could explain it.
+
+    A machine the canary shows slower by a factor f makes a metric look worse by about f, never better: a
+    REGRESSED whose whole interval stays beyond the threshold after giving the metric back that factor is more
+    than the machine explains, and an IMPROVED is what a slower machine cannot fake. The same holds mirrored
+    for a baseline recorded on a slower machine. Contention seen any other way (steal, run-queue wait) has no
+    such bound, so it decides nothing here. Ratios are oriented so that < 1 is worse."""
+    if ci_low is None or ci_high is None:
+        return None
+    if check.slower_now is not None and check.baseline is None:
+        factor = check.slower_now
+        if verdict == "REGRESSED" and ci_high * factor < 1 - threshold:
+            return f"the machine is {factor:.2f}x slower now (canary), the change is larger than that"
+        if verdict == "IMPROVED":
+            return f"better although the machine is {factor:.2f}x slower now (canary)"
+    if check.slower_then is not None and check.current is None:
+        factor = check.slower_then
+        if verdict == "IMPROVED" and ci_low / factor > 1 + threshold:
+            return f"the baseline's machine was {factor:.2f}x slower (canary), the change is larger than that"
+        if verdict == "REGRESSED":
+            return f"worse although the baseline's machine was {factor:.2f}x slower (canary)"
+    return None
