@@ -87,6 +87,7 @@ def test_the_budget_comes_from_the_environment_and_the_ini_file_too(pytester: py
 
 
 def test_defaults_per_tier_and_only_for_gpuperf_tests(pytester: pytest.Pytester):
+    pytester.makeini("[pytest]\nmarkers =\n    perf: a gpuperf test\n    gpu_tier: the GPU tier\n")
     pytester.makepyfile(
         test_tiers=textwrap.dedent(
             """
