@@ -57,6 +57,7 @@ examples:
   gpuperf env --json
   gpuperf run --baselines ~/gpuperf-baselines --suite training -- -m perf --gpuperf-save
   gpuperf ab --a .venv/bin/python --b 'env MY_FLAG=1 .venv/bin/python' -- pytest_gpuperf/suites/test_micro.py -m perf
+  gpuperf bisect --good good.txt --bad 'torch==2.14.1 deepspeed==0.19.8' -- tests/perf
   gpuperf compare runs/rocm-7.0/ runs/rocm-7.1/ --format md
   gpuperf variance --reference ours.json partner-a/ partner-b/ --tolerance 1%
   gpuperf history nightly/ --accepted accepted-changes.json
