@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import sys
 import zipfile
 from pathlib import Path
@@ -164,3 +165,61 @@ def test_bisect_names_the_slow_package_and_only_it(
     assert "samepkg alone: SAME (+0.0%)" in latency["verdict"]
     # each step's ab result is kept beside the search
     assert all((Path(run["out_dir"]) / "ab.json").is_file() for run in document["runs"].values())
+
+
+# -- the bisection over the ab engine, with scripted builds and sessions (fast) --------------------------------
+
+
+def scripted_stack(stack: dict[str, str]) -> tuple[str, ...]:
+    if stack.get("b") == "2" and stack.get("d") == "1":
+        raise BuildError("ERROR: ResolutionImpossible: b 2 needs d 2")
+    return ("python:" + json.dumps(stack, sort_keys=True),)
+
+
+class Sessions:
+    """Each session's metric is 3x slower where component c is at version 2."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(
+        self, argv: list[str], *, log_file: Path, timeout: object, cwd: object, env: object
+    ) -> tuple[int, float]:
+        self.count += 1
+        stack = json.loads(argv[0].removeprefix("python:"))
+        log_file.write_text("session\n")
+        value = 0.010 * (3.0 if stack.get("c") == "2" else 1.0) * (1 + 0.004 * math.sin(self.count * 1.7))
+        document = {
+            "schema": 1,
+            "fingerprint": {"hardware_key": {"device": "cpu"}, "hardware_slug": "cpu-x", "stack": stack},
+            "settings": {"threshold": 0.02},
+            "results": [
+                {"test": "t.py::test_x", "metric": "step_s", "unit": "s", "higher_is_better": False,
+                 "samples": [value * j for j in (1.0, 1.0004, 0.9997)]},
+            ],
+        }  # fmt: skip
+        Path(argv[argv.index("--gpuperf-results") + 1]).write_text(json.dumps(document))
+        return 0, 0.01
+
+
+def test_bisection_over_the_ab_engine_skips_unbuildable_stacks(tmp_path: Path) -> None:
+    from pytest_gpuperf.cli.ab_engine import AbPlan
+    from pytest_gpuperf.cli.bisect import Bisection, bisect
+
+    good = {"a": "1", "b": "1", "c": "1", "d": "1", "driver": "550"}
+    bad = {"a": "2", "b": "2", "c": "2", "d": "2", "driver": "560"}
+    base = AbPlan(cmd_a=(), cmd_b=(), pytest_args=("t.py",), out_dir=tmp_path)
+    lines: list[str] = []
+    sessions = Sessions()
+    bisection = Bisection(
+        good=good, bad=bad, out=tmp_path, base=base, builder=scripted_stack, runner=sessions, say=lines.append
+    )
+    whole, searches = bisect(bisection, None)
+    assert whole.regressed()
+    ((key, result),) = searches.items()
+    assert key == ("t.py::test_x", "step_s") and result.culprits == {"c"}
+    assert result.non_swappable == ["driver"]
+    assert result.unbuildable == [frozenset({"a", "b"})]
+    assert any("UNBUILDABLE" in line and "ResolutionImpossible" in line for line in lines)
+    assert bisection.sessions == sessions.count > 0
+    assert result.alone["rest"].outcome.value == "SAME", lines

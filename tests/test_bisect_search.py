@@ -55,7 +55,7 @@ def test_single_culprit_found_by_binary_splitting_and_checked_alone() -> None:
     assert len(judge.calls) == len(set(judge.calls)) <= 2 + 2 * math.ceil(math.log2(5))  # type: ignore[attr-defined]
     line = verdict_line("tokens/s", result, GOOD, BAD)
     assert line.startswith("tokens/s: -4.0% of the -4.1% comes with deepspeed 0.18.2 -> 0.19.8; ")
-    assert "cudnn, nccl, torch, triton alone: SAME" in line
+    assert "cudnn, nccl, torch, triton together: SAME" in line
 
 
 @pytest.mark.parametrize("culprit", sorted(GOOD))

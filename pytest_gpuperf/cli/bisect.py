@@ -243,10 +243,20 @@ class Bisection:
             return str(error)
         plan = _replace(self.base, cmd_a=cmd_a, cmd_b=cmd_b, out_dir=self.out / "steps" / f"{index:02d}-{name}"[:80])
         plan = _replace(plan, metrics=metrics)
-        result = run_ab(plan, runner=self.runner)
+        try:
+            result = run_ab(plan, runner=self.runner)
+        except AbError as error:
+            # a stack whose sessions keep failing cannot be judged: the search treats it as unbuildable
+            if error.result is not None:
+                self.sessions += sum(len(pair.sessions) for pair in error.result.pairs)
+                _write_json(plan.out_dir / "ab.json", error.result.as_dict())
+            self.runs[swapped] = f"its sessions cannot run: {error}"
+            return self.runs[swapped]
         self.sessions += sum(len(pair.sessions) for pair in result.pairs)
         _write_json(plan.out_dir / "ab.json", result.as_dict())
         self.runs[swapped] = result
+        if result.stopped == "interrupted":
+            raise KeyboardInterrupt  # Ctrl-C ends the bisection, not only this step
         return result
 
 
@@ -288,7 +298,7 @@ def bisect(
     differing = differing_components(bisection.good, bisection.bad)
     whole = bisection.ab(frozenset(name for name in differing if is_swappable(name)), chosen)
     if isinstance(whole, str):
-        raise AbError(f"the bad stack cannot be built: {whole}")
+        raise AbError(f"the good-vs-bad comparison: {whole}")
     if whole.plan.cmd_a == whole.plan.cmd_b:
         raise AbError("the good and the bad stack build the same pins (only non-swappable components differ)")
     bisection.say(f"good vs bad: {_summary(whole)} (sessions in {whole.plan.out_dir})")
@@ -353,6 +363,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpuperf bisect: error: {error}", file=sys.stderr)
         _write_result(bisection, builder, None, {})
         return 2
+    except KeyboardInterrupt:
+        print(f"gpuperf bisect: interrupted; the steps so far are in {out / 'bisect.json'}", file=sys.stderr)
+        _write_result(bisection, builder, None, {})
+        return 130
     _write_result(bisection, builder, whole, searches)
     print(f"{builder.built} build(s), {len(bisection.runs)} ab run(s), {bisection.sessions} session(s)")
     if not searches:

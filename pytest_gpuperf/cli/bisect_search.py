@@ -245,7 +245,7 @@ def _split(names: list[str], parts: int) -> list[list[str]]:
 
 
 def verdict_line(metric: str, result: SearchResult, good: Mapping[str, str], bad: Mapping[str, str]) -> str:
-    """The final line: '<metric>: -4.0% of the -4.1% comes with pkg 1.0 -> 2.0; the rest (torch): SAME'."""
+    """The final line: '<metric>: -4.0% of the -4.1% comes with pkg 1.0 -> 2.0; torch alone: SAME'."""
     fixed = ""
     if result.non_swappable:
         fixed = f"; not bisected ({NODE_ADVICE}): " + ", ".join(_change(n, good, bad) for n in result.non_swappable)
@@ -266,7 +266,8 @@ def verdict_line(metric: str, result: SearchResult, good: Mapping[str, str], bad
         line = f"{metric}: {_percent(share)} of the {whole} comes with {names}"
     rest = result.alone.get("rest")
     if rest is not None:
-        line += f"; {', '.join(sorted(result.rest))} alone: {rest.outcome.value}"
+        together = "alone" if len(result.rest) == 1 else "together"
+        line += f"; {', '.join(sorted(result.rest))} {together}: {rest.outcome.value}"
         if rest.change is not None and rest.outcome is not Outcome.UNBUILDABLE:
             line += f" ({_percent(rest.change)})"
     skipped = result.unbuildable
