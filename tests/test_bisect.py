@@ -143,7 +143,8 @@ def test_bisect_names_the_slow_package_and_only_it(
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     code = cli.main(
         ["bisect", "--good", "slowpkg==1.0 samepkg==1.0", "--bad", "slowpkg==2.0 samepkg==2.0",
-         "--alpha", "0.2", "--min-pairs", "4", "--max-pairs", "5", "--out", "out", "--", "test_bisect_workload.py",
+         "--alpha", "0.2", "--min-pairs", "4", "--max-pairs", "5", "--out", "out", "--junitxml", "bisect.xml",
+         "--", "test_bisect_workload.py",
          *FAST]
     )  # fmt: skip
     out, err = capsys.readouterr()
@@ -163,6 +164,8 @@ def test_bisect_names_the_slow_package_and_only_it(
     latency = next(s for s in document["searches"] if s["metric"] == "latency")
     assert latency["alone"]["rest"]["outcome"] == "SAME"
     assert "samepkg alone: SAME (+0.0%)" in latency["verdict"]
+    xml = (tmp_path / "bisect.xml").read_text()
+    assert xml.count("<failure") == 2 and 'name="gpuperf.bisect.culprits" value="slowpkg"' in xml
     # each step's ab result is kept beside the search
     assert all((Path(run["out_dir"]) / "ab.json").is_file() for run in document["runs"].values())
 

@@ -368,6 +368,8 @@ def run(args: argparse.Namespace) -> int:
         _write_result(bisection, builder, None, {})
         return 130
     _write_result(bisection, builder, whole, searches)
+    if args.junitxml:
+        write_junit(bisection, searches, Path(args.junitxml))
     print(f"{builder.built} build(s), {len(bisection.runs)} ab run(s), {bisection.sessions} session(s)")
     if not searches:
         print(f"nothing to bisect: the bad stack against the good one: {_summary(whole)}")
@@ -416,6 +418,33 @@ def _write_result(
         "runs": runs,
     }
     _write_json(bisection.out / "bisect.json", document)
+
+
+def write_junit(bisection: Bisection, searches: dict[tuple[str, str], SearchResult], path: Path) -> None:
+    """One testcase per bisected metric: a failure whose message is the verdict line, the culprits as a property."""
+    from junitparser import Failure, JUnitXml, Properties, Property, TestCase, TestSuite
+
+    from pytest_gpuperf.cli.loading import junit_address
+
+    suite = TestSuite("gpuperf-bisect")
+    suite.add_property("gpuperf.bisect.good", " ".join(pins_text(bisection.good)))
+    suite.add_property("gpuperf.bisect.bad", " ".join(pins_text(bisection.bad)))
+    suite.add_property("gpuperf.bisect.sessions", str(bisection.sessions))
+    for (test, metric), result in searches.items():
+        classname, _, name = junit_address(test).partition("::")
+        case = TestCase(f"{name}[{metric}]", classname=classname)
+        properties = Properties()
+        properties.add_property(Property("gpuperf.bisect.culprits", " ".join(sorted(result.culprits))))
+        properties.add_property(Property("gpuperf.bisect.conclusion", result.conclusion))
+        properties.add_property(Property("gpuperf.bisect.steps", str(len(result.steps))))
+        case.append(properties)
+        if result.target is Outcome.REGRESSED:
+            case.result = [Failure(verdict_line(f"{test} {metric}", result, bisection.good, bisection.bad))]
+        suite.add_testcase(case)
+    xml = JUnitXml()
+    xml.add_testsuite(suite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    xml.write(str(path))
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:

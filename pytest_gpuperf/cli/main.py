@@ -298,6 +298,7 @@ def _add_bisect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     _add_ab_options(bisect)
     bisect.add_argument("--out", metavar="DIR", help="steps, envs and bisect.json (default gpuperf-bisect/<UTC time>)")
     bisect.add_argument("--cache", metavar="DIR", help="where built stacks are kept by pin set (default OUT/envs)")
+    bisect.add_argument("--junitxml", metavar="FILE", help="also write one testcase per bisected metric as JUnit")
     bisect.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="after --: what each session runs")
     bisect.set_defaults(run=lazy("bisect"))
 
