@@ -226,3 +226,20 @@ def test_bisection_over_the_ab_engine_skips_unbuildable_stacks(tmp_path: Path) -
     assert any("UNBUILDABLE" in line and "ResolutionImpossible" in line for line in lines)
     assert bisection.sessions == sessions.count > 0
     assert result.alone["rest"].outcome.value == "SAME", lines
+
+
+def test_report_draws_a_bisection(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from pytest_gpuperf.cli.ab_engine import AbPlan
+    from pytest_gpuperf.cli.bisect import Bisection, CachedBuilder, _write_result, bisect
+
+    good, bad = {"a": "1", "c": "1"}, {"a": "2", "c": "2"}
+    base = AbPlan(cmd_a=(), cmd_b=(), pytest_args=("t.py",), out_dir=tmp_path)
+    bisection = Bisection(good=good, bad=bad, out=tmp_path / "out", base=base, builder=scripted_stack,
+                          runner=Sessions())  # fmt: skip
+    whole, searches = bisect(bisection, None)
+    _write_result(bisection, CachedBuilder(tmp_path / "envs"), whole, searches)
+    assert cli.main(["report", str(tmp_path / "out"), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "Bisection" in page and "comes with c 1 -&gt; 2; a alone: SAME" in page
+    assert page.count("<tr>") >= 3  # the heading and a row per step
