@@ -111,6 +111,11 @@ import pytest
 import samepkg
 import slowpkg
 
+try:
+    import six  # the real package, where it could be fetched: used, and changes nothing that is timed
+except ImportError:
+    six = None
+
 @pytest.mark.perf
 def test_work(perf):
     samples = []
@@ -125,6 +130,27 @@ def test_work(perf):
                 higher_is_better=False)
 """
 
+REAL = ("six", "1.16.0", "1.17.0")
+"""A tiny pure-Python package from PyPI, pinned differently by the two specs, where pip can fetch it."""
+
+
+def real_wheels(folder: Path) -> tuple[str, str]:
+    """Both versions' wheels of REAL into ``folder`` (pip's cache or the index, 60 s at most); the extra pins, or
+    ("", "") offline: the proof then runs on the local packages only."""
+    import subprocess
+
+    name, old, new = REAL
+    for version in (old, new):
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d",
+                str(folder), f"{name}=={version}"]  # fmt: skip
+        try:
+            if subprocess.run(argv, capture_output=True, timeout=60).returncode != 0:
+                return "", ""
+        except subprocess.TimeoutExpired:
+            return "", ""
+    return f" {name}=={old}", f" {name}=={new}"
+
+
 FAST = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--gpuperf-device", "cpu"]
 
 
@@ -136,13 +162,14 @@ def test_bisect_names_the_slow_package_and_only_it(
     for version, factor in (("1.0", 1), ("2.0", 3)):
         wheel(wheels, "slowpkg", version, SLOW.format(factor=factor))
         wheel(wheels, "samepkg", version, f"SIZE = 20000\nVERSION = {version!r}\n")
+    real = real_wheels(wheels)
     (tmp_path / "test_bisect_workload.py").write_text(WORKLOAD)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    perf: a perf test\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     code = cli.main(
-        ["bisect", "--good", "slowpkg==1.0 samepkg==1.0", "--bad", "slowpkg==2.0 samepkg==2.0",
+        ["bisect", "--good", "slowpkg==1.0 samepkg==1.0" + real[0], "--bad", "slowpkg==2.0 samepkg==2.0" + real[1],
          "--alpha", "0.2", "--min-pairs", "4", "--max-pairs", "5", "--out", "out", "--junitxml", "bisect.xml",
          "--", "test_bisect_workload.py",
          *FAST]
@@ -152,7 +179,8 @@ def test_bisect_names_the_slow_package_and_only_it(
     verdicts = [line for line in out.splitlines() if line.startswith("test_bisect_workload.py::test_work")]
     assert len(verdicts) == 2, out
     for line in verdicts:
-        assert "comes with slowpkg 1.0 -> 2.0;" in line and "samepkg alone:" in line
+        others = "samepkg, six together:" if real[0] else "samepkg alone:"
+        assert "comes with slowpkg 1.0 -> 2.0;" in line and others in line
         assert "samepkg 1.0" not in line
     # good vs bad and bad's slowpkg decide at 4 pairs; samepkg's unchanged latency needs 5 for SAME
     assert "4 build(s), 3 ab run(s), 26 session(s)" in out
@@ -160,10 +188,11 @@ def test_bisect_names_the_slow_package_and_only_it(
     document = json.loads((tmp_path / "out" / "bisect.json").read_text())
     assert document["builds"] == 4 and document["sessions"] == 26
     assert {tuple(s["culprits"]) for s in document["searches"]} == {("slowpkg",)}
-    assert set(document["runs"]) == {"samepkg,slowpkg", "samepkg", "slowpkg"}
+    rest = "samepkg,six" if real[0] else "samepkg"
+    assert set(document["runs"]) == {f"{rest},slowpkg", rest, "slowpkg"}
     latency = next(s for s in document["searches"] if s["metric"] == "latency")
     assert latency["alone"]["rest"]["outcome"] == "SAME"
-    assert "samepkg alone: SAME (+0.0%)" in latency["verdict"]
+    assert f"{others} SAME (+0.0%)" in latency["verdict"]
     xml = (tmp_path / "bisect.xml").read_text()
     assert xml.count("<failure") == 2 and 'name="gpuperf.bisect.culprits" value="slowpkg"' in xml
     # each step's ab result is kept beside the search

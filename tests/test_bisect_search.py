@@ -136,3 +136,25 @@ def test_an_improvement_is_bisected_like_a_regression() -> None:
 
     result = search(GOOD, BAD, fake(rule))
     assert result.target is Outcome.IMPROVED and result.culprits == {"cudnn"}
+
+
+def test_a_small_change_of_the_same_sign_does_not_lead_the_search_away() -> None:
+    # torch's subset regresses by 3% (noise at a loose alpha, or a minor real effect), triton carries the 3x
+    def rule(swapped: frozenset[str]) -> Trial:
+        if "triton" in swapped:
+            return Trial(Outcome.REGRESSED, -0.66)
+        return Trial(Outcome.REGRESSED, -0.03) if "torch" in swapped else Trial(Outcome.SAME, 0.0)
+
+    result = search(GOOD, BAD, fake(rule))
+    assert result.conclusion == "culprit" and result.culprits == {"triton"}
+    assert result.alone["rest"].outcome is Outcome.REGRESSED  # reported, not hidden: "... together: REGRESSED (-3.0%)"
+
+
+def test_two_halves_of_a_change_are_named_together_each_regressed_alone() -> None:
+    def rule(swapped: frozenset[str]) -> Trial:
+        change = (0.02 if "nccl" in swapped else 0.0) + (0.02 if "cudnn" in swapped else 0.0)
+        return Trial(Outcome.REGRESSED, -change) if change else Trial(Outcome.SAME, 0.0)
+
+    result = search(GOOD, BAD, fake(rule))
+    assert result.culprits == {"nccl", "cudnn"}
+    assert result.alone["nccl"].outcome is result.alone["cudnn"].outcome is Outcome.REGRESSED

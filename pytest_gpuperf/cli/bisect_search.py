@@ -3,7 +3,8 @@
 A mixed stack is the good stack with some components taken at the bad stack's version; ``judge`` builds it,
 compares it with the good one and says SAME, REGRESSED, IMPROVED, AMBIGUOUS or UNBUILDABLE. The search is
 delta debugging (Zeller and Hildebrandt, "Simplifying and Isolating Failure-Inducing Input", TSE 2002: ddmin with
-unresolved outcomes): split the differing set in halves, keep a half that reproduces the change, else try the
+unresolved outcomes): split the differing set in halves, keep a half that reproduces the change (its verdict,
+and at least half of the change: SHARE), else try the
 complements, else split finer. A lone culprit costs ~2 log2(k) steps (binary splitting); two components that
 only together move the metric are found as a 1-minimal group (each member alone does not reproduce it), so the
 interacting pair is named rather than one of its members blamed. An unbuildable or ambiguous combination
@@ -19,6 +20,7 @@ the CUDA driver) are never put in a mixed stack; they are listed with the advice
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,10 +197,10 @@ def search(
     if whole.outcome in (Outcome.AMBIGUOUS, Outcome.UNBUILDABLE):
         result.conclusion = whole.outcome.value.lower()
         return result
-    target = result.target = whole.outcome
+    result.target = whole.outcome
 
     def reproduces(subset: list[str], purpose: str) -> bool:
-        return cached(frozenset(subset), purpose).outcome is target
+        return carries(cached(frozenset(subset), purpose), whole)
 
     # ddmin: `current` always reproduces the change.
     current, parts = swappable, 2
@@ -230,6 +232,20 @@ def search(
     if rest:
         result.alone["rest"] = cached(rest, "rest")
     return result
+
+
+SHARE = 0.5
+"""A mixed stack reproduces the change when its verdict is the whole's and it carries at least this share of the
+whole's change (on the log scale): a subset that is 5% slower does not explain a 3x slowdown, and at the loose
+alpha of a short bisection a small false REGRESSED must not lead the search away from the culprit."""
+
+
+def carries(trial: Trial, whole: Trial) -> bool:
+    if trial.outcome is not whole.outcome:
+        return False
+    if trial.change is None or whole.change is None or whole.change <= -1 or trial.change <= -1:
+        return True
+    return abs(math.log1p(trial.change)) >= SHARE * abs(math.log1p(whole.change))
 
 
 def _split(names: list[str], parts: int) -> list[list[str]]:
