@@ -135,13 +135,15 @@ REAL = ("six", "1.16.0", "1.17.0")
 
 
 def real_wheels(folder: Path) -> tuple[str, str]:
-    """Both versions' wheels of REAL into ``folder`` (pip's cache or the index, 60 s at most); the extra pins, or
+    """Both versions' wheels of REAL into ``folder`` (pip's cache or the index: no retries, 5 s a connection,
+    60 s at most); the extra pins, or
     ("", "") offline: the proof then runs on the local packages only."""
     import subprocess
 
     name, old, new = REAL
     for version in (old, new):
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d",
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--retries", "0",
+                "--timeout", "5", "-q", "-d",
                 str(folder), f"{name}=={version}"]  # fmt: skip
         try:
             if subprocess.run(argv, capture_output=True, timeout=60).returncode != 0:
