@@ -57,6 +57,7 @@ examples:
   gpuperf env --json
   gpuperf run --baselines ~/gpuperf-baselines --suite training -- -m perf --gpuperf-save
   gpuperf ab --a .venv/bin/python --b 'env MY_FLAG=1 .venv/bin/python' -- pytest_gpuperf/suites/test_micro.py -m perf
+  gpuperf bisect --good good.txt --bad 'torch==2.14.1 deepspeed==0.19.8' -- tests/perf
   gpuperf compare runs/rocm-7.0/ runs/rocm-7.1/ --format md
   gpuperf variance --reference ours.json partner-a/ partner-b/ --tolerance 1%
   gpuperf history nightly/ --accepted accepted-changes.json
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     suites.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS")
     suites.set_defaults(run=lazy("suites"))
     _add_ab(commands)
+    _add_bisect(commands)
 
     compare = commands.add_parser(
         "compare",
@@ -260,6 +262,49 @@ def _add_ab(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     ab.add_argument("--a", required=True, metavar="CMD_A", help="side A's Python as a command prefix (shlex-split)")
     ab.add_argument("--b", required=True, metavar="CMD_B", help="side B's, e.g. 'env VAR=1 /opt/b/bin/python'")
+    _add_ab_options(ab)
+    ab.add_argument("--out", metavar="DIR", help="where sessions and ab.json go (default gpuperf-ab/<UTC time>)")
+    ab.add_argument("--junitxml", metavar="FILE", help="also write the verdicts as JUnit XML")
+    ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="after --: what each session runs")
+    ab.set_defaults(run=lazy("ab"))
+
+
+def _add_bisect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bisect = commands.add_parser(
+        "bisect",
+        help="which stack component moved a metric: mixed stacks of two pin sets compared with the ab engine; "
+        "example: gpuperf bisect --good good.txt --bad 'numpy==2.1.0 torch==2.14.1' -- tests/perf",
+        description="Compares the good stack with the bad one (gpuperf ab), then bisects each metric that "
+        "REGRESSED (or each --metric) over the components whose pins differ: each step builds a mixed stack "
+        "(by default a venv layered on this environment, the pins pip-installed) and compares it with the good "
+        "one. An unbuildable combination is skipped; kernel driver, firmware and CUDA driver are listed, never "
+        "bisected. See docs/bisect.md.",
+    )
+    bisect.add_argument("--good", required=True, metavar="SPEC", help="requirements file or 'name==version ...'")
+    bisect.add_argument("--bad", required=True, metavar="SPEC", help="the stack that regressed, the same way")
+    bisect.add_argument(
+        "--build",
+        metavar="TEMPLATE",
+        help="shell command that builds a stack into {dir} from {pins} / {requirements} ({python}: this Python); "
+        "default: a venv layered on this environment with the pins pip-installed",
+    )
+    bisect.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="TEST::METRIC",
+        help="bisect this metric (repeatable); default: those the good-vs-bad run finds REGRESSED",
+    )
+    _add_ab_options(bisect)
+    bisect.add_argument("--out", metavar="DIR", help="steps, envs and bisect.json (default gpuperf-bisect/<UTC time>)")
+    bisect.add_argument("--cache", metavar="DIR", help="where built stacks are kept by pin set (default OUT/envs)")
+    bisect.add_argument("--junitxml", metavar="FILE", help="also write one testcase per bisected metric as JUnit")
+    bisect.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="after --: what each session runs")
+    bisect.set_defaults(run=lazy("bisect"))
+
+
+def _add_ab_options(ab: argparse.ArgumentParser) -> None:
+    """The statistics options `ab` and `bisect` share."""
     ab.add_argument(
         "--threshold",
         type=percentage,
@@ -285,11 +330,7 @@ def _add_ab(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="timed repeats per measurement in each session (default 10; 0: the suite's own)",
     )
     ab.add_argument("--max-dropped", type=_count(0), default=3, metavar="N", help="dropped pairs allowed (default 3)")
-    ab.add_argument("--out", metavar="DIR", help="where sessions and ab.json go (default gpuperf-ab/<UTC time>)")
-    ab.add_argument("--junitxml", metavar="FILE", help="also write the verdicts as JUnit XML")
     ab.add_argument("--seed", type=int, default=0, help="seed of the session order (default 0)")
-    ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="after --: what each session runs")
-    ab.set_defaults(run=lazy("ab"))
 
 
 def _count(minimum: int) -> Callable[[str], int]:

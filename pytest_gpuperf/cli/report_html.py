@@ -400,9 +400,15 @@ def pareto_section(runs: list[Run], labels: dict[Path, str]) -> str:
 AB_SCHEMA = "gpuperf-ab/1"
 
 
+BISECT_SCHEMA = "gpuperf-bisect/1"
+
+
 def ab_document(path: Path) -> dict[str, Any] | None:
-    """The `gpuperf ab` result a path names (its ab.json, or the --out folder holding one), else None."""
+    """The `gpuperf ab` or `gpuperf bisect` result a path names (its ab.json / bisect.json, or the --out folder
+    holding one), else None."""
     candidate = path / "ab.json" if path.is_dir() else path
+    if path.is_dir() and (path / "bisect.json").is_file():
+        candidate = path / "bisect.json"
     if candidate.suffix.lower() != ".json" or not candidate.is_file():
         return None
     from pytest_gpuperf.cli.loading import read_bytes
@@ -411,6 +417,10 @@ def ab_document(path: Path) -> dict[str, Any] | None:
         document = json.loads(read_bytes(candidate))
     except ValueError:
         return None  # not ours: the results loader reports what is wrong with it
+    if isinstance(document, dict) and document.get("schema") == BISECT_SCHEMA:
+        if not isinstance(document.get("searches"), list):
+            raise InputError(f"{candidate}: a gpuperf bisect result without its searches list")
+        return document
     if not isinstance(document, dict) or document.get("schema") != AB_SCHEMA:
         return None
     if not isinstance(document.get("metrics"), list):
@@ -454,6 +464,37 @@ def ab_section(document: dict[str, Any], source: str) -> str:
     )
 
 
+def bisect_section(document: dict[str, Any], source: str) -> str:
+    """A bisection: per metric its verdict line and the search as it went, each step's set and outcome."""
+    parts = [
+        f"<h2>Bisection {html.escape(source)}</h2><p>good: <code>{html.escape(_pins(document.get('good')))}</code>; "
+        f"bad: <code>{html.escape(_pins(document.get('bad')))}</code>; {cell_text(document.get('builds'))} "
+        f"build(s), {cell_text(document.get('sessions'))} session(s)</p>"
+    ]
+    if not document["searches"]:
+        parts.append(f"<p>Nothing bisected (good vs bad: {html.escape(cell_text(document.get('good_vs_bad')))}).</p>")
+    for search in document["searches"]:
+        if not isinstance(search, dict):
+            continue
+        rows = [
+            [cell_text(step.get(k)) for k in ("index", "purpose")]
+            + [", ".join(str(n) for n in step.get("swapped") or []) or "(none)"]
+            + [cell_text(step.get(k)) for k in ("outcome", "change", "detail")]
+            for step in search.get("steps") or []
+            if isinstance(step, dict)
+        ]
+        parts.append(
+            f"<h3>{html.escape(cell_text(search.get('test')))} {html.escape(cell_text(search.get('metric')))}</h3>"
+            f"<p><b>{html.escape(cell_text(search.get('verdict')))}</b></p>"
+            + html_table(["step", "purpose", "bad's components", "outcome", "change", "detail"], rows)
+        )
+    return "".join(parts)
+
+
+def _pins(stack: Any) -> str:
+    return " ".join(f"{k}=={v}" for k, v in sorted(stack.items())) if isinstance(stack, dict) else ""
+
+
 def build_report(
     runs: list[Run], *, baselines: Path | None, comparisons: Sequence[tuple[str, dict[str, Any]]] = ()
 ) -> str:
@@ -473,7 +514,12 @@ def build_report(
         np.errstate(over="ignore", invalid="ignore"),
     ):
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
-        parts = [ab_section(document, source) for source, document in comparisons]
+        parts = [
+            bisect_section(document, source)
+            if document.get("schema") == BISECT_SCHEMA
+            else ab_section(document, source)
+            for source, document in comparisons
+        ]
         if runs or not comparisons:
             parts += [
                 f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
@@ -498,7 +544,7 @@ def run(args: argparse.Namespace) -> int:
     comparisons: list[tuple[str, dict[str, Any]]] = []
     for name in args.paths:
         document = ab_document(Path(name))
-        if document is not None:  # a `gpuperf ab` result (its sessions are drawn as its pairs)
+        if document is not None:  # a `gpuperf ab` result (its sessions are drawn as its pairs), or a bisection
             comparisons.append((name, document))
         else:
             runs.extend(load_path(Path(name)))

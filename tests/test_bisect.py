@@ -1,0 +1,276 @@
+"""`gpuperf bisect`: stack specs, the cached builder, and the proof end to end: two tiny local packages at two
+versions each (slowpkg 2.0 makes the workload 3x slower, samepkg 2.0 changes nothing), installed into layered
+venvs from local wheels only (PIP_NO_INDEX, PIP_FIND_LINKS), and bisect names slowpkg and only it.
+
+The timed metric is thread CPU time with a 3x effect, and a second metric is a fixed figure scaled by the
+package's version: what must be decided cannot be missed on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.cli import main as cli
+from pytest_gpuperf.cli.bisect import BuildError, CachedBuilder, mixed_stack, parse_spec
+from pytest_gpuperf.cli.loading import InputError
+
+
+def test_spec_from_pins_and_from_a_requirements_file(tmp_path: Path) -> None:
+    assert parse_spec("Torch_Audio==2.1.0, numpy==2.1.0", "--good") == {"torch-audio": "2.1.0", "numpy": "2.1.0"}
+    spec = tmp_path / "good.txt"
+    spec.write_text("# the release stack\nnumpy==2.1.0  # pinned\n\ntorch==2.13.0\n")
+    assert parse_spec(str(spec), "--good") == {"numpy": "2.1.0", "torch": "2.13.0"}
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("numpy>=2", "neither a file nor name==version"),
+        ("numpy==2.1 torch>=2", "'torch>=2' is not an exact pin"),
+        ("numpy==2.1 numpy==2.2", "numpy pinned twice"),
+    ],
+)
+def test_bad_specs_are_one_line(text: str, words: str) -> None:
+    with pytest.raises(InputError, match=words):
+        parse_spec(text, "--bad")
+
+
+def test_mixed_stack_takes_bad_versions_and_drops_what_bad_lacks() -> None:
+    good = {"a": "1", "b": "1", "c": "1", "driver": "550"}
+    bad = {"a": "2", "b": "2", "driver": "560"}
+    assert mixed_stack(good, bad, frozenset({"a", "c"})) == {"a": "2", "b": "1"}
+
+
+def test_a_failing_template_is_unbuildable_and_cached(tmp_path: Path) -> None:
+    builder = CachedBuilder(tmp_path / "envs", "echo ERROR: ResolutionImpossible {pins} >&2; exit 1")
+    for _ in range(2):
+        with pytest.raises(BuildError, match="ResolutionImpossible"):
+            builder({"a": "1"})
+    assert builder.built == 1
+
+
+def test_a_template_names_the_stacks_python(tmp_path: Path) -> None:
+    builder = CachedBuilder(tmp_path / "envs", "cp {requirements} {dir}/pins && echo 'env X=1 {python}' > "
+                            "{dir}/gpuperf-python")  # fmt: skip
+    prefix = builder({"b": "2", "a": "1"})
+    assert prefix == ("env", "X=1", sys.executable)
+    assert builder({"a": "1", "b": "2"}) == prefix and builder.built == 1
+    pins = next((tmp_path / "envs").glob("*/pins")).read_text()
+    assert pins == "a==1\nb==2\n"
+
+
+def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bisect", "--good", "a==1", "--bad", "a==1", "--", "x.py"]) == 2
+    assert "pin the same versions" in capsys.readouterr().err
+    assert cli.main(["bisect", "--good", "a==1", "--bad", "a==2", "--metric", "nometric", "--", "x.py"]) == 2
+    assert "give TEST::METRIC" in capsys.readouterr().err
+
+
+# -- the proof: real builds, real sessions ---------------------------------------------------------------------
+
+
+def wheel(folder: Path, name: str, version: str, source: str) -> None:
+    """A pure-Python wheel written directly (no build backend, no network)."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": source,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpuperf-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+
+
+SLOW = """
+FACTOR = {factor}
+
+def work(n):
+    total = 0
+    for i in range(n * FACTOR):
+        total += i * i
+    return total
+"""
+
+WORKLOAD = """
+import time
+import pytest
+import samepkg
+import slowpkg
+
+try:
+    import six  # the real package, where it could be fetched: used, and changes nothing that is timed
+except ImportError:
+    six = None
+
+@pytest.mark.perf
+def test_work(perf):
+    samples = []
+    for repeat in range(7):  # the first 2 warm the interpreter up
+        start = time.thread_time()
+        slowpkg.work(samepkg.SIZE)
+        if repeat >= 2:
+            samples.append(time.thread_time() - start)
+    perf.record("cpu_time", samples, unit="s", higher_is_better=False)
+    # a fixed figure the package version scales: decided the same way on any machine
+    perf.record("latency", [0.01 * slowpkg.FACTOR * j for j in (1.0, 1.0004, 0.9997, 1.0002, 0.9999)], unit="s",
+                higher_is_better=False)
+"""
+
+REAL = ("six", "1.16.0", "1.17.0")
+"""A tiny pure-Python package from PyPI, pinned differently by the two specs, where pip can fetch it."""
+
+
+def real_wheels(folder: Path) -> tuple[str, str]:
+    """Both versions' wheels of REAL into ``folder`` (pip's cache or the index: no retries, 5 s a connection,
+    60 s at most); the extra pins, or
+    ("", "") offline: the proof then runs on the local packages only."""
+    import subprocess
+
+    name, old, new = REAL
+    for version in (old, new):
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--retries", "0",
+                "--timeout", "5", "-q", "-d",
+                str(folder), f"{name}=={version}"]  # fmt: skip
+        try:
+            if subprocess.run(argv, capture_output=True, timeout=60).returncode != 0:
+                return "", ""
+        except subprocess.TimeoutExpired:
+            return "", ""
+    return f" {name}=={old}", f" {name}=={new}"
+
+
+FAST = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--gpuperf-device", "cpu"]
+
+
+def test_bisect_names_the_slow_package_and_only_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for version, factor in (("1.0", 1), ("2.0", 3)):
+        wheel(wheels, "slowpkg", version, SLOW.format(factor=factor))
+        wheel(wheels, "samepkg", version, f"SIZE = 20000\nVERSION = {version!r}\n")
+    real = real_wheels(wheels)
+    (tmp_path / "test_bisect_workload.py").write_text(WORKLOAD)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    perf: a perf test\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    code = cli.main(
+        ["bisect", "--good", "slowpkg==1.0 samepkg==1.0" + real[0], "--bad", "slowpkg==2.0 samepkg==2.0" + real[1],
+         "--alpha", "0.2", "--min-pairs", "4", "--max-pairs", "5", "--out", "out", "--junitxml", "bisect.xml",
+         "--", "test_bisect_workload.py",
+         *FAST]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    verdicts = [line for line in out.splitlines() if line.startswith("test_bisect_workload.py::test_work")]
+    assert len(verdicts) == 2, out
+    for line in verdicts:
+        others = "samepkg, six together:" if real[0] else "samepkg alone:"
+        assert "comes with slowpkg 1.0 -> 2.0;" in line and others in line
+        assert "samepkg 1.0" not in line
+    # good vs bad and bad's slowpkg decide at 4 pairs; samepkg's unchanged latency needs 5 for SAME
+    assert "4 build(s), 3 ab run(s), 26 session(s)" in out
+    assert "step 1 " in err and "(split)" in err
+    document = json.loads((tmp_path / "out" / "bisect.json").read_text())
+    assert document["builds"] == 4 and document["sessions"] == 26
+    assert {tuple(s["culprits"]) for s in document["searches"]} == {("slowpkg",)}
+    rest = "samepkg,six" if real[0] else "samepkg"
+    assert set(document["runs"]) == {f"{rest},slowpkg", rest, "slowpkg"}
+    latency = next(s for s in document["searches"] if s["metric"] == "latency")
+    assert latency["alone"]["rest"]["outcome"] == "SAME"
+    assert f"{others} SAME (+0.0%)" in latency["verdict"]
+    xml = (tmp_path / "bisect.xml").read_text()
+    assert xml.count("<failure") == 2 and 'name="gpuperf.bisect.culprits" value="slowpkg"' in xml
+    # each step's ab result is kept beside the search
+    assert all((Path(run["out_dir"]) / "ab.json").is_file() for run in document["runs"].values())
+
+
+# -- the bisection over the ab engine, with scripted builds and sessions (fast) --------------------------------
+
+
+def scripted_stack(stack: dict[str, str]) -> tuple[str, ...]:
+    if stack.get("b") == "2" and stack.get("d") == "1":
+        raise BuildError("ERROR: ResolutionImpossible: b 2 needs d 2")
+    return ("python:" + json.dumps(stack, sort_keys=True),)
+
+
+class Sessions:
+    """Each session's metric is 3x slower where component c is at version 2."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(
+        self, argv: list[str], *, log_file: Path, timeout: object, cwd: object, env: object
+    ) -> tuple[int, float]:
+        self.count += 1
+        stack = json.loads(argv[0].removeprefix("python:"))
+        log_file.write_text("session\n")
+        value = 0.010 * (3.0 if stack.get("c") == "2" else 1.0) * (1 + 0.004 * math.sin(self.count * 1.7))
+        document = {
+            "schema": 1,
+            "fingerprint": {"hardware_key": {"device": "cpu"}, "hardware_slug": "cpu-x", "stack": stack},
+            "settings": {"threshold": 0.02},
+            "results": [
+                {"test": "t.py::test_x", "metric": "step_s", "unit": "s", "higher_is_better": False,
+                 "samples": [value * j for j in (1.0, 1.0004, 0.9997)]},
+            ],
+        }  # fmt: skip
+        Path(argv[argv.index("--gpuperf-results") + 1]).write_text(json.dumps(document))
+        return 0, 0.01
+
+
+def test_bisection_over_the_ab_engine_skips_unbuildable_stacks(tmp_path: Path) -> None:
+    from pytest_gpuperf.cli.ab_engine import AbPlan
+    from pytest_gpuperf.cli.bisect import Bisection, bisect
+
+    good = {"a": "1", "b": "1", "c": "1", "d": "1", "driver": "550"}
+    bad = {"a": "2", "b": "2", "c": "2", "d": "2", "driver": "560"}
+    base = AbPlan(cmd_a=(), cmd_b=(), pytest_args=("t.py",), out_dir=tmp_path)
+    lines: list[str] = []
+    sessions = Sessions()
+    bisection = Bisection(
+        good=good, bad=bad, out=tmp_path, base=base, builder=scripted_stack, runner=sessions, say=lines.append
+    )
+    whole, searches = bisect(bisection, None)
+    assert whole.regressed()
+    ((key, result),) = searches.items()
+    assert key == ("t.py::test_x", "step_s") and result.culprits == {"c"}
+    assert result.non_swappable == ["driver"]
+    assert result.unbuildable == [frozenset({"a", "b"})]
+    assert any("UNBUILDABLE" in line and "ResolutionImpossible" in line for line in lines)
+    assert bisection.sessions == sessions.count > 0
+    assert result.alone["rest"].outcome.value == "SAME", lines
+
+
+def test_report_draws_a_bisection(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from pytest_gpuperf.cli.ab_engine import AbPlan
+    from pytest_gpuperf.cli.bisect import Bisection, CachedBuilder, _write_result, bisect
+
+    good, bad = {"a": "1", "c": "1"}, {"a": "2", "c": "2"}
+    base = AbPlan(cmd_a=(), cmd_b=(), pytest_args=("t.py",), out_dir=tmp_path)
+    bisection = Bisection(good=good, bad=bad, out=tmp_path / "out", base=base, builder=scripted_stack,
+                          runner=Sessions())  # fmt: skip
+    whole, searches = bisect(bisection, None)
+    _write_result(bisection, CachedBuilder(tmp_path / "envs"), whole, searches)
+    assert cli.main(["report", str(tmp_path / "out"), "-o", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "Bisection" in page and "comes with c 1 -&gt; 2; a alone: SAME" in page
+    assert page.count("<tr>") >= 3  # the heading and a row per step
