@@ -35,7 +35,11 @@ def split_command(text: str, option: str) -> tuple[str, ...]:
     return argv
 
 
-def run(args: argparse.Namespace) -> int:
+def plan_from_args(
+    args: argparse.Namespace, *, command: str, cmd_a: tuple[str, ...] = (), cmd_b: tuple[str, ...] = ()
+) -> AbPlan:
+    """The comparison the ab options on the command line ask for (`gpuperf ab` and each `gpuperf bisect` step);
+    refuses PYTEST_ARGS that name nothing and a pair range that is empty. ``command`` names the default --out."""
     if args.min_pairs > args.max_pairs:
         raise InputError(f"--min-pairs {args.min_pairs} is more than --max-pairs {args.max_pairs}")
     pytest_args = [arg for arg in args.pytest_args if arg != "--"]
@@ -44,12 +48,11 @@ def run(args: argparse.Namespace) -> int:
             "no PYTEST_ARGS: name what each session runs after --, e.g. -- pytest_gpuperf/suites/test_micro.py -m perf"
         )
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else Path("gpuperf-ab") / stamp
-    plan = AbPlan(
-        cmd_a=split_command(args.a, "--a"),
-        cmd_b=split_command(args.b, "--b"),
+    return AbPlan(
+        cmd_a=cmd_a,
+        cmd_b=cmd_b,
         pytest_args=tuple(pytest_args),
-        out_dir=out,
+        out_dir=Path(args.out) if args.out else Path(f"gpuperf-{command}") / stamp,
         threshold=args.threshold,
         min_pairs=args.min_pairs,
         max_pairs=args.max_pairs,
@@ -59,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats or None,
         max_dropped=args.max_dropped,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = plan_from_args(args, command="ab", cmd_a=split_command(args.a, "--a"), cmd_b=split_command(args.b, "--b"))
+    out = plan.out_dir
     print(f"gpuperf ab: A = {shlex.join(plan.cmd_a)}; B = {shlex.join(plan.cmd_b)}; sessions in {out}", file=sys.stderr)
     try:
         result = run_ab(plan, progress=lambda line: print(line, file=sys.stderr, flush=True))

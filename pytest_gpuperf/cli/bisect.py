@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gpuperf.cli.ab import plan_from_args
 from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, AbResult, SessionRunner, run_ab, subprocess_runner
 from pytest_gpuperf.cli.bisect_search import (
     Outcome,
@@ -328,33 +329,14 @@ def _summary(result: AbResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    pytest_args = [arg for arg in args.pytest_args if arg != "--"]
-    if not pytest_args:
-        raise InputError("no PYTEST_ARGS: name what each session runs after --, e.g. -- tests/perf/test_step.py")
-    if args.min_pairs > args.max_pairs:
-        raise InputError(f"--min-pairs {args.min_pairs} is more than --max-pairs {args.max_pairs}")
+    base = plan_from_args(args, command="bisect")  # the two sides are set per step
     good, bad = parse_spec(args.good, "--good"), parse_spec(args.bad, "--bad")
     if good == bad:
         raise InputError(f"--good {args.good!r} and --bad {args.bad!r} pin the same versions: nothing to bisect")
     chosen = frozenset(_metric(text) for text in args.metric) or None
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) if args.out else Path("gpuperf-bisect") / stamp
+    out = base.out_dir
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     builder = CachedBuilder(Path(args.cache) if args.cache else out / "envs", args.build, log=say)
-    base = AbPlan(
-        cmd_a=(),
-        cmd_b=(),
-        pytest_args=tuple(pytest_args),
-        out_dir=out,
-        threshold=args.threshold,
-        min_pairs=args.min_pairs,
-        max_pairs=args.max_pairs,
-        alpha=args.alpha,
-        budget_s=args.budget,
-        seed=args.seed,
-        repeats=args.repeats or None,
-        max_dropped=args.max_dropped,
-    )
     bisection = Bisection(good=good, bad=bad, out=out, base=base, builder=builder, say=say)
     say(f"gpuperf bisect: {len(set(good) | set(bad))} components, results in {out}")
     try:
