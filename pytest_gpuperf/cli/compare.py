@@ -135,6 +135,14 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
                 f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot form a ratio within "
                 f"float range ({error}); check the units of both sides"
             ) from None
+        unconfirmed = latest.context.get("unconfirmed_regression")
+        if result.verdict is Verdict.REGRESSED and isinstance(unconfirmed, int) and not isinstance(unconfirmed, bool):
+            result = replace(  # the session's confirmation rule: a regression one attempt did not repeat
+                result,
+                verdict=Verdict.AMBIGUOUS,
+                reason=f"REGRESSED, but the session's attempt {unconfirmed - 1} did not regress: not confirmed; "
+                + result.reason,
+            )
         judged_by = latest.context.get("judged_by")
         if isinstance(judged_by, str) and latest.verdict in {v.value for v in Verdict}:
             recorded = latest.comparison.get("reason")

@@ -446,6 +446,8 @@ def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: i
             note = f" (confirmed in {attempt} attempts)"
             result.comparison = replace(result.comparison, reason=result.comparison.reason + note)
         elif now:
+            # recorded as a fact, so `gpuperf compare` reading the results applies the same rule
+            result.context = {**result.context, "unconfirmed_regression": attempt}
             result.comparison = replace(
                 result.comparison,
                 verdict=Verdict.AMBIGUOUS,
