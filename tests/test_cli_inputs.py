@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuperf.cli.compare import compare_sides
-from pytest_gpuperf.cli.loading import InputError, Run, Side, junit_address, parse_junit_xml
+from pytest_gpuperf.cli.loading import InputError, MetricData, Run, Side, junit_address, parse_junit_xml
 from pytest_gpuperf.core.stats import Rules
 
 JSON_VALUES = st.recursive(
@@ -83,3 +83,33 @@ def test_fingerprint_property_names_agree() -> None:
     from pytest_gpuperf.core import junit as junit_fingerprint
 
     assert loading.FINGERPRINT_PROPERTY == junit_fingerprint.FINGERPRINT_PROPERTY
+
+
+def _run(name: str, samples: list[float], context: dict) -> Run:
+    metric = MetricData(
+        test="m.py::t", key="m.t", metric="t", unit="s", higher_is_better=False, samples=tuple(samples), context=context
+    )
+    return Run(
+        source=Path(name),
+        created="",
+        hardware_key={"device": "cpu"},
+        hardware_slug="cpu-x",
+        stack={},
+        settings={"machine_check": "off"},
+        metrics={("m.t", "t"): metric},
+    )
+
+
+def test_compare_applies_the_sessions_confirmation_rule() -> None:
+    """A regression the session's second attempt did not repeat is AMBIGUOUS there: compare reads the recorded
+    fact and says the same, instead of REGRESSED from the last attempt's samples alone."""
+    shape = [1.0, 1.01, 0.99, 1.02, 0.98, 1.005, 0.995, 1.015, 0.985, 1.0]
+    base = Side(
+        source=Path("base"), runs=tuple(_run(f"b{i}", [v * (1 + i / 500) for v in shape], {}) for i in range(3))
+    )
+    slow = [v * 1.5 for v in shape]
+    confirmed = compare_sides(base, Side(source=Path("new"), runs=(_run("new", slow, {"attempts": 2}),)), QUICK)
+    assert confirmed[0]["verdict"] == "REGRESSED"
+    unconfirmed = {"attempts": 2, "unconfirmed_regression": 2}
+    rows = compare_sides(base, Side(source=Path("new"), runs=(_run("new", slow, unconfirmed),)), QUICK)
+    assert rows[0]["verdict"] == "AMBIGUOUS" and "not confirmed" in rows[0]["reason"]

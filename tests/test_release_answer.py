@@ -253,3 +253,37 @@ def test_headline_says_why_metrics_are_undecided_and_machine_notes_read_plain_co
     note = rollup.machine_note(quiet, [loaded, loaded])
     assert note == "canary 1.7x slower when the baseline was recorded; steal 20% in the baseline, 0% now"
     assert rollup.machine_note(quiet, [quiet]) is None and rollup.machine_note({}, [loaded]) is None
+
+
+def test_session_and_compare_agree_with_the_machine_check_on(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same upgrade judged by the machine's state (the default outside this project's tests): the speed-ups
+    seen only against a baseline whose canary ran 1.7x slower are NOISY in the session and in compare alike, and
+    the SDPA regression, which a slower baseline machine cannot have caused, stands in both."""
+    pytester.makepyfile(test_upgrade=WORKLOAD, conftest=CONFTEST)
+    on = "--gpuperf-machine-check=on"
+    for number in range(3):
+        run_stack(
+            pytester,
+            monkeypatch,
+            {"T_STACK": "1.0", "T_SLOW": "1.5", "T_CANARY": "1.7", "T_RUN": str(number)},
+            on,
+            "--gpuperf-save",
+            f"--gpuperf-results=base/run{number}.json",
+        ).assert_outcomes(passed=4)
+    upgrade = {"T_STACK": "2.0", "T_SLOW": "1.0", "T_SDPA": "2.0", "T_CANARY": "1.0"}
+    run_stack(pytester, monkeypatch, upgrade, on, "--gpuperf-results=new.json").assert_outcomes(passed=3, failed=1)
+    document = json.loads((pytester.path / "new.json").read_text())
+    session = {(r["test"], r["metric"]): r["verdict"] for r in document["results"]}
+    assert session == {
+        ("test_upgrade.py::test_gemm", "tflops"): "NOISY",
+        ("test_upgrade.py::test_copy_bandwidth", "bandwidth"): "NOISY",
+        ("test_upgrade.py::test_sdpa", "it_per_s"): "REGRESSED",
+        ("test_upgrade.py::test_steps", "steps_to_target"): "PASS",
+    }
+    capsys.readouterr()
+    code = cli.main(["compare", str(pytester.path / "base"), str(pytester.path / "new.json"), "--format", "json"])
+    compared = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert {(r["test"], r["metric"]): r["verdict"] for r in compared["rows"]} == session

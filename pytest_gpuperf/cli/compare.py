@@ -19,7 +19,8 @@ from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core import rollup
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
-from pytest_gpuperf.core.stats import Rules, Verdict, compare, summarize
+from pytest_gpuperf.core.stats import Rules, Verdict, summarize
+from pytest_gpuperf.core.verdict import judge_on_machine
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
@@ -63,6 +64,12 @@ def rules_for(base: Side, given: Thresholds) -> Rules:
         noise_limit=pick(given.noise_limit, "noise_limit", CPU_DEFAULTS["noise_limit"]),
         run_noise=pick(given.run_noise, "run_noise", CPU_DEFAULTS["run_noise"]),
     )
+
+
+def machine_checked(new: Side) -> bool:
+    """Whether NEW's session judged by the machine's state (``--gpuperf-machine-check on``, the default; files
+    written before the option existed say nothing and are judged with it, as a session would judge them now)."""
+    return all(run.settings.get("machine_check", "on") == "on" for run in new.runs)
 
 
 def session_conditions(context: dict[str, Any]) -> str | None:
@@ -112,18 +119,30 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
         try:
             # numpy's overflow is an error here, not a warning on stderr beside a verdict computed from inf
             with np.errstate(over="raise", invalid="raise"):
-                result = compare(
+                result = judge_on_machine(  # the session's rule, machine state included (core/verdict.py)
                     current,
                     [run.samples for run in base_runs],
+                    [run.context for run in base_runs],
+                    context=latest.context,
+                    unit=sample.unit,
                     higher_is_better=sample.higher_is_better,
                     rules=rules,
                     conditions=session_conditions(latest.context),
-                )
+                    machine_check=machine_checked(new),
+                ).comparison
         except (ValueError, OverflowError, FloatingPointError) as error:  # medians <= 0; beyond float range
             raise InputError(
                 f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot form a ratio within "
                 f"float range ({error}); check the units of both sides"
             ) from None
+        unconfirmed = latest.context.get("unconfirmed_regression")
+        if result.verdict is Verdict.REGRESSED and isinstance(unconfirmed, int) and not isinstance(unconfirmed, bool):
+            result = replace(  # the session's confirmation rule: a regression one attempt did not repeat
+                result,
+                verdict=Verdict.AMBIGUOUS,
+                reason=f"REGRESSED, but the session's attempt {unconfirmed - 1} did not regress: not confirmed; "
+                + result.reason,
+            )
         judged_by = latest.context.get("judged_by")
         if isinstance(judged_by, str) and latest.verdict in {v.value for v in Verdict}:
             recorded = latest.comparison.get("reason")

@@ -21,7 +21,7 @@ from pytest_gpuperf.core.results import MetricResult
 from pytest_gpuperf.core.rollup import machine_note
 from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
-from pytest_gpuperf.core.stats import Rules, Verdict, exact_agreement, summarize
+from pytest_gpuperf.core.stats import Rules, Verdict, summarize
 from pytest_gpuperf.core.store import (
     BaselineStore,
     Curve,
@@ -33,8 +33,8 @@ from pytest_gpuperf.core.store import (
     os_reason,
     write_atomic,
 )
-from pytest_gpuperf.core.verdict import judge
-from pytest_gpuperf.machine.contention import MachineState, beyond_the_machine, judge_machine
+from pytest_gpuperf.core.verdict import judge_on_machine, machine_state
+from pytest_gpuperf.machine.contention import MachineState
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
     DeviceReader,
@@ -49,10 +49,6 @@ __all__ = ["GpuperfSession", "MetricResult", "confirm", "resolve_device"]
 
 TelemetryOpener = Callable[[str], "DeviceReader | TelemetryUnavailable | None"]
 """Given the device ("cpu"/"cuda"): a telemetry reader, why there is none, or None where none is expected."""
-
-UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
-"""Units of figures a busy machine does not change (memory, counts): the machine-state rule leaves them alone.
-Everything else (times, rates, and figures derived from them such as MFU or scaling efficiency) is judged by it."""
 
 # Verdicts that fail a test: always, and additionally under --gpuperf-strict.
 FAILING = frozenset({Verdict.REGRESSED})
@@ -185,47 +181,23 @@ class GpuperfSession:
         if baseline and baseline.higher_is_better != metric.higher_is_better:
             runs = []  # the metric's meaning changed: an old baseline says nothing about it
         context, conditions = self._check_conditions(nodeid, metric.name, metric.context, bool(runs))
-        dropped: tuple[int, ...] = ()
-        if (
-            runs
-            and self.settings.machine_check == "on"
-            and metric.unit not in UNMOVED_BY_LOAD
-            and not exact_agreement(metric.samples, runs)
-        ):  # a size, a count or a figure that reproduces exactly is not a timing: the machine's load does not move it
-            assert baseline is not None
-            check = judge_machine(machine_state(metric.context), [machine_state(run.context) for run in baseline.runs])
-            context = {**context, "machine_check": check.as_dict()}
-            machine_conditions = check.conditions
-            dropped = check.dropped
-            if dropped:
-                runs = [samples for i, samples in enumerate(runs) if i not in dropped]
-        else:
-            check, machine_conditions = None, None
         if metric.unjudgeable:
             conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
-        comparison = judge(
+        judged = judge_on_machine(
             metric.samples,
             runs,
+            [run.context for run in baseline.runs] if baseline and runs else [],
+            context=metric.context,
+            unit=metric.unit,
             higher_is_better=metric.higher_is_better,
             rules=rules,
-            conditions="; ".join(filter(None, (conditions, machine_conditions))) or None,
+            conditions=conditions,
             rule=metric.rule,
+            machine_check=self.settings.machine_check == "on",
         )
-        if check is not None and machine_conditions and metric.rule is None:
-            # A machine the canary shows slower can hide nothing in one direction: judge without its conditions
-            # and keep a verdict the machine's factor cannot explain, saying so; anything else stays NOISY.
-            unmasked = judge(
-                metric.samples, runs, higher_is_better=metric.higher_is_better, rules=rules, conditions=conditions
-            )
-            stands = beyond_the_machine(unmasked.verdict.value, unmasked.ci_low, unmasked.ci_high, check, rules.delta)
-            if stands is not None:
-                comparison = replace(unmasked, reason=f"{unmasked.reason} ({stands}; {machine_conditions})")
-        if dropped:
-            left_out = ", ".join(str(i + 1) for i in dropped)
-            comparison = replace(
-                comparison,
-                reason=f"{comparison.reason} (baseline run(s) {left_out} left out: recorded under contention)",
-            )
+        comparison, runs = judged.comparison, judged.runs
+        if judged.check is not None:
+            context = {**context, "machine_check": judged.check.as_dict()}
         if metric.looks > 1:
             comparison = replace(
                 comparison,
@@ -402,6 +374,9 @@ class GpuperfSession:
                 "strict": self.settings.strict,
                 "saved": self.settings.save,
                 "measure_only": self.settings.measure_only,
+                "machine_check": self.settings.machine_check,
+                "extend": self.settings.extend,
+                "extend_seconds": self.settings.extend_seconds,
                 "not_saved": [{"test": t, "metric": m, "why": why} for t, m, why in self.not_saved],
             },
             results=self.results,
@@ -428,17 +403,6 @@ class GpuperfSession:
     def end_failed(self) -> bool:
         """Whether something of the session's end (a baseline file, the results) could not be written."""
         return bool(self.save_failures or self.results_failure)
-
-
-def machine_state(context: dict[str, Any]) -> MachineState | None:
-    """The machine state a measurement's context holds, or None (none recorded, or written by another version)."""
-    stored = context.get("machine")
-    if not isinstance(stored, dict):
-        return None
-    try:
-        return MachineState.from_dict(stored)
-    except (ValueError, TypeError):
-        return None
 
 
 def resolve_device(request: str) -> str:
@@ -482,6 +446,8 @@ def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: i
             note = f" (confirmed in {attempt} attempts)"
             result.comparison = replace(result.comparison, reason=result.comparison.reason + note)
         elif now:
+            # recorded as a fact, so `gpuperf compare` reading the results applies the same rule
+            result.context = {**result.context, "unconfirmed_regression": attempt}
             result.comparison = replace(
                 result.comparison,
                 verdict=Verdict.AMBIGUOUS,

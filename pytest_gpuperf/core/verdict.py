@@ -15,16 +15,24 @@ verdict, decided here:
 A metric with a rule still gets the baseline comparison's figures (ratio, interval, p-value) for the report;
 only its verdict and reason come from the rule, so one figure never carries two verdicts that could disagree.
 Rules decide PASS, REGRESSED or NO_BASELINE; NOISY, AMBIGUOUS and IMPROVED are the timing comparison's own.
+
+``judge_on_machine`` adds the machine's state (machine/contention.py) to a timing comparison; the session and
+`gpuperf compare` both call it, so a row of `compare` reads what the session said of the same samples.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from pytest_gpuperf.core import convergence
-from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare
+from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare, exact_agreement
+from pytest_gpuperf.machine.contention import MachineCheck, MachineState, beyond_the_machine, judge_machine
+
+UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
+"""Units of figures a busy machine does not change (memory, counts): the machine-state rule leaves them alone.
+Everything else (times, rates, and figures derived from them such as MFU or scaling efficiency) is judged by it."""
 
 RULE_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.NO_BASELINE)
 """What a rule of its own may decide."""
@@ -146,3 +154,70 @@ def judge(
         return comparison
     decision = rule.decide()
     return replace(comparison, verdict=decision.verdict, reason=f"{rule.name}: {decision.reason}")
+
+
+def machine_state(context: Mapping[str, Any]) -> MachineState | None:
+    """The machine state a measurement's context holds, or None (none recorded, or written by another version)."""
+    stored = context.get("machine")
+    if not isinstance(stored, dict):
+        return None
+    try:
+        return MachineState.from_dict(stored)
+    except (ValueError, TypeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineJudgement:
+    comparison: Comparison
+    check: MachineCheck | None
+    """The machine-state rule's answer, where it applied (a timing with a baseline, the check on)."""
+    runs: list[list[float]]
+    """The baseline runs judged against: contended runs are left out while clean ones remain."""
+
+
+def judge_on_machine(
+    samples: Sequence[float],
+    runs: Sequence[Sequence[float]],
+    run_contexts: Sequence[Mapping[str, Any]],
+    *,
+    context: Mapping[str, Any],
+    unit: str,
+    higher_is_better: bool,
+    rules: Rules,
+    conditions: str | None = None,
+    rule: Rule | None = None,
+    machine_check: bool = True,
+) -> MachineJudgement:
+    """``judge`` with the machine's state: a contended measurement or baseline is NOISY with the reason, unless
+    the verdict is one the machine's canary-measured factor cannot explain (``beyond_the_machine``)."""
+    judged = [list(run) for run in runs]
+    check: MachineCheck | None = None
+    machine_conditions = None
+    if judged and machine_check and unit not in UNMOVED_BY_LOAD and not exact_agreement(samples, judged):
+        # a size, a count or a figure that reproduces exactly is not a timing: the machine's load does not move it
+        check = judge_machine(machine_state(context), [machine_state(c) for c in run_contexts])
+        machine_conditions = check.conditions
+        if check.dropped:
+            judged = [run for i, run in enumerate(judged) if i not in check.dropped]
+    comparison = judge(
+        samples,
+        judged,
+        higher_is_better=higher_is_better,
+        rules=rules,
+        conditions="; ".join(filter(None, (conditions, machine_conditions))) or None,
+        rule=rule,
+    )
+    if check is not None and machine_conditions and rule is None:
+        # A machine the canary shows slower can hide nothing in one direction: judge without its conditions and
+        # keep a verdict the machine's factor cannot explain, saying so; anything else stays NOISY.
+        unmasked = judge(samples, judged, higher_is_better=higher_is_better, rules=rules, conditions=conditions)
+        stands = beyond_the_machine(unmasked.verdict.value, unmasked.ci_low, unmasked.ci_high, check, rules.delta)
+        if stands is not None:
+            comparison = replace(unmasked, reason=f"{unmasked.reason} ({stands}; {machine_conditions})")
+    if check is not None and check.dropped:
+        left_out = ", ".join(str(i + 1) for i in check.dropped)
+        comparison = replace(
+            comparison, reason=f"{comparison.reason} (baseline run(s) {left_out} left out: recorded under contention)"
+        )
+    return MachineJudgement(comparison=comparison, check=check, runs=judged)
