@@ -106,7 +106,8 @@ def test_a_shipped_suite_runs_from_the_installed_wheel_with_chosen_baselines(ins
         user,
     )  # fmt: skip
     assert "2 passed" in done.stdout, done.stdout
-    assert "pytest_gpuperf/suites/test_micro.py::test_memory_bandwidth[copy]" in done.stdout  # the stable id
+    # the stable id, not the install path: the file the store names after pytest_gpuperf/suites/test_micro.py
+    assert list(by_command.glob("*/pytest_gpuperf__suites__test_micro.json")), sorted(by_command.rglob("*.json"))
     assert "test_memory_bandwidth[copy]" in _saved(by_command)["tests"]
     mine = json.loads(next(by_command.glob("*/my_suites__test_mine.json")).read_text())
     assert list(mine["tests"]) == ["test_mine"]
