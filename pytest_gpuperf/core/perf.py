@@ -366,13 +366,6 @@ class Perf:
             context = {**context, "extended": {"looks": looks, "stopped": stopped or "decided"}}
         return samples, context, looks, rounds
 
-    def reset(self) -> None:
-        """Forget what was recorded, before the test is measured again (a confirmation attempt)."""
-        self.metrics.clear()
-        self.curves.clear()
-        self._extend_spent = 0.0
-        self._test_window = self._start_test_window()
-
     def _start_test_window(self) -> MachineWindow | None:
         return MachineWindow().start() if self._machine_check != "off" else None
 
