@@ -74,7 +74,10 @@ def run_stack(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: d
 
 
 def gpuperf_section(output: str) -> str:
-    return output.split(" gpuperf ", 1)[1]
+    """The plugin's own section of the terminal summary, up to pytest's next section line (pytest prints the
+    whole failure message in its short summary when it runs on CI, and that message names the stack too)."""
+    section = output.split(" gpuperf ", 1)[1]
+    return re.split(r"\n=+ ", section, maxsplit=1)[0]
 
 
 def test_an_upgrade_reads_as_the_evidence_supports(
