@@ -6,6 +6,7 @@ be imported, the test modules not listed in TORCH_FREE are left out of collectio
 """
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,8 +75,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         import torch  # noqa: F401
 
 
-@pytest.fixture(autouse=True)
-def _machine_state_not_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, scope="session")
+def _machine_state_not_judged() -> Iterator[None]:
     """The project's own tests feed known samples: the real machine's load (other jobs on a shared CI box) must not
-    turn their verdicts NOISY. Tests of the machine-state rule ask for it with --gpuperf-machine-check on."""
-    monkeypatch.setenv("GPUPERF_MACHINE_CHECK", "off")
+    turn their verdicts NOISY. Tests of the machine-state rule ask for it with --gpuperf-machine-check on.
+    Session-scoped, so that module-scoped fixtures running real sessions (test_cli's runs) see it too: a
+    function-scoped one is set up after them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUPERF_MACHINE_CHECK", "off")
+        yield
