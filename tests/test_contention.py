@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from pytest_gpuperf.machine.contention import (
@@ -9,7 +15,9 @@ from pytest_gpuperf.machine.contention import (
     MachineState,
     Snapshot,
     contention,
+    descendants_cpu_s,
     judge_machine,
+    others_limit,
     parse_loadavg,
     parse_pressure,
     parse_proc_stat,
@@ -101,6 +109,48 @@ def test_steal_is_a_share_of_all_ticks_and_short_windows_report_none() -> None:
     assert contention(stolen) == "steal 15.0% of CPU time (limit 2%)"
     same = state_between(snapshot(0.0, 0.0, STAT_BEFORE, (0, 0), 0), snapshot(0.01, 0.01, STAT_BEFORE, (10**7, 0), 0))
     assert same.steal_share is None and same.others_cores is None  # 0 ticks: nothing to share out
+
+
+def test_busy_neighbours_count_and_the_tests_own_processes_do_not() -> None:
+    """The same loaded second (both cores busy, 0.4 of one ours), once with 1.0 s of it spent in processes this
+    one started (rank processes): only what is left over is other work."""
+    before = snapshot(10.0, 5.0, STAT_BEFORE, (0, 0), 0)
+    after = snapshot(11.0, 5.4, STAT_AFTER, (10**9, 0), 0)
+    ranks = state_between(replace(before, tree_cpu_s=3.0), replace(after, tree_cpu_s=4.0))
+    assert ranks.others_outside_tree and ranks.others_cores == pytest.approx(2.0 - 1.4)
+    assert contention(ranks) == "other processes kept 0.6 of 2 cores busy (limit 0.25)"
+    own = state_between(replace(before, tree_cpu_s=3.0), replace(after, tree_cpu_s=4.6))
+    assert own.others_cores == 0.0 and contention(own) is None
+    # where the kernel lists no children (or a state stored before the tree was counted) it is not read
+    untold = state_between(before, after)
+    assert not untold.others_outside_tree and untold.others_cores == pytest.approx(1.6) and contention(untold) is None
+    assert others_limit(2) == 0.25 and others_limit(64) == pytest.approx(6.4)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_child_process_s_cpu_time_is_counted_as_the_tests_own() -> None:
+    """A child that burns 0.3 s of CPU (its own clock, so a loaded machine only makes it take longer) shows up
+    in the descendants' time, alive or reaped."""
+    start = descendants_cpu_s()
+    assert start is not None
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (descendants_cpu_s() or 0.0) - start < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        alive = descendants_cpu_s()
+    finally:
+        child.kill()
+        child.wait()
+    assert alive is not None and alive - start >= 0.3
+    reaped = descendants_cpu_s()
+    assert reaped is not None and reaped - start >= 0.3
 
 
 def test_a_quiet_window_is_not_contended() -> None:

@@ -8,9 +8,13 @@ something else ran. This module records, around every measurement window, the si
 * **run-queue wait** — the share of this process's runnable time its threads spent waiting for a CPU
   (``/proc/self/task/*/schedstat``, nanoseconds): the direct measure of "something else had our core";
 * **CPU time against wall time** of the process (and, for the canary, of its single thread);
-* **load** — the machine's busy cores beyond this process (``/proc/stat``), the 1-minute load average
-  (``/proc/loadavg``), the running-task count and the CPU pressure stall share (``/proc/pressure/cpu``): recorded
-  for the report, not decided on (a test's own rank processes count as "others" there);
+* **other processes' load** — the machine's busy cores (``/proc/stat``) beyond this process and the processes it
+  started (rank processes, a server under test: ``/proc/<pid>/task/*/children``, their ``/proc/<pid>/stat``
+  times and the reaped children's ``os.times``). On a 2-vCPU VM whose vCPUs share a physical core, a busy loop
+  on the other vCPU slowed a bf16 GEMM by 7% while neither the run-queue wait nor the pure-Python canary moved:
+  a window in which other processes kept a core busy is contended. The 1-minute load average (``/proc/loadavg``),
+  the running-task count and the CPU pressure stall share (``/proc/pressure/cpu``) are recorded for the report,
+  not decided on;
 * a **canary** — a fixed pure-Python loop timed a few times at the end of the window. It does not touch the stack
   under test (no torch, no numpy), so its speed is the machine's: compared with the canary of the baseline's runs
   it says whether the machine, not the stack, got slower or faster between the two sessions.
@@ -44,7 +48,9 @@ __all__ = [
     "Snapshot",
     "canary_deviation",
     "contention",
+    "descendants_cpu_s",
     "judge_machine",
+    "others_limit",
     "parse_loadavg",
     "parse_pressure",
     "parse_proc_stat",
@@ -66,6 +72,10 @@ RUNQUEUE_LIMIT = 0.05
 """A window in which this process's threads waited for a CPU >= 5% of their runnable time shared its cores."""
 CANARY_CPU_LIMIT = 0.90
 """The canary is one thread that never sleeps: CPU time < 90% of its wall time means it was descheduled."""
+OTHERS_LIMIT_CORES = 0.25
+OTHERS_LIMIT_SHARE = 0.10
+"""A window in which processes outside this process tree kept >= max(0.25 cores, 10% of the CPUs) busy shared the
+machine: a quiet 2-core VM reads 0.00-0.05 cores, one busy neighbour ~1.0 (the committed CPU baselines)."""
 MIN_TICKS = 20
 """Fewest /proc/stat clock ticks (USER_HZ, 10 ms each, summed over CPUs) for which a steal share is meaningful."""
 
@@ -183,6 +193,9 @@ class Snapshot:
     """(run ns, wait ns) summed over this process's threads."""
     pressure_us: int | None = None
     load: LoadAverage | None = None
+    tree_cpu_s: float | None = None
+    """CPU seconds of the processes this one started (live descendants and reaped children), or None where the
+    kernel does not list a process's children."""
 
 
 def _read(path: str) -> str | None:
@@ -211,6 +224,49 @@ def _threads_schedstat() -> tuple[int, int] | None:
     return (run, wait) if seen else None
 
 
+def _stat_cpu_s(text: str, tick: float) -> float:
+    """utime + stime + cutime + cstime of one ``/proc/<pid>/stat`` line, in seconds (the command name, in
+    parentheses, may hold spaces: fields are counted after its closing parenthesis)."""
+    fields = text.rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) * tick
+
+
+def descendants_cpu_s() -> float | None:
+    """CPU seconds used by the processes this one started: each live descendant's own and reaped children's
+    time (``/proc/<pid>/stat``), plus the children this process reaped (``os.times``). A descendant that ends
+    inside a window moves from the first sum to the second, so a window's difference counts it once."""
+    if not Path("/proc/self/task").is_dir():
+        return None
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    reaped = os.times()
+    total = reaped.children_user + reaped.children_system
+    pending, seen, listed = [os.getpid()], set(), False
+    while pending:
+        pid = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # it ended meanwhile: its time is in its parent's reaped children
+        for task in tasks:
+            text = _read(f"/proc/{pid}/task/{task}/children")
+            if text is None:
+                continue
+            listed = True
+            for child in text.split():
+                if child in seen:
+                    continue
+                seen.add(child)
+                stat = _read(f"/proc/{child}/stat")
+                if stat is None:
+                    continue
+                try:
+                    total += _stat_cpu_s(stat, tick)
+                except (IndexError, ValueError):
+                    continue
+                pending.append(int(child))
+    return total if listed else None
+
+
 def read_snapshot() -> Snapshot:
     """The machine's counters now (about 0.1 ms on Linux)."""
     stat_text = _read("/proc/stat")
@@ -231,6 +287,7 @@ def read_snapshot() -> Snapshot:
         schedstat=_threads_schedstat(),
         pressure_us=parse_pressure(pressure_text) if pressure_text else None,
         load=load,
+        tree_cpu_s=descendants_cpu_s(),
     )
 
 
@@ -266,7 +323,10 @@ class MachineState:
     steal_share: float | None = None
     """Stolen ticks / all ticks of all CPUs; None when the window held fewer than MIN_TICKS ticks."""
     others_cores: float | None = None
-    """Cores kept busy by everything but this process (rank processes of the test included)."""
+    """Cores kept busy by everything but this process (and, when ``others_outside_tree``, the processes it started)."""
+    others_outside_tree: bool = False
+    """``others_cores`` leaves out this process's descendants (rank processes, a server under test), so it counts
+    other work only and the rule reads it; states stored before this existed counted the ranks and are not read."""
     runqueue_share: float | None = None
     """This process's threads' run-queue wait / (run + wait)."""
     pressure_share: float | None = None
@@ -305,13 +365,15 @@ def state_between(before: Snapshot, after: Snapshot, canary: tuple[list[float], 
     own_cpu = max(after.process_cpu_s - before.process_cpu_s, 0.0)
     steal = others = None
     cpus = None
+    tree = before.tree_cpu_s is not None and after.tree_cpu_s is not None
+    tree_cpu = max(after.tree_cpu_s - before.tree_cpu_s, 0.0) if tree else 0.0  # type: ignore[operator]
     if before.stat is not None and after.stat is not None:
         cpus = after.stat.cpus
         ticks = after.stat.cpu.total - before.stat.cpu.total
         if ticks >= MIN_TICKS:
             steal = max(after.stat.cpu.steal - before.stat.cpu.steal, 0) / ticks
             busy_cores = (after.stat.cpu.busy - before.stat.cpu.busy) / ticks * cpus
-            others = max(busy_cores - own_cpu / wall, 0.0)
+            others = max(busy_cores - (own_cpu + tree_cpu) / wall, 0.0)
     runqueue = None
     if before.schedstat is not None and after.schedstat is not None:
         run = after.schedstat[0] - before.schedstat[0]
@@ -328,6 +390,7 @@ def state_between(before: Snapshot, after: Snapshot, canary: tuple[list[float], 
         cpus=cpus,
         steal_share=steal,
         others_cores=others,
+        others_outside_tree=tree and others is not None,
         runqueue_share=runqueue,
         pressure_share=pressure,
         load1=after.load.one if after.load else None,
@@ -366,6 +429,11 @@ class MachineWindow:
         return self.__enter__()
 
 
+def others_limit(cpus: int) -> float:
+    """Cores other processes may keep busy before a window counts as shared (OTHERS_LIMIT_*)."""
+    return max(OTHERS_LIMIT_CORES, OTHERS_LIMIT_SHARE * cpus)
+
+
 def contention(state: MachineState) -> str | None:
     """Why this window's machine was contended (the reasons, with figures), or None when nothing says so."""
     reasons = []
@@ -373,6 +441,12 @@ def contention(state: MachineState) -> str | None:
         reasons.append(f"steal {state.steal_share:.1%} of CPU time (limit {STEAL_LIMIT:.0%})")
     if state.runqueue_share is not None and state.runqueue_share >= RUNQUEUE_LIMIT:
         reasons.append(f"threads waited for a CPU {state.runqueue_share:.1%} of the time (limit {RUNQUEUE_LIMIT:.0%})")
+    if state.others_outside_tree and state.others_cores is not None and state.cpus:
+        limit = others_limit(state.cpus)
+        if state.others_cores >= limit:
+            reasons.append(
+                f"other processes kept {state.others_cores:.1f} of {state.cpus} cores busy (limit {limit:.2g})"
+            )
     if state.canary_cpu_per_wall is not None and state.canary_cpu_per_wall < CANARY_CPU_LIMIT:
         reasons.append(
             f"the single-thread canary got {state.canary_cpu_per_wall:.0%} of its wall time on a CPU "
