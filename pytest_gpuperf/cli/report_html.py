@@ -202,7 +202,7 @@ def ratio_section(runs: list[Run]) -> str:
                 ratio, y, xerr=[[ratio - low], [high - ratio]], fmt="o", color=colours.get(verdict, "#888"), capsize=3
             )
         axes.axvline(1.0, color="k", linewidth=0.8)
-        axes.set_yticks(range(len(entries)), [printable(rollup.shorten(e[0], 50)) for e in entries], fontsize=6)
+        axes.set_yticks(range(len(entries)), [printable(rollup.shorten_test_id(e[0], 50)) for e in entries], fontsize=6)
         axes.invert_yaxis()
         axes.set_xlabel("ratio to baseline (< 1 is worse), 95% interval", fontsize=7)
         axes.set_title(printable(suite), fontsize=8)

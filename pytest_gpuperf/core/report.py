@@ -151,7 +151,7 @@ def short_evidence(verdict: str, note: str | None, footnotes: dict[str, int]) ->
 
 def fit_table(header: Sequence[str], rows: list[list[str]], *, width: int, shrink: Sequence[int]) -> list[str]:
     """Aligned columns within ``width``: the columns named in ``shrink`` (in that order) give up room, their cells
-    shortened the way pytest shortens long test ids ('...')."""
+    shortened with '...' (the first column holds test ids: shortened in the middle, rollup.shorten_test_id)."""
     widths = [max([len(header[i])] + [len(row[i]) for row in rows]) for i in range(len(header))]
     floor = {0: 24, 1: 16}
     for index in shrink:
@@ -160,7 +160,11 @@ def fit_table(header: Sequence[str], rows: list[list[str]], *, width: int, shrin
             break
         widths[index] = min(widths[index], max(widths[index] - excess, floor.get(index, 12), len(header[index])))
     out = []
-    for row in [list(header), *rows]:
-        cells = [rollup.shorten(cell, w).ljust(w) for cell, w in zip(row, widths)]
+    header = list(header)
+    for row in [header, *rows]:
+        cells = [
+            (rollup.shorten_test_id if i == 0 and row is not header else rollup.shorten)(cell, w).ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths))
+        ]
         out.append(rollup.fit("  ".join(cells).rstrip(), width))
     return out

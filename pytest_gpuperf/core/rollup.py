@@ -147,7 +147,7 @@ def regression_text(row: Row, width: int) -> str:
     if row.ci_low is not None and row.ci_high is not None:
         interval = f" (ratio {row.ratio:.3f}, 95% CI [{row.ci_low:.3f}, {row.ci_high:.3f}])"
     tail = f" {row.metric}: {size}{interval}"
-    return shorten(row.test, max(width - len(tail), 20)) + tail
+    return shorten_test_id(row.test, max(width - len(tail), 20)) + tail
 
 
 def stack_line(base: Mapping[str, str] | None, new: Mapping[str, str], *, against: str = "baseline") -> str:
@@ -241,6 +241,23 @@ def shorten(text: str, width: int) -> str:
     if width <= 3:
         return text[:width]
     return text[: width - 3] + "..."
+
+
+def shorten_test_id(nodeid: str, width: int) -> str:
+    """Shorten a test id to ``width`` so that rows stay told apart: the module's folders go first, then the middle
+    ('...'), keeping the end, where a parametrized test's parameters are (cutting the end made
+    ``test_gemm[bf16-llama3_8b_qkv]`` and ``test_gemm[bf16-llama3_8b_o]`` read the same)."""
+    if len(nodeid) <= width:
+        return nodeid
+    path, sep, rest = nodeid.partition("::")
+    if sep:
+        nodeid = path.rsplit("/", 1)[-1] + sep + rest
+        if len(nodeid) <= width:
+            return nodeid
+    if width <= 3:
+        return nodeid[-width:]
+    head = (width - 3) // 3
+    return nodeid[:head] + "..." + nodeid[len(nodeid) - (width - 3 - head) :]
 
 
 def fit(line: str, width: int) -> str:
