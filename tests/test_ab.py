@@ -27,8 +27,16 @@ from pytest_gpuperf.core.stats import Verdict
 class Script:
     """Plays sessions: each writes a results document whose metrics are ``values(side, session_number)``."""
 
-    def __init__(self, values: Any, *, fail: dict[int, int] | None = None, interrupt_at: int | None = None) -> None:
+    def __init__(
+        self,
+        values: Any,
+        *,
+        fail: dict[int, int] | None = None,
+        interrupt_at: int | None = None,
+        machine: Any = None,
+    ) -> None:
         self.values = values
+        self.machine = machine  # (side, session_number) -> the machine state its metrics record, or None
         self.fail = fail or {}
         self.interrupt_at = interrupt_at
         self.calls: list[list[str]] = []
@@ -54,7 +62,14 @@ class Script:
             },
             "settings": {"threshold": 0.02},
             "results": [
-                {"test": test, "metric": metric, "unit": "s", "higher_is_better": False, "samples": [v, v, v]}
+                {
+                    "test": test,
+                    "metric": metric,
+                    "unit": "s",
+                    "higher_is_better": False,
+                    "samples": [v, v, v],
+                    "context": {"machine": self.machine(side, number)} if self.machine else {},
+                }
                 for (test, metric), v in metrics.items()
             ],
         }
@@ -101,6 +116,31 @@ def test_engine_a_over_a_is_same(tmp_path: Path) -> None:
     result = run_ab(plan(tmp_path), runner=Script(steady()))
     assert result.judged()[0].verdict is Verdict.PASS
     assert result.judged()[0].components == []
+
+
+QUIET = {"wall_s": 1.0, "cpu_per_wall": 1.0, "cpus": 2, "steal_share": 0.0, "runqueue_share": 0.0}
+NEIGHBOUR = QUIET | {"others_cores": 1.0, "others_outside_tree": True}
+
+
+def test_a_pair_measured_on_a_contended_machine_is_left_out_of_that_metric(tmp_path: Path) -> None:
+    """A 5% slowdown with one burst: pair 2's B session runs 2x faster while a neighbour holds a core. The burst
+    pair would take the top signed rank against the slowdown; its session's machine state says the machine was
+    not itself, so the pair is left out and the verdict rests on the clean pairs."""
+    burst = 3 + balanced_order(2, seed=0)[1].index("B")  # the session number of pair 2's B
+
+    def values(side: str, number: int) -> dict[tuple[str, str], float]:
+        value = steady(slow_b=1.05)(side, number)
+        return {key: v / 2 if number == burst else v for key, v in value.items()}
+
+    script = Script(values, machine=lambda side, number: NEIGHBOUR if number == burst else QUIET)
+    result = run_ab(plan(tmp_path), runner=script)
+    metric = result.judged()[0]
+    assert script.calls[burst - 1][0] == "python-b"
+    assert metric.verdict is Verdict.REGRESSED
+    assert metric.contended == ["pair 2: B: other processes kept 1.0 of 2 cores busy (limit 0.25)"]
+    assert len(metric.log_ratios) == result.complete_pairs - 1 and all(r < 0 for r in metric.log_ratios)
+    assert "1 pair(s) left out, measured on a contended machine (pair 2: B:" in metric.as_dict()["reason"]
+    assert result.as_dict()["metrics"][0]["contended_pairs"] == metric.contended
 
 
 def test_a_failed_session_drops_its_pair_whole_and_the_run_goes_on(tmp_path: Path) -> None:

@@ -144,7 +144,7 @@ def table(result: AbResult) -> list[str]:
             needed = metric.judgement.needed_pairs
             notes.append(
                 f"{metric.test} {metric.metric}: AMBIGUOUS after {metric.judgement.pairs} pairs ("
-                f"{metric.judgement.reason}); "
+                f"{metric.reason()}); "
                 + (f"~{needed} pairs would decide it if the change held" if needed else "no number of pairs would")
             )
     return lines + notes

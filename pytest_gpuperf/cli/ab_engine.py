@@ -9,6 +9,13 @@ recorded), so a drift of the machine that is linear over a block cancels between
 results, fails no test on a verdict, saves nothing. After every complete pair each undecided metric is judged on
 its paired log-ratios (core/paired.py); a decided metric keeps its verdict, and the run stops when every metric
 is decided, at max_pairs, at the time budget, on Ctrl-C (with the verdicts so far) or on an error.
+
+A pair is left out of one metric's statistics when either session measured that metric on a contended machine
+(the machine state each session records with a metric: steal, run-queue wait, other processes' busy cores, the
+canary's own CPU share; machine/contention.py). One burst on one side gave a pair a log-ratio of +0.6 among
+fifteen of -0.02..-0.06 and undid a 3% decision (benchmarks/README.md): the signed-rank statistic gives that pair
+the top rank. The selection reads the machine's counters, never the metric's figures, and contention strikes
+either side alike, so the pairs left keep the null's symmetry and the error rates hold.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from typing import Any, Protocol
 
 from pytest_gpuperf.core.paired import PairedJudgement, PairedRules, judge, log_ratio
 from pytest_gpuperf.core.stats import Verdict
+from pytest_gpuperf.core.verdict import machine_state
+from pytest_gpuperf.machine.contention import contention
 from pytest_gpuperf.machine.fingerprint import hardware_slug, stack_changes
 
 AB_SCHEMA = "gpuperf-ab/1"
@@ -145,6 +154,8 @@ class MetricOutcome:
     """'only in A' / 'only in B' when one side never recorded it."""
     components: list[str] = field(default_factory=list)
     """Stack components that differ between the sides, beside a REGRESSED/IMPROVED verdict."""
+    contended: list[str] = field(default_factory=list)
+    """Pairs left out of this metric because a session measured it on a contended machine: 'pair N: B: why'."""
 
     @property
     def verdict(self) -> Verdict:
@@ -153,6 +164,13 @@ class MetricOutcome:
     @property
     def decided(self) -> bool:
         return self.decided_at is not None
+
+    def reason(self) -> str:
+        """The judgement's reason, and how many pairs the machine's state left out (with the first cause)."""
+        text = self.judgement.reason if self.judgement else "no pairs"
+        if self.contended:
+            text += f"; {len(self.contended)} pair(s) left out, measured on a contended machine ({self.contended[0]})"
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         judgement = self.judgement
@@ -175,7 +193,8 @@ class MetricOutcome:
             if judgement
             else None,
             "needed_pairs": judgement.needed_pairs if judgement else None,
-            "reason": self.missing or (judgement.reason if judgement else "no pairs"),
+            "reason": self.missing or self.reason(),
+            "contended_pairs": self.contended,
             "log_ratios": self.log_ratios,
             "a_medians": self.a_medians,
             "b_medians": self.b_medians,
@@ -520,13 +539,21 @@ def _rules_from(plan: AbPlan, pair: PairRecord) -> PairedRules:
     return PairedRules(threshold=threshold, alpha=plan.alpha, min_pairs=plan.min_pairs, max_pairs=plan.max_pairs)
 
 
-def _session_medians(document: dict[str, Any]) -> dict[tuple[str, str], tuple[float, str, bool]]:
+def _session_medians(document: dict[str, Any]) -> dict[tuple[str, str], tuple[float, str, bool, str | None]]:
+    """Per metric: its median, unit, direction and why the machine was contended while it was measured (or None)."""
     found = {}
     for entry in document.get("results", []):
         try:
             samples = [float(v) for v in entry["samples"]]
             key = (str(entry["test"]), str(entry["metric"]))
-            found[key] = (statistics.median(samples), str(entry.get("unit", "")), bool(entry["higher_is_better"]))
+            context = entry.get("context")
+            state = machine_state(context) if isinstance(context, dict) else None
+            found[key] = (
+                statistics.median(samples),
+                str(entry.get("unit", "")),
+                bool(entry["higher_is_better"]),
+                contention(state) if state is not None else None,
+            )
         except (KeyError, TypeError, ValueError, statistics.StatisticsError):
             continue  # a malformed entry of another version: that metric is not compared in this pair
     return found
@@ -548,6 +575,10 @@ def _add_pair(pair: PairRecord, result: AbResult) -> None:
         if key in a and key in b:
             metric.missing = None
             if metric.decided:
+                continue
+            busy = [f"{side}: {a_or_b[key][3]}" for side, a_or_b in (("A", a), ("B", b)) if a_or_b[key][3]]
+            if busy:
+                metric.contended.append(f"pair {pair.index}: " + "; ".join(busy))
                 continue
             metric.a_medians.append(a[key][0])
             metric.b_medians.append(b[key][0])
