@@ -351,3 +351,53 @@ def test_load_options_reach_the_settings(pytester: pytest.Pytester) -> None:
         "--gpuperf-load-duration", "30s", "--gpuperf-max-concurrency", "16",
     )  # fmt: skip
     result.assert_outcomes(passed=1)
+
+
+OPEN_LOOP_WORKLOAD = """
+import dataclasses, os, random
+import torch
+from pytest_gpuperf.inference.engine import LocalEngine
+from pytest_gpuperf.inference.lengths import Lengths
+from pytest_gpuperf.inference.sweep import record_sweep, run_rate_sweep
+from pytest_gpuperf.models.registry import get_spec
+
+class VirtualClock:
+    # As in the closed-loop end-to-end test: 50 us per reading, one decode step's cost per decode forward, each
+    # with seeded jitter; the open loop's idle waits advance it too. The machine's load cannot move the verdict.
+    def __init__(self, step_s, seed):
+        self.now, self.step_s, self.rng = 100.0, step_s, random.Random(seed)
+    def __call__(self):
+        self.now += 5e-5 * self.rng.uniform(0.9, 1.1)
+        return self.now
+    def decode_step(self):
+        self.now += self.step_s * self.rng.uniform(0.97, 1.03)
+    def sleep(self, seconds):
+        self.now += seconds
+
+def test_rates(perf):
+    torch.set_num_threads(1)
+    clock = VirtualClock(float(os.environ.get("DECODE_STEP_S", "0.0005")), os.environ.get("CLOCK_SEED", "0"))
+    model = dataclasses.replace(get_spec("tiny-llama"), max_seq_len=64).build(seed=0).eval()
+    engine = LocalEngine(model, max_len=32, decode_hook=clock.decode_step, clock=clock, sleep=clock.sleep)
+    sweep = run_rate_sweep(engine, rates=[50.0, 200.0], lengths=Lengths(isl=8, osl=12), cap=4, runs=5,
+                           vocab_size=256, count=16, edge_gaps=2)
+    record_sweep(perf, sweep)
+"""
+
+
+def test_an_open_loop_sweep_catches_a_slower_decode_step(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_open=OPEN_LOOP_WORKLOAD)
+    common = ["-p", "no:cacheprovider", "--gpuperf-device", "cpu"]
+    pytester.runpytest_inprocess(*common, "--gpuperf-save").assert_outcomes(passed=1)
+    monkeypatch.setenv("DECODE_STEP_S", "0.0008")  # 1.6x
+    monkeypatch.setenv("CLOCK_SEED", "1")
+    result = pytester.runpytest_inprocess(*common, "--gpuperf-results", "results.json")
+    result.assert_outcomes(failed=1)
+    verdicts = {r["metric"]: r for r in json.loads((pytester.path / "results.json").read_text())["results"]}
+    for name in ("rate50.tpot_p50", "rate200.e2e_p50", "rate200.itl_p50", "rate50.interactivity"):
+        assert verdicts[name]["verdict"] == "REGRESSED", (name, verdicts[name]["comparison"])
+    context = verdicts["rate50.tpot_p50"]["context"]
+    assert context["arrivals"]["process"] == "poisson" and context["lengths"] == {"kind": "fixed", "isl": 8, "osl": 12}
+    assert context["concurrency_cap"] == 4 and context["client_lag_p99_s"] == 0.0
