@@ -401,3 +401,47 @@ def test_an_open_loop_sweep_catches_a_slower_decode_step(
     context = verdicts["rate50.tpot_p50"]["context"]
     assert context["arrivals"]["process"] == "poisson" and context["lengths"] == {"kind": "fixed", "isl": 8, "osl": 12}
     assert context["concurrency_cap"] == 4 and context["client_lag_p99_s"] == 0.0
+
+
+class _Recorder:
+    """What record_sweep needs of ``perf``: it keeps the names it was given."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, dict[str, object]] = {}
+
+    def record(self, name: str, samples: list[float], **kw: object) -> None:
+        self.metrics[name] = {"samples": samples, **kw}
+
+    def record_curve(self, name: str, steps: list[int], values: list[float]) -> None:
+        self.metrics[name] = {"steps": steps, "values": values}
+
+    def baseline_curves(self, name: str) -> list[object]:
+        return []
+
+
+def test_a_chosen_interactivity_point_is_recorded_or_left_out_naming_the_short_front() -> None:
+    from pytest_gpuperf.inference.sweep import record_sweep
+
+    def run(tpot: float, tokens: int) -> object:
+        done = [
+            Completion(
+                id=i,
+                prompt_tokens=1,
+                requested_tokens=tokens,
+                sent=0.0,
+                token_times=[0.01 + tpot * k for k in range(tokens)],
+            )
+            for i in range(6)
+        ]
+        return run_metrics(done)
+
+    # Two rates, three runs. Runs 1-2: rate 1 serves 400 tok/s/user (TPOT 2.5 ms) and beats rate 4 (200) on
+    # both axes; run 3: rate 1 drops to 1 / 6.6 ms = 152, so that run's front reaches 200 at most.
+    runs = {1.0: [run(0.0025, 9), run(0.0025, 9), run(0.0066, 9)], 4.0: [run(0.005, 9)] * 3}
+    sweep = SweepResult(isl=1, osl=9, axis="rate", runs=runs)  # type: ignore[arg-type]
+    perf = _Recorder()
+    with pytest.warns(UserWarning, match=r"a run's front reaches 200 tok/s/user at most, below 300"):
+        problems = record_sweep(perf, sweep, targets=[300.0, 100.0])
+    assert len(problems) == 1 and "pareto.tok_s_per_device@100_tok_s_user" in perf.metrics
+    assert perf.metrics["pareto.interactivity"]["steps"] == [1000, 4000]  # rates in milli-requests/s
+    assert "rate1.ttft_p50" in perf.metrics and "rate4.interactivity" in perf.metrics
