@@ -198,8 +198,10 @@ OPEN_LOOPS = {
     # the top rate at ~half the slots, so a 2x slower loaded machine still serves it without runaway queueing.
     # 3 runs x (32 requests at 15, 30, 60 req/s) ~ 3 x 3.7 s of schedule, ~12 s in all.
     "cpu": OpenLoop(isl=64, osl=32, rates=(15.0, 30.0, 60.0), cap=8, requests=32, edge_requests=3),
-    # Not run on a GPU yet: sized from the closed-loop estimates (2 ms decode step at 64 rows).
-    "cuda": OpenLoop(isl=1024, osl=256, rates=(4.0, 16.0, 64.0), cap=64, requests=256, edge_requests=16),
+    # Not run on a GPU yet, and not in gpu_tier: sized from the closed-loop estimates (a ~2 ms decode step at up
+    # to 64 rows, so a 1k/256 request takes ~0.5 s and cap 64 serves ~120 req/s at most). 3 runs x 128 requests
+    # at 8, 24, 64 req/s ~ 3 x 23 s of schedule, ~75 s in all.
+    "cuda": OpenLoop(isl=1024, osl=256, rates=(8.0, 24.0, 64.0), cap=64, requests=128, edge_requests=8),
 }
 
 
