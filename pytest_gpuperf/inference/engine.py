@@ -3,10 +3,13 @@
 Every model of the registry (``models/registry.py``) runs through ``Transformer.forward(tokens, cache=...,
 start_pos=...)``. The engine owns one ``KVCache`` with one row per slot. A closed loop of ``concurrency``
 clients feeds it: each client sends its next request when its previous one completed, so a freed slot is
-taken at once. Each scheduler iteration
+taken at once. In an open loop (a ``schedule`` of send offsets) a request may be admitted only once its
+arrival time has passed; it then waits for a free slot (``concurrency`` caps the slots), and that wait counts in
+its latency, which is measured from the scheduled time. When no request is active and the next one is not due
+yet, the scheduler sleeps until it is. Each scheduler iteration
 
-1. admits waiting requests into free slots and prefills them (one batched forward per run of adjacent slots
-   with equal prompt lengths); the prefill yields each request's first token;
+1. admits waiting requests (arrived ones, in an open loop) into free slots and prefills them (one batched
+   forward per run of adjacent slots with equal prompt lengths); the prefill yields each request's first token;
 2. runs ONE decode forward over all occupied slots together, each row at its own position (``start_pos`` is a
    per-row tensor), which yields one more token for every active request: the decode step is shared, as in
    vLLM or SGLang, rather than run per request.
@@ -24,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_gpuperf.inference.requests import Completion, Request
+from pytest_gpuperf.inference.requests import Completion, Request, check_schedule
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +74,12 @@ class LocalEngine:
     prefill forward, as serving engines cap a batch's tokens: the forward returns logits for every position, so
     8 prompts of 8k tokens with a 128k vocabulary would otherwise ask for 16 GB of logits at once. The model
     must be in eval mode already. ``clock`` gives the request and token times (``time.perf_counter`` unless a
-    test injects one whose time passes as it says, so a timing verdict does not depend on the machine's load).
+    test injects one whose time passes as it says, so a timing verdict does not depend on the machine's load);
+    ``sleep`` waits for the next arrival of an open loop (an injected clock brings its own, which advances it).
+
+    In an open loop ``ready`` stays None (no client lag): the scheduler itself admits each request at the first
+    iteration boundary after it arrived, as a serving engine's scheduler does, and that wait is the engine's,
+    counted in the latency from ``scheduled``.
     """
 
     name = "in-process"
@@ -86,6 +94,7 @@ class LocalEngine:
         decode_hook: Callable[[], None] | None = None,
         max_prefill_tokens: int = 16384,
         clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
@@ -96,6 +105,7 @@ class LocalEngine:
         self._autocast = autocast
         self._decode_hook = decode_hook
         self._clock = clock
+        self._sleep = sleep
         self._cache: KVCache | None = None
         self.trace = SchedulerTrace()
 
@@ -103,25 +113,32 @@ class LocalEngine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def generate(self, requests: Sequence[Request], *, concurrency: int) -> list[Completion]:
+    def generate(
+        self, requests: Sequence[Request], *, concurrency: int, schedule: Sequence[float] | None = None
+    ) -> list[Completion]:
         import contextlib
 
         import torch
 
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        check_schedule(requests, schedule)
         self.trace = SchedulerTrace()
         cache = self._cache_for(concurrency)
         slots: list[_Active | None] = [None] * concurrency
         queue: deque[Request] = deque()
         completions: dict[int, Completion] = {}
+        began = self._clock()
+        due = {r.id: began + offset for r, offset in zip(requests, schedule)} if schedule is not None else {}
         for request in requests:
             if len(request.prompt) + request.max_new_tokens > self.max_len:
+                at = due.get(request.id)
                 completions[request.id] = Completion(
                     id=request.id,
                     prompt_tokens=len(request.prompt),
                     requested_tokens=request.max_new_tokens,
-                    sent=self._clock(),
+                    sent=self._clock() if at is None else at,
+                    scheduled=at,
                     error=f"prompt {len(request.prompt)} + {request.max_new_tokens} new tokens exceed the "
                     f"engine's max_len {self.max_len}",
                 )
@@ -130,9 +147,13 @@ class LocalEngine:
         autocast = self._autocast() if self._autocast is not None else contextlib.nullcontext()
         with torch.inference_mode(), autocast:  # type: ignore[attr-defined]
             while queue or any(slot is not None for slot in slots):
+                now = self._clock()
+                if due and queue and due[queue[0].id] > now and all(slot is None for slot in slots):
+                    self._sleep(due[queue[0].id] - now)  # idle until the next arrival
+                    continue
                 joining = []
                 for index, slot in enumerate(slots):
-                    if slot is None and queue:
+                    if slot is None and queue and (not due or due[queue[0].id] <= now):
                         request = queue.popleft()
                         active = _Active(
                             request,
@@ -142,6 +163,7 @@ class LocalEngine:
                                 prompt_tokens=len(request.prompt),
                                 requested_tokens=request.max_new_tokens,
                                 sent=self._clock(),
+                                scheduled=due.get(request.id),
                             ),
                         )
                         slots[index] = active

@@ -1,12 +1,14 @@
 """Serving metrics of one benchmark run, from per-request timestamps. Pure: no torch, no pytest.
 
-Definitions (times from ``Completion``: ``sent``, and the arrival time of each output token):
+Definitions (times from ``Completion``: ``start``, and the arrival time of each output token). ``start`` is the
+send time in a closed loop and the *scheduled* send time in an open loop (coordinated-omission-correct: a
+request that waited inside the client for a free slot or a late dispatcher waited as a user would):
 
-* TTFT, time to first token: first token time - sent (includes queueing and prefill).
-* E2E, end-to-end latency: last token time - sent.
+* TTFT, time to first token: first token time - start (includes queueing and prefill).
+* E2E, end-to-end latency: last token time - start.
 * TPOT, time per output token of one request: (E2E - TTFT) / (output tokens - 1); undefined for 1 token.
 * ITL, inter-token latency: every gap between consecutive tokens of a request, pooled over requests.
-* output tok/s: output tokens of all requests / wall time of the run (first send to last token);
+* output tok/s: output tokens of all requests / wall time of the run (first start to last token);
   total tok/s also counts prompt tokens; requests/s: completed requests / wall time;
   tok/s per device: output tok/s / devices serving.
 * interactivity (tok/s/user) = 1000 / p50(TPOT in ms): the decode speed the median user sees. It is not
@@ -103,11 +105,11 @@ class RunMetrics:
 
 
 def ttft_of(completion: Completion) -> float:
-    return completion.token_times[0] - completion.sent
+    return completion.token_times[0] - completion.start
 
 
 def e2e_of(completion: Completion) -> float:
-    return completion.token_times[-1] - completion.sent
+    return completion.token_times[-1] - completion.start
 
 
 def tpot_of(completion: Completion) -> float | None:
@@ -145,29 +147,54 @@ class RunFailed(AssertionError):
     """A run whose requests failed or produced a different number of tokens than asked."""
 
 
-def check_completions(completions: Iterable[Completion]) -> list[Completion]:
-    """Every request completed without error and produced exactly the requested number of tokens."""
+def check_completions(completions: Iterable[Completion], *, where: str = "") -> list[Completion]:
+    """Every request completed without error and produced exactly the requested number of tokens.
+
+    A failed request is never dropped from the percentiles: the latencies of the requests that succeeded
+    describe a server that did not serve everyone, so the run fails, counting the failures by kind."""
     done = list(completions)
-    problems = []
-    for c in done:
-        if c.error is not None:
-            problems.append(f"request {c.id} failed: {c.error}")
-        elif c.output_tokens != c.requested_tokens:
-            problems.append(f"request {c.id} produced {c.output_tokens} tokens, {c.requested_tokens} requested")
+    failed = [c for c in done if c.error is not None]
+    short = [c for c in done if c.error is None and c.output_tokens != c.requested_tokens]
+    problems = [
+        f"request {c.id} failed: {c.error}"
+        if c.error is not None
+        else f"request {c.id} produced {c.output_tokens} tokens, {c.requested_tokens} requested"
+        for c in done
+        if c.error is not None or c.output_tokens != c.requested_tokens
+    ]
     if not done:
-        problems.append("no request completed")
+        raise RunFailed(f"no request completed{where}")
     if problems:
+        counts = ", ".join(
+            part
+            for part in (f"{len(failed)} failed" if failed else "", f"{len(short)} wrong token count" if short else "")
+            if part
+        )
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        raise RunFailed(f"{len(problems)} of {len(done)} request(s) wrong: {shown}")
+        raise RunFailed(
+            f"{len(problems)} of {len(done)} request(s) wrong{where} ({counts}): {shown}. A failed request is not "
+            "left out of the latency percentiles, so the run is not judged"
+        )
     return done
 
 
-def run_metrics(completions: Iterable[Completion], *, devices: int = 1, slo: SLO | None = None) -> RunMetrics:
-    """The metrics of one run. Raises ``RunFailed`` unless every request produced its tokens."""
-    done = check_completions(completions)
+def client_lags(completions: Iterable[Completion]) -> list[float]:
+    """Each open-loop request's client lateness (sent - ready), seconds."""
+    return [c.client_lag for c in completions if c.scheduled is not None]
+
+
+def run_metrics(
+    completions: Iterable[Completion], *, devices: int = 1, slo: SLO | None = None, where: str = ""
+) -> RunMetrics:
+    """The metrics of one run. Raises ``RunFailed`` unless every request produced its tokens.
+
+    ``where`` names the run in that message (" at concurrency 4"). In an open loop pass the measured requests
+    only (warm-up and cool-down left out, after checking them all): the wall time then runs from the first
+    measured request's scheduled time to the last measured token."""
+    done = check_completions(completions, where=where)
     if devices < 1:
         raise ValueError(f"devices must be >= 1, got {devices}")
-    start = min(c.sent for c in done)
+    start = min(c.start for c in done)
     end = max(c.token_times[-1] for c in done)
     if not end > start:
         raise ValueError(f"run wall time must be positive, got first send {start} and last token {end}")

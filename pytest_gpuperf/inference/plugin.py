@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_count, resolve
+from pytest_gpuperf.core.settings import (
+    OptionSpec,
+    SettingError,
+    add_options,
+    parse_count,
+    parse_positive_seconds,
+    parse_seconds,
+    resolve,
+)
+from pytest_gpuperf.inference.metrics import SLO
 
 
 def _parse_url(text: str) -> str:
@@ -21,6 +30,143 @@ def _parse_name(text: str) -> str:
     if not text.strip():
         raise SettingError("expected a non-empty model name")
     return text.strip()
+
+
+# -- load generation (open loop, lengths, SLOs, interactivity points) -----------------------------------------
+
+
+def _parse_positives(what: str, example: str) -> Any:
+    def parse(text: str) -> tuple[float, ...]:
+        values = []
+        for part in text.split(","):
+            try:
+                value = float(part.strip())
+            except ValueError:
+                raise SettingError(f"expected {what} such as {example}") from None
+            if not (value > 0 and value != float("inf")):
+                raise SettingError(f"expected positive, finite {what} such as {example}")
+            values.append(value)
+        if len(set(values)) != len(values):
+            raise SettingError(f"expected distinct {what}; a value is given twice")
+        return tuple(sorted(values))
+
+    return parse
+
+
+def _parse_burstiness(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise SettingError(
+            "expected the coefficient of variation of inter-arrival gaps, e.g. 1 (Poisson) or 2"
+        ) from None
+    if not (0 < value <= 10):
+        raise SettingError("expected a coefficient of variation in (0, 10]; 1 is Poisson")
+    return value
+
+
+def _parse_slo(text: str) -> SLO:
+    limits: dict[str, float] = {}
+    for part in text.split(","):
+        key, _, raw = part.partition("=")
+        key = key.strip().lower()
+        if key not in ("ttft", "tpot") or key in limits:
+            raise SettingError("expected ttft=MS,tpot=MS (milliseconds, each once)")
+        try:
+            value = float(raw.strip().removesuffix("ms"))
+        except ValueError:
+            raise SettingError(f"{key} limit {raw.strip()!r} is not a number of milliseconds") from None
+        if not (0 < value < float("inf")):
+            raise SettingError(f"{key} limit must be a positive number of milliseconds")
+        limits[key] = value / 1000
+    if set(limits) != {"ttft", "tpot"}:
+        raise SettingError("expected both limits: ttft=MS,tpot=MS")
+    return SLO(ttft_s=limits["ttft"], tpot_s=limits["tpot"])
+
+
+def _parse_lengths(text: str) -> str:
+    from pytest_gpuperf.inference.lengths import KINDS
+
+    value = text.strip().lower()
+    if value not in KINDS:
+        raise SettingError(f"expected one of {', '.join(KINDS)}")
+    return value
+
+
+LOAD_OPTIONS: tuple[OptionSpec[Any], ...] = (
+    OptionSpec(
+        name="request-rate",
+        help="open-loop request rate(s) of the rate sweep, requests/s; a comma list sweeps them (default: the tier's)",
+        parse=_parse_positives("requests/s", "4 or 1,2,4"),
+        default=None,
+        metavar="R[,R...]",
+    ),
+    OptionSpec(
+        name="burstiness",
+        help="coefficient of variation of open-loop inter-arrival gaps: 1 Poisson, >1 burstier (gamma) (default 1)",
+        parse=_parse_burstiness,
+        default=1.0,
+        metavar="CV",
+    ),
+    OptionSpec(
+        name="max-concurrency",
+        help="most requests in flight in an open loop; a request waits for a slot, in its latency (default: tier)",
+        parse=parse_count(1),
+        default=None,
+        metavar="N",
+    ),
+    OptionSpec(
+        name="load-requests",
+        help="requests scheduled per open-loop run, warm-up and cool-down included (default: the tier's)",
+        parse=parse_count(1),
+        default=None,
+        metavar="N",
+    ),
+    OptionSpec(
+        name="load-duration",
+        help="seconds of schedule per open-loop run, instead of a request count",
+        parse=parse_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+    ),
+    OptionSpec(
+        name="load-warmup",
+        help="first seconds of each open-loop schedule whose requests are sent but not measured (default: the tier's)",
+        parse=parse_seconds,
+        default=None,
+        metavar="SECONDS",
+    ),
+    OptionSpec(
+        name="load-cooldown",
+        help="last seconds of each open-loop schedule whose requests are sent but not measured (default: the tier's)",
+        parse=parse_seconds,
+        default=None,
+        metavar="SECONDS",
+    ),
+    OptionSpec(
+        name="lengths",
+        help="request lengths of the rate sweep: fixed (the tier's ISL/OSL) or sharegpt (a ShareGPT-shaped "
+        "distribution, docs/inference.md) (default fixed)",
+        parse=_parse_lengths,
+        default="fixed",
+        metavar="fixed|sharegpt",
+    ),
+    OptionSpec(
+        name="slo",
+        help="goodput SLOs in milliseconds, e.g. ttft=200,tpot=50 (default: the tier's)",
+        parse=_parse_slo,
+        default=None,
+        metavar="ttft=MS,tpot=MS",
+    ),
+    OptionSpec(
+        name="interactivity",
+        help="interactivity points (tok/s/user) of the throughput-per-device headline, e.g. 32 or 20,50 "
+        "(default: fixed by the first saved baseline)",
+        parse=_parse_positives("tok/s/user", "32 or 20,50"),
+        default=None,
+        metavar="TOKS[,TOKS...]",
+    ),
+)
 
 
 OPTIONS: tuple[OptionSpec[Any], ...] = (
@@ -52,6 +198,7 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         default=3,
         metavar="N",
     ),
+    *LOAD_OPTIONS,  # the load generator's block (above)
 )
 
 
@@ -62,6 +209,17 @@ class InferenceSettings:
     served_model: str | None
     devices: int
     runs: int
+    # load generation (LOAD_OPTIONS); None: the suite tier's own value
+    request_rates: tuple[float, ...] | None = None
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    load_requests: int | None = None
+    load_duration_s: float | None = None
+    load_warmup_s: float | None = None
+    load_cooldown_s: float | None = None
+    lengths: str = "fixed"
+    slo: SLO | None = None
+    interactivity: tuple[float, ...] | None = None
 
 
 _key = pytest.StashKey[InferenceSettings]()
@@ -84,9 +242,31 @@ def inference_settings(config: pytest.Config) -> InferenceSettings:
             served_model=values["inference-served-model"],
             devices=values["inference-devices"],
             runs=values["inference-runs"],
+            **load_settings(config),
         )
         config.stash[_key] = found
     return found
+
+
+def load_settings(config: pytest.Config) -> dict[str, Any]:
+    """The load-generation fields of InferenceSettings, checked together."""
+    load = {spec.name: resolve(config, spec) for spec in LOAD_OPTIONS}
+    if load["load-requests"][0] is not None and load["load-duration"][0] is not None:
+        raise pytest.UsageError(
+            f"{load['load-requests'][1]} and {load['load-duration'][1]} both bound the open-loop runs: give one"
+        )
+    return {
+        "request_rates": load["request-rate"][0],
+        "burstiness": load["burstiness"][0],
+        "max_concurrency": load["max-concurrency"][0],
+        "load_requests": load["load-requests"][0],
+        "load_duration_s": load["load-duration"][0],
+        "load_warmup_s": load["load-warmup"][0],
+        "load_cooldown_s": load["load-cooldown"][0],
+        "lengths": load["lengths"][0],
+        "slo": load["slo"][0],
+        "interactivity": load["interactivity"][0],
+    }
 
 
 @pytest.fixture

@@ -6,6 +6,9 @@ interactivity, output parity against goldens (docs/inference.md).
   total tok/s, requests/s, tok/s per device, interactivity, goodput under the tier's SLO, peak memory and
   energy per output token where the device can tell; the Pareto front's throughput at fixed interactivity
   points is the headline metric. Every request must produce exactly its tokens.
+- ``test_open_loop_sweep``: an open-loop request-rate sweep (Poisson arrivals, ``--gpuperf-request-rate``,
+  ``--gpuperf-burstiness``), at most the tier's concurrency cap in flight, warm-up and cool-down requests sent
+  but not measured, latency from the scheduled send time; the same metrics and Pareto points per rate.
 - ``test_output_parity``: greedy tokens and teacher-forced logits of fixed prompts against a stored golden.
 
 CPU tier: the tiny Llama (fp32, one thread), pairs 128/128, 512/64, 64/512, concurrency 1, 2, 4, 8.
@@ -27,7 +30,7 @@ import pytest
 from pytest_gpuperf.inference.metrics import SLO
 from pytest_gpuperf.inference.openai import OpenAIEngine
 from pytest_gpuperf.inference.requests import InferenceEngine, Request
-from pytest_gpuperf.inference.sweep import record_sweep, run_sweep
+from pytest_gpuperf.inference.sweep import record_sweep, run_rate_sweep, run_sweep
 
 pytestmark = [pytest.mark.perf, pytest.mark.inference]
 
@@ -172,7 +175,73 @@ def test_serving_sweep(
         per_client=tier.per_client,
         minimum=tier.minimum,
     )
-    record_sweep(perf, sweep, slo=tier.slo)  # warns about anything it had to leave out
+    slo = gpuperf_inference.slo or tier.slo
+    record_sweep(perf, sweep, slo=slo, targets=gpuperf_inference.interactivity)  # warns about what it left out
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OpenLoop:
+    """An open-loop rate sweep of a tier (each value a default the load options override)."""
+
+    isl: int
+    osl: int
+    rates: tuple[float, ...]
+    cap: int
+    requests: int
+    """Requests scheduled per run (count-bounded, so every run does the same work)."""
+    edge_requests: int
+    """Warm-up and cool-down are each this many mean gaps long (edge_requests / rate seconds)."""
+
+
+OPEN_LOOPS = {
+    # The tiny Llama serves a 64/32 request in ~50-60 ms unloaded at cap 8 (~140 req/s at most); 60 req/s keeps
+    # the top rate at ~half the slots, so a 2x slower loaded machine still serves it without runaway queueing.
+    # 3 runs x (32 requests at 15, 30, 60 req/s) ~ 3 x 3.7 s of schedule, ~12 s in all.
+    "cpu": OpenLoop(isl=64, osl=32, rates=(15.0, 30.0, 60.0), cap=8, requests=32, edge_requests=3),
+    # Not run on a GPU yet, and not in gpu_tier: sized from the closed-loop estimates (a ~2 ms decode step at up
+    # to 64 rows, so a 1k/256 request takes ~0.5 s and cap 64 serves ~120 req/s at most). 3 runs x 128 requests
+    # at 8, 24, 64 req/s ~ 3 x 23 s of schedule, ~75 s in all.
+    "cuda": OpenLoop(isl=1024, osl=256, rates=(8.0, 24.0, 64.0), cap=64, requests=128, edge_requests=8),
+}
+
+
+@pytest.mark.parametrize("tier_name", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="gpu")])
+def test_open_loop_sweep(perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str) -> None:
+    from pytest_gpuperf.inference.lengths import Lengths
+    from pytest_gpuperf.models.registry import get_spec
+
+    tier = tier_for(perf, tier_name)
+    load = OPEN_LOOPS[tier_name]
+    options = gpuperf_inference
+    rates = options.request_rates or load.rates
+    max_len = load.isl + load.osl
+    if options.lengths != "fixed":
+        max_len = max(max_len, 2048)  # the shipped distributions' own cap (prompt + output)
+    engine = build_engine(tier, options, max_len=max_len, device=perf.device)
+    bound: dict[str, Any] = (
+        {"duration_s": options.load_duration_s}
+        if options.load_duration_s
+        else {"count": options.load_requests or load.requests}
+    )
+    sweep = run_rate_sweep(
+        engine,
+        rates=rates,
+        lengths=Lengths(kind=options.lengths, isl=load.isl, osl=load.osl, seed=0, max_total=max_len),
+        cap=options.max_concurrency or load.cap,
+        runs=options.runs,
+        vocab_size=get_spec(tier.model).vocab_size,
+        burstiness=options.burstiness,
+        # Warm-up and cool-down default to a few mean gaps of each rate: the empty server's first requests and
+        # the drain at the end are left out, most of a short run stays measured.
+        warmup_s=options.load_warmup_s,
+        cooldown_s=options.load_cooldown_s,
+        edge_gaps=load.edge_requests,
+        slo=options.slo or tier.slo,
+        watch=perf.watch,
+        peak_memory=peak_memory_window(perf.device),
+        **bound,
+    )
+    record_sweep(perf, sweep, slo=options.slo or tier.slo, targets=options.interactivity)
 
 
 @pytest.mark.parametrize(
