@@ -145,8 +145,9 @@ def test_readme_quickstart_gives_the_verdicts_it_shows(
                 patch.setenv(key, value)
             run = pytester.runpytest_subprocess(*words[1:], "-p", "no:cacheprovider")
             # An unchanged run on a loaded machine can read AMBIGUOUS (its interval is wider than the band): as
-            # the plugin does for REGRESSED, a second and third try tell a burst of load from the README's claim.
-            for _ in range(2):
+            # the plugin does for REGRESSED, more tries tell a burst of load from the README's claim (a run takes
+            # ~2 s; five more tries cover the bursts of a machine loaded 4x over, as helper runs here saw).
+            for _ in range(5):
                 if "--gpuperf-save" in words or env or " PASS " in run.stdout.str():
                     break
                 assert "REGRESSED" not in run.stdout.str(), run.stdout.str()[-2000:]
