@@ -410,3 +410,22 @@ def test_launch_commands_use_dummy_weights_for_vllm_and_sglang(tmp_path: Path) -
     assert transformers[1:5] == ["-m", "transformers.cli.transformers", "serve", str(tmp_path)]
     with pytest.raises(ValueError, match="not launched here"):
         servers.launch_command("builtin", **common)
+
+
+def test_a_served_engine_gets_its_own_test_ids_and_builtin_ids_stay(pytester: pytest.Pytester) -> None:
+    """Baselines are per test id: a server's figures must not be judged against the in-process engine's."""
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_sweep(gpuperf_engine, n):
+            pass
+        """
+    )
+    builtin = pytester.runpytest_inprocess("--collect-only", "-q")
+    builtin.stdout.fnmatch_lines(["test_*.py::test_sweep[[]1]", "test_*.py::test_sweep[[]2]"])
+    served = pytester.runpytest_inprocess("--collect-only", "-q", "--gpuperf-engine", "openai:http://h:1")
+    served.stdout.fnmatch_lines(
+        ["test_*.py::test_sweep[[]engine-openai-1]", "test_*.py::test_sweep[[]engine-openai-2]"]
+    )

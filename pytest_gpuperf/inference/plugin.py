@@ -198,6 +198,34 @@ def gpuperf_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
         pool.close()
 
 
+@pytest.fixture
+def gpuperf_engine(gpuperf_servers: ServerPool, gpuperf_engine_id: str) -> ServerPool:
+    """The served engines for this test. Under --gpuperf-engine other than builtin the test is parametrized by the
+    engine (``[...-engine-vllm]``), so its baselines are its own: a server's figures are never judged against
+    the in-process engine's (builtin test ids stay as they were)."""
+    return gpuperf_servers
+
+
+@pytest.fixture
+def gpuperf_engine_id(request: pytest.FixtureRequest) -> str:
+    """The engine part of a test's id (``builtin`` leaves the id alone)."""
+    return engine_label(inference_settings(request.config).engine)
+
+
+def engine_label(engine: EngineChoice) -> str:
+    """builtin, transformers, vllm, sglang, or openai for an attached URL (its port is not part of a test id)."""
+    return engine.kind
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "gpuperf_engine_id" not in metafunc.fixturenames:
+        return
+    engine = inference_settings(metafunc.config).engine
+    if engine.kind != "builtin":
+        label = engine_label(engine)
+        metafunc.parametrize("gpuperf_engine_id", [label], ids=[f"engine-{label}"])
+
+
 def pytest_gpuperf_stack(config: pytest.Config) -> dict[str, str] | None:
     """The inference engine's name and version, so a vLLM upgrade reads as a stack change (servers.py)."""
     return engine_stack(inference_settings(config).engine) or None

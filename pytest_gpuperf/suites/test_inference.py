@@ -157,10 +157,10 @@ def peak_memory_window(device: str) -> Callable[[], Callable[[], float] | None] 
 
 @pytest.mark.parametrize(("tier_name", "isl", "osl"), SWEEPS)
 def test_serving_sweep(
-    perf: Any, gpuperf_inference: Any, gpuperf_servers: Any, cpu_threads: None, tier_name: str, isl: int, osl: int
+    perf: Any, gpuperf_inference: Any, gpuperf_engine: Any, cpu_threads: None, tier_name: str, isl: int, osl: int
 ) -> None:
     tier = tier_for(perf, tier_name)
-    engine = build_engine(tier, gpuperf_inference, gpuperf_servers, max_len=isl + osl, device=perf.device)
+    engine = build_engine(tier, gpuperf_inference, gpuperf_engine, max_len=isl + osl, device=perf.device)
     from pytest_gpuperf.models.registry import get_spec
 
     concurrencies = sweep_concurrencies(tier, isl, osl)
