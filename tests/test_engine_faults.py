@@ -12,6 +12,7 @@ import contextlib
 import http.server
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -429,3 +430,33 @@ def test_a_served_engine_gets_its_own_test_ids_and_builtin_ids_stay(pytester: py
     served.stdout.fnmatch_lines(
         ["test_*.py::test_sweep[[]engine-openai-1]", "test_*.py::test_sweep[[]engine-openai-2]"]
     )
+
+
+def test_a_server_dies_with_the_process_that_launched_it(tmp_path: Path) -> None:
+    """A session ended by os._exit (faulthandler's end of a test stuck in C) runs no teardown: the kernel's
+    parent-death signal still stops its server."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    log = tmp_path / "server.log"
+    sleeper = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
+    launcher = (
+        "import os, sys, threading\n"
+        "from pathlib import Path\n"
+        "from pytest_gpuperf.inference.servers import Server\n"
+        f"server = Server([sys.executable, '-c', {sleeper!r}], url='http://127.0.0.1:{closed_port()}',"
+        f" log_path=Path({str(log)!r}))\n"
+        "threading.Timer(1.0, os._exit, (0,)).start()  # the launcher dies while it waits for /health\n"
+        "server.start(timeout=30)\n"
+    )
+    subprocess.run([sys.executable, "-c", launcher], check=True, timeout=60)
+    pid = int(log.read_text().split()[0])
+    assert _exited(pid, within=10.0)
+
+
+def test_a_model_without_a_hugging_face_architecture_is_one_error(tmp_path: Path) -> None:
+    pool = servers.ServerPool(choice=EngineChoice("transformers"), workdir=tmp_path)
+    if servers.package_version("transformers") is None:
+        pytest.skip("transformers is not installed")
+    with pytest.raises(EngineError, match=r"^--gpuperf-engine transformers: cannot serve model 'no-such-model': "):
+        pool.engine(model="no-such-model", max_len=64, device="cpu", dtype="float32")
+    assert not pool.launches

@@ -235,6 +235,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 env=self._env,
                 start_new_session=True,  # its own process group: stop() reaches the workers it forks
+                preexec_fn=_die_with_parent(),
             )
         deadline = started + timeout
         while True:
@@ -291,6 +292,26 @@ class Server:
             return f"  (no log at {self.log_path})"
         shown = "".join(f"  | {line.rstrip()}\n" for line in last).rstrip("\n")
         return f"  last lines of {self.log_path}:\n{shown}" if shown else f"  (empty log at {self.log_path})"
+
+
+def _die_with_parent() -> Any:
+    """On Linux, a pre-exec step asking the kernel to SIGTERM the server when this process dies without
+    stopping it (a test stuck in C is ended by faulthandler's ``_exit``, which runs no teardown). The libc
+    function is looked up here, before the fork, so the child only makes the one system call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_death_signal() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return set_death_signal
 
 
 def _group_alive(group: int) -> bool:
@@ -363,7 +384,12 @@ class ServerPool:
             )
         folder = self.workdir / f"{kind}-{model.replace('@', '-at-')}-{dtype}-{max_len}"
         if not (folder / "config.json").exists():
-            write_model_folder(folder, get_spec(model), max_len=max_len, dtype=dtype, weights=kind == "transformers")
+            try:
+                spec = get_spec(model)
+                write_model_folder(folder, spec, max_len=max_len, dtype=dtype, weights=kind == "transformers")
+            except (KeyError, ValueError) as error:
+                reason = error.args[0] if error.args else error  # a KeyError's str() is its repr
+                raise EngineError(f"--gpuperf-engine {kind}: cannot serve model {model!r}: {reason}") from None
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         if device == "cpu":  # one thread, as the in-process engine runs on CPU (suites/conftest.py cpu_threads)
             env.setdefault("OMP_NUM_THREADS", "1")
