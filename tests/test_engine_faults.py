@@ -388,7 +388,7 @@ def test_a_healthy_server_is_ready_and_stop_ends_its_whole_process_group(tmp_pat
 
 
 def test_launch_commands_use_dummy_weights_for_vllm_and_sglang(tmp_path: Path) -> None:
-    common = {
+    common: dict[str, Any] = {
         "model_dir": tmp_path,
         "served_name": "llama3-8b@2",
         "port": 8123,
@@ -460,3 +460,23 @@ def test_a_model_without_a_hugging_face_architecture_is_one_error(tmp_path: Path
     with pytest.raises(EngineError, match=r"^--gpuperf-engine transformers: cannot serve model 'no-such-model': "):
         pool.engine(model="no-such-model", max_len=64, device="cpu", dtype="float32")
     assert not pool.launches
+
+
+def test_the_suite_fails_once_and_clearly_on_an_unreachable_server(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("torch")
+    suite = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_inference.py"
+    url = f"http://127.0.0.1:{closed_port()}"
+    result = pytester.runpytest_inprocess(
+        str(suite),
+        "-k",
+        "cpu-128-128",
+        "--gpuperf-engine",
+        f"openai:{url}",
+        f"--gpuperf-baselines={pytester.path / 'baselines'}",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(failed=1, deselected=7)
+    message = f"cannot reach the OpenAI-compatible server at {url}: *Connection refused"
+    result.stdout.fnmatch_lines(["*test_serving_sweep[[]engine-openai-cpu-128-128]*", message])
+    assert result.stdout.str().count("cannot reach") == 1  # one error for the test, no request was sent

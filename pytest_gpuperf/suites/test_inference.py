@@ -137,7 +137,8 @@ def build_engine(tier: Tier, options: Any, servers: Any, *, max_len: int, device
         try:
             return servers.engine(model=tier.model, max_len=max_len, device=device, dtype=DTYPES[tier.precision])
         except EngineError as error:
-            pytest.fail(str(error), pytrace=False)
+            problem = str(error)
+        pytest.fail(problem, pytrace=False)
     from pytest_gpuperf.inference.engine import LocalEngine
 
     return LocalEngine(build_model(tier, max_len=max_len, device=device), max_len=max_len)
