@@ -29,7 +29,7 @@ from pytest_gpuperf.inference.requests import Request
 from pytest_gpuperf.inference.servers import EngineChoice, EngineError, Server, attach, engine_stack, parse_engine
 
 # The first prompt token picks the stub's behaviour.
-FAIL_5XX, STOP_EARLY, MALFORMED, ERROR_EVENT, FINISH_EARLY, BAD_USAGE, NOT_A_DICT = range(7)
+FAIL_5XX, STOP_EARLY, MALFORMED, ERROR_EVENT, FINISH_EARLY, BAD_USAGE, NOT_A_DICT, NOT_STREAMED = range(8)
 NORMAL = 100
 
 
@@ -62,6 +62,9 @@ class _Stub(http.server.BaseHTTPRequestHandler):
             self._json({"detail": "engine overloaded"}, status=503)
             return
         n = body["max_tokens"]
+        if mode == NOT_STREAMED:
+            self._json({"choices": [{"text": " ".join(f"t{i}" for i in range(n)), "finish_reason": "length"}]})
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -141,6 +144,7 @@ def requests(first: int, count: int = 1, tokens: int = 6) -> list[Request]:
         (ERROR_EVENT, "the server reported an error mid-stream after 2 of 6 tokens: CUDA out of memory"),
         (FINISH_EARLY, "the server finished (stop) after 5 of 6 tokens*ignore_eos/min_tokens*"),
         (BAD_USAGE, "the server reports 9 completion tokens but streamed 6"),
+        (NOT_STREAMED, "the server answered application/json, not an event stream*stream=true*"),
     ],
 )
 def test_every_bad_answer_is_a_completion_with_its_reason(stub: str, mode: int, says: str) -> None:

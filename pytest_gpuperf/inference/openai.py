@@ -159,6 +159,13 @@ class OpenAIEngine:
         stream = _Stream()
         try:
             with urllib.request.urlopen(http_request, timeout=self.timeout) as response:
+                kind = response.headers.get_content_type()
+                if kind != "text/event-stream":
+                    done.error = (
+                        f"the server answered {kind}, not an event stream: it did not stream the completion "
+                        "(token times need stream=true)"
+                    )
+                    return done
                 for raw in response:
                     line = raw.decode("utf-8", errors="replace").strip()
                     if not line.startswith("data:"):
