@@ -29,7 +29,7 @@ from pytest_gpuperf.inference.requests import Request
 from pytest_gpuperf.inference.servers import EngineChoice, EngineError, Server, attach, engine_stack, parse_engine
 
 # The first prompt token picks the stub's behaviour.
-FAIL_5XX, STOP_EARLY, MALFORMED, ERROR_EVENT, FINISH_EARLY, BAD_USAGE, NOT_A_DICT, NOT_STREAMED = range(8)
+FAIL_5XX, STOP_EARLY, MALFORMED, ERROR_EVENT, FINISH_EARLY, BAD_USAGE, NOT_A_DICT, NOT_STREAMED, STALLS = range(9)
 NORMAL = 100
 
 
@@ -78,6 +78,9 @@ class _Stub(http.server.BaseHTTPRequestHandler):
                 return
             if mode == NOT_A_DICT and i == 1:
                 self._event("[1, 2]")
+                return
+            if mode == STALLS and i == 3:
+                time.sleep(3.0)  # the client's read timeout (1 s in the test) ends the request first
                 return
             self._event(json.dumps({"choices": [{"text": f"t{i}", "logprobs": {"tokens": [f"t{i}"]}}]}))
         if mode == STOP_EARLY:
@@ -145,12 +148,14 @@ def requests(first: int, count: int = 1, tokens: int = 6) -> list[Request]:
         (FINISH_EARLY, "the server finished (stop) after 5 of 6 tokens*ignore_eos/min_tokens*"),
         (BAD_USAGE, "the server reports 9 completion tokens but streamed 6"),
         (NOT_STREAMED, "the server answered application/json, not an event stream*stream=true*"),
+        (STALLS, "no data from http://127.0.0.1:* for 1 s after 3 of 6 tokens (read timeout)"),
     ],
 )
 def test_every_bad_answer_is_a_completion_with_its_reason(stub: str, mode: int, says: str) -> None:
     import fnmatch
 
-    [done] = OpenAIEngine(stub, model="stub-model", timeout=10.0).generate(requests(mode), concurrency=1)
+    timeout = 1.0 if mode == STALLS else 10.0  # a stall ends at the read timeout; nothing else may meet it
+    [done] = OpenAIEngine(stub, model="stub-model", timeout=timeout).generate(requests(mode), concurrency=1)
     assert done.error is not None and fnmatch.fnmatch(done.error, says), done.error
     with pytest.raises(RunFailed, match=r"1 of 1 request\(s\) wrong: request 0 failed: "):
         run_metrics([done])
