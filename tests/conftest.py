@@ -19,6 +19,7 @@ TORCH_FREE = frozenset(
         "test_convergence.py",
         "test_distributed_env.py",
         "test_distributed_mesh.py",
+        "test_engine_faults.py",
         "test_fingerprint.py",
         "test_gpu_check.py",
         "test_inference_sizing.py",

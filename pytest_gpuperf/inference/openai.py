@@ -1,39 +1,100 @@
-"""An external server with an OpenAI-compatible completions API (vLLM, SGLang) as an inference engine.
+"""An external server with an OpenAI-compatible completions API (vLLM, SGLang, transformers serve) as an engine.
 
-Selected with ``--gpuperf-inference-endpoint URL``; only the in-process engine runs in the CPU tier. No torch here.
+Selected with ``--gpuperf-engine openai:URL`` (a server the user runs) or launched by ``servers.py``
+(``--gpuperf-engine transformers|vllm|sglang``); only the in-process engine runs in the CPU tier's baselines.
+No torch here.
+
+Every way a request can fail ends in a ``Completion`` whose ``error`` says why, with the tokens that arrived
+before it: an HTTP error status (its body's first line), an unreachable server, a read timeout, a connection
+that broke, a stream that closed without ``finish_reason`` or ``[DONE]``, an event that is not JSON, an error
+event inside the stream, a server that finished early (it did not ignore EOS) or whose usage disagrees with
+the tokens it streamed. Once the server refused a connection, the requests not yet sent fail at once with that
+reason instead of each waiting for its own refusal or timeout.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import queue
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pytest_gpuperf.inference.requests import Completion, Request, check_schedule
 
+DIALECTS = ("openai", "transformers")
+"""How a server takes its requests: ``openai`` (vLLM, SGLang: token-id prompts, ``ignore_eos``,
+``min_tokens``) or ``transformers`` (``transformers serve``: text prompts, the token count through a
+``generation_config``; it answers 422 to ``ignore_eos``/``min_tokens`` and 400 to a list prompt)."""
+
+
+class TextCodec(Protocol):
+    """Token ids <-> text with the served model's tokenizer (``model_folder.TokenCodec``)."""
+
+    def decode(self, ids: list[int] | tuple[int, ...]) -> str: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+@dataclass(slots=True)
+class _Stream:
+    """What one response stream said about its own end."""
+
+    finish_reason: str | None = None
+    done: bool = False
+    """``data: [DONE]`` arrived (vLLM, SGLang; ``transformers serve`` ends with a finish_reason instead)."""
+    usage: dict[str, Any] | None = None
+
 
 class OpenAIEngine:
-    """An OpenAI-compatible ``/v1/completions`` server (vLLM, SGLang) measured over HTTP with streaming.
+    """An OpenAI-compatible ``/v1/completions`` server measured over HTTP with streaming.
 
-    Prompts are sent as token ids (both servers accept a list of ints as ``prompt``); ``ignore_eos`` and
-    ``min_tokens`` ask for exactly ``max_new_tokens`` tokens, and ``temperature=0`` for greedy decoding. Each
-    streamed chunk's arrival time is a token time; a chunk carrying several tokens (server-side batching of the
-    stream) is counted as that many tokens arriving together, so ITL shows it as zero gaps, as clients see it.
+    ``openai`` dialect: prompts are sent as token ids (vLLM and SGLang accept a list of ints as ``prompt``);
+    ``ignore_eos`` and ``min_tokens`` ask for exactly ``max_new_tokens`` tokens, and ``temperature=0`` for
+    greedy decoding. ``transformers`` dialect: the prompt is the codec's text of its ids and
+    ``generation_config`` fixes ``min_new_tokens = max_new_tokens`` without sampling.
+
+    Each streamed chunk's arrival time is a token time. A chunk's tokens are counted from its logprobs
+    (``logprobs.tokens``), its token ids, the codec's reading of its text, or else one per non-empty text; a
+    chunk carrying several tokens (server-side batching of the stream) counts as that many tokens arriving
+    together, so ITL shows zero gaps, as clients see it. A final ``usage`` is checked against that count.
     """
 
-    def __init__(self, url: str, *, model: str, devices: int = 1, timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str,
+        devices: int = 1,
+        timeout: float = 600.0,
+        dialect: str = "openai",
+        codec: TextCodec | None = None,
+        name: str | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"inference endpoint {url!r} must be an http:// or https:// URL")
+        if dialect not in DIALECTS:
+            raise ValueError(f"dialect {dialect!r} is not one of {', '.join(DIALECTS)}")
+        if dialect == "transformers" and codec is None:
+            raise ValueError("the transformers dialect sends text prompts: it needs the model's codec")
         self.url = url.rstrip("/")
         self.model = model
         self.devices = devices
         self.timeout = timeout
-        self.name = f"openai:{self.url}"
+        self.dialect = dialect
+        self.codec = codec
+        self.name = name or f"openai:{self.url}"
+        self.info: dict[str, Any] = dict(info or {})
+        """What the engine is (name, version, launch command, URL), for each metric's context."""
+        self._refused: str | None = None
+        self._refused_lock = threading.Lock()
 
     def generate(
         self, requests: Sequence[Request], *, concurrency: int, schedule: Sequence[float] | None = None
@@ -113,51 +174,151 @@ class OpenAIEngine:
             thread.join()
         return [results[request.id] for request in requests]
 
-    def _one(self, request: Request) -> Completion:
-        body = {
+    def _body(self, request: Request) -> dict[str, Any]:
+        n = request.max_new_tokens
+        if self.dialect == "transformers":
+            assert self.codec is not None
+            return {
+                "model": self.model,
+                "prompt": self.codec.decode(request.prompt),
+                "max_tokens": n,
+                "stream": True,
+                "generation_config": json.dumps({"max_new_tokens": n, "min_new_tokens": n, "do_sample": False}),
+            }
+        return {
             "model": self.model,
             "prompt": list(request.prompt),
-            "max_tokens": request.max_new_tokens,
-            "min_tokens": request.max_new_tokens,
+            "max_tokens": n,
+            "min_tokens": n,
             "ignore_eos": True,
             "temperature": 0.0,
             "stream": True,
             "stream_options": {"include_usage": True},
             "logprobs": 1,
         }
-        http_request = urllib.request.Request(
-            f"{self.url}/v1/completions",
-            data=json.dumps(body).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-        )
+
+    def _one(self, request: Request) -> Completion:
         done = Completion(
             id=request.id,
             prompt_tokens=len(request.prompt),
             requested_tokens=request.max_new_tokens,
             sent=time.perf_counter(),
         )
+        if self._refused is not None:
+            done.error = f"not sent: {self._refused}"
+            return done
+        http_request = urllib.request.Request(
+            f"{self.url}/v1/completions",
+            data=json.dumps(self._body(request)).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        )
+        stream = _Stream()
         try:
             with urllib.request.urlopen(http_request, timeout=self.timeout) as response:
+                kind = response.headers.get_content_type()
+                if kind != "text/event-stream":
+                    done.error = (
+                        f"the server answered {kind}, not an event stream: it did not stream the completion "
+                        "(token times need stream=true)"
+                    )
+                    return done
                 for raw in response:
                     line = raw.decode("utf-8", errors="replace").strip()
                     if not line.startswith("data:"):
-                        continue
+                        continue  # blank separators, ": keep-alive" comments, event:/id: fields
                     payload = line[len("data:") :].strip()
                     if payload == "[DONE]":
+                        stream.done = True
                         break
                     now = time.perf_counter()
-                    self._absorb(done, json.loads(payload), now)
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            done.error = f"{type(error).__name__}: {error}"
+                    try:
+                        chunk = json.loads(payload)
+                    except ValueError:
+                        chunk = None
+                    if not isinstance(chunk, dict):
+                        done.error = f"malformed stream event after {self._so_far(done)}: {payload[:120]!r}"
+                        return done
+                    problem = self._absorb(done, chunk, now, stream)
+                    if problem is not None:
+                        done.error = problem
+                        return done
+        except urllib.error.HTTPError as error:
+            done.error = f"HTTP {error.code} {error.reason} from {self.url}/v1/completions: {_detail(error)}"
+        except urllib.error.URLError as error:
+            done.error = f"cannot reach {self.url}: {error.reason}"
+            if isinstance(error.reason, (ConnectionRefusedError, socket.gaierror)):
+                with self._refused_lock:
+                    self._refused = self._refused or f"the server at {self.url} refused a connection ({error.reason})"
+        except TimeoutError:
+            done.error = f"no data from {self.url} for {self.timeout:g} s after {self._so_far(done)} (read timeout)"
+        except (OSError, http.client.HTTPException) as error:
+            done.error = f"connection to {self.url} broke after {self._so_far(done)}: {type(error).__name__}: {error}"
+        else:
+            done.error = self._end_problem(done, stream)
         return done
 
     @staticmethod
-    def _absorb(done: Completion, chunk: dict[str, Any], now: float) -> None:
+    def _so_far(done: Completion) -> str:
+        return f"{done.output_tokens} of {done.requested_tokens} tokens"
+
+    def _absorb(self, done: Completion, chunk: dict[str, Any], now: float, stream: _Stream) -> str | None:
+        """Add one event's tokens to ``done``; returns why the request failed if the event says so."""
+        if "error" in chunk or chunk.get("object") == "error":
+            error = chunk.get("error", chunk)
+            message = error.get("message", error) if isinstance(error, dict) else error
+            return f"the server reported an error mid-stream after {self._so_far(done)}: {message}"
+        if isinstance(chunk.get("usage"), dict):
+            stream.usage = chunk["usage"]
         for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict):
+                return f"malformed stream event after {self._so_far(done)}: a choice is {choice!r}"
+            if choice.get("finish_reason"):
+                stream.finish_reason = str(choice["finish_reason"])
             logprobs = choice.get("logprobs") or {}
-            count = len(logprobs.get("tokens") or []) or (1 if choice.get("text") else 0)
+            ids = choice.get("token_ids") or logprobs.get("token_ids")
+            text = choice.get("text") or ""
+            if not ids and text and self.codec is not None:
+                ids = self.codec.encode(text)
+            count = len(logprobs.get("tokens") or []) or len(ids or []) or (1 if text else 0)
             done.token_times.extend([now] * count)
-            ids = logprobs.get("token_ids")
             if ids:
                 done.tokens.extend(int(token) for token in ids)
+        return None
+
+    def _end_problem(self, done: Completion, stream: _Stream) -> str | None:
+        """Why a stream that closed normally is still a failed request, or None."""
+        if not stream.done and stream.finish_reason is None:
+            return (
+                f"the stream ended after {self._so_far(done)} without a finish_reason or [DONE]: "
+                "the server closed it early"
+            )
+        usage = stream.usage or {}
+        reported = usage.get("completion_tokens")
+        if isinstance(reported, int) and reported != done.output_tokens:
+            return f"the server reports {reported} completion tokens but streamed {done.output_tokens}"
+        prompt = usage.get("prompt_tokens")
+        if isinstance(prompt, int) and prompt != done.prompt_tokens:
+            return f"the server read {prompt} prompt tokens, {done.prompt_tokens} were sent"
+        if done.output_tokens < done.requested_tokens:
+            reason = stream.finish_reason or "[DONE]"
+            return (
+                f"the server finished ({reason}) after {self._so_far(done)}: it did not generate the tokens "
+                "asked for (does it honour ignore_eos/min_tokens?)"
+            )
+        return None
+
+
+def _detail(error: urllib.error.HTTPError) -> str:
+    """The first line of an error response's body (FastAPI's ``{"detail": ...}``), for the message."""
+    try:
+        text = error.read(400).decode("utf-8", errors="replace")
+    except (OSError, http.client.HTTPException):
+        return "(no body)"
+    try:
+        payload = json.loads(text)
+        if isinstance(payload, dict):
+            text = str(payload.get("detail") or payload.get("error") or payload.get("message") or payload)
+    except ValueError:
+        pass
+    return " ".join(text.split())[:200] or "(empty body)"

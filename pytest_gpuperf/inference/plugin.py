@@ -1,7 +1,10 @@
-"""pytest plugin of the inference area: its options and settings fixture. No torch at import."""
+"""pytest plugin of the inference area: its options, settings fixture and engine servers. No torch at import."""
 
 from __future__ import annotations
 
+import shlex
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +19,16 @@ from pytest_gpuperf.core.settings import (
     parse_seconds,
     resolve,
 )
+from pytest_gpuperf.core.state import reporting
 from pytest_gpuperf.inference.metrics import SLO
+from pytest_gpuperf.inference.servers import (
+    PACKAGES,
+    EngineChoice,
+    ServerPool,
+    engine_stack,
+    package_version,
+    parse_engine,
+)
 
 
 def _parse_url(text: str) -> str:
@@ -24,6 +36,30 @@ def _parse_url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise SettingError("expected an http:// or https:// URL of an OpenAI-compatible server")
     return text.rstrip("/")
+
+
+def _parse_engine(text: str) -> EngineChoice:
+    try:
+        return parse_engine(text)
+    except ValueError as error:
+        raise SettingError(str(error)) from None
+
+
+def _parse_args(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as error:
+        raise SettingError(f"not a shell-quoted argument list ({error})") from None
+
+
+def _parse_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingError("expected seconds, a positive number") from None
+    if not value > 0:
+        raise SettingError("expected seconds, a positive number")
+    return value
 
 
 def _parse_name(text: str) -> str:
@@ -171,8 +207,31 @@ LOAD_OPTIONS: tuple[OptionSpec[Any], ...] = (
 
 OPTIONS: tuple[OptionSpec[Any], ...] = (
     OptionSpec(
+        name="engine",
+        help="inference engine: builtin (in process, the default), transformers, vllm or sglang (their server "
+        "launched on the suite's model with random weights) or openai:URL (a server you run)",
+        parse=_parse_engine,
+        default=EngineChoice("builtin"),
+        metavar="ENGINE",
+    ),
+    OptionSpec(
+        name="engine-args",
+        help="extra arguments appended to a launched engine's server command, shell-quoted "
+        "(e.g. '--tensor-parallel-size 8')",
+        parse=_parse_args,
+        default=(),
+        metavar="ARGS",
+    ),
+    OptionSpec(
+        name="engine-start-timeout",
+        help="seconds a launched engine may take until /health answers (default 180 transformers, 900 vllm/sglang)",
+        parse=_parse_seconds,
+        default=None,
+        metavar="S",
+    ),
+    OptionSpec(
         name="inference-endpoint",
-        help="measure an external OpenAI-compatible server (vLLM, SGLang) at this URL instead of the in-process engine",
+        help="the same as --gpuperf-engine openai:URL (kept for existing command lines)",
         parse=_parse_url,
         default=None,
         metavar="URL",
@@ -204,8 +263,12 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InferenceSettings:
+    engine: EngineChoice
+    """builtin, a launched engine, or openai:URL."""
+    engine_args: tuple[str, ...]
+    engine_start_timeout: float | None
     endpoint: str | None
-    """URL of an external server, or None for the in-process engine."""
+    """URL of an attached server (openai:URL), or None."""
     served_model: str | None
     devices: int
     runs: int
@@ -230,15 +293,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    inference_settings(config)  # a bad value stops the run at once
+    engine = inference_settings(config).engine  # a bad value stops the run at once
+    if engine.launched and package_version(engine.kind) is None:
+        raise pytest.UsageError(
+            f"--gpuperf-engine {engine.kind}: the {PACKAGES[engine.kind]} package is not installed in this Python "
+            f"({sys.executable}); install it or pick another engine"
+        )
 
 
 def inference_settings(config: pytest.Config) -> InferenceSettings:
     found = config.stash.get(_key, None)
     if found is None:
-        values: dict[str, Any] = {spec.name: resolve(config, spec)[0] for spec in OPTIONS}
+        resolved = {spec.name: resolve(config, spec) for spec in OPTIONS}
+        values: dict[str, Any] = {name: value for name, (value, _) in resolved.items()}
+        engine: EngineChoice = values["engine"]
+        if values["inference-endpoint"] is not None:
+            synonym = EngineChoice("openai", values["inference-endpoint"])
+            if resolved["engine"][1] != "default" and engine != synonym:
+                raise pytest.UsageError(
+                    f"--gpuperf-engine {engine} and --gpuperf-inference-endpoint {synonym.url} name different "
+                    "engines: give one (--gpuperf-engine openai:URL is the same as --gpuperf-inference-endpoint URL)"
+                )
+            engine = synonym
         found = InferenceSettings(
-            endpoint=values["inference-endpoint"],
+            engine=engine,
+            engine_args=values["engine-args"],
+            engine_start_timeout=values["engine-start-timeout"],
+            endpoint=engine.url,
             served_model=values["inference-served-model"],
             devices=values["inference-devices"],
             runs=values["inference-runs"],
@@ -271,5 +352,71 @@ def load_settings(config: pytest.Config) -> dict[str, Any]:
 
 @pytest.fixture
 def gpuperf_inference(request: pytest.FixtureRequest) -> InferenceSettings:
-    """The inference options of this session (external endpoint, runs per sweep point)."""
+    """The inference options of this session (engine, runs per sweep point)."""
     return inference_settings(request.config)
+
+
+_pool_key = pytest.StashKey[ServerPool]()
+
+
+@pytest.fixture(scope="session")
+def gpuperf_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    """The session's served engines (--gpuperf-engine): launched on first use, stopped at the session's end."""
+    settings = inference_settings(request.config)
+    pool = ServerPool(
+        choice=settings.engine,
+        workdir=tmp_path_factory.mktemp("gpuperf-engines"),
+        served_model=settings.served_model,
+        devices=settings.devices,
+        extra_args=settings.engine_args,
+        start_timeout=settings.engine_start_timeout,
+    )
+    request.config.stash[_pool_key] = pool
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def gpuperf_engine(gpuperf_servers: ServerPool, gpuperf_engine_id: str) -> ServerPool:
+    """The served engines for this test. Under --gpuperf-engine other than builtin the test is parametrized by the
+    engine (``[...-engine-vllm]``), so its baselines are its own: a server's figures are never judged against
+    the in-process engine's (builtin test ids stay as they were)."""
+    return gpuperf_servers
+
+
+@pytest.fixture
+def gpuperf_engine_id(request: pytest.FixtureRequest) -> str:
+    """The engine part of a test's id (``builtin`` leaves the id alone)."""
+    return engine_label(inference_settings(request.config).engine)
+
+
+def engine_label(engine: EngineChoice) -> str:
+    """builtin, transformers, vllm, sglang, or openai for an attached URL (its port is not part of a test id)."""
+    return engine.kind
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "gpuperf_engine_id" not in metafunc.fixturenames:
+        return
+    engine = inference_settings(metafunc.config).engine
+    if engine.kind != "builtin":
+        label = engine_label(engine)
+        metafunc.parametrize("gpuperf_engine_id", [label], ids=[f"engine-{label}"])
+
+
+def pytest_gpuperf_stack(config: pytest.Config) -> dict[str, str] | None:
+    """The inference engine's name and version, so a vLLM upgrade reads as a stack change (servers.py)."""
+    return engine_stack(inference_settings(config).engine) or None
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    pool = config.stash.get(_pool_key, None)
+    if pool is None or not pool.launches or not reporting(config):
+        return
+    for launch in pool.launches:
+        terminalreporter.write_line(
+            f"gpuperf engine: {launch.engine} {launch.version} serving {launch.model}, ready in "
+            f"{launch.startup_s:.1f} s: {launch.command}"
+        )

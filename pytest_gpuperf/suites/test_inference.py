@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 
 from pytest_gpuperf.inference.metrics import SLO
-from pytest_gpuperf.inference.openai import OpenAIEngine
 from pytest_gpuperf.inference.requests import InferenceEngine, Request
 from pytest_gpuperf.inference.sweep import record_sweep, run_rate_sweep, run_sweep
 
@@ -133,9 +132,16 @@ def build_model(tier: Tier, *, max_len: int, device: str) -> Any:
     return spec.build(seed=0, device=device, dtype=getattr(torch, DTYPES[tier.precision])).eval()
 
 
-def build_engine(tier: Tier, options: Any, *, max_len: int, device: str) -> InferenceEngine:
-    if options.endpoint:
-        return OpenAIEngine(options.endpoint, model=options.served_model or tier.model, devices=options.devices)
+def build_engine(tier: Tier, options: Any, servers: Any, *, max_len: int, device: str) -> InferenceEngine:
+    """The in-process engine, or the --gpuperf-engine server (launched on the tier's model, or attached)."""
+    if options.engine.kind != "builtin":
+        from pytest_gpuperf.inference.servers import EngineError
+
+        try:
+            return servers.engine(model=tier.model, max_len=max_len, device=device, dtype=DTYPES[tier.precision])
+        except EngineError as error:
+            problem = str(error)
+        pytest.fail(problem, pytrace=False)
     from pytest_gpuperf.inference.engine import LocalEngine
 
     return LocalEngine(build_model(tier, max_len=max_len, device=device), max_len=max_len)
@@ -155,10 +161,10 @@ def peak_memory_window(device: str) -> Callable[[], Callable[[], float] | None] 
 
 @pytest.mark.parametrize(("tier_name", "isl", "osl"), SWEEPS)
 def test_serving_sweep(
-    perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str, isl: int, osl: int
+    perf: Any, gpuperf_inference: Any, gpuperf_engine: Any, cpu_threads: None, tier_name: str, isl: int, osl: int
 ) -> None:
     tier = tier_for(perf, tier_name)
-    engine = build_engine(tier, gpuperf_inference, max_len=isl + osl, device=perf.device)
+    engine = build_engine(tier, gpuperf_inference, gpuperf_engine, max_len=isl + osl, device=perf.device)
     from pytest_gpuperf.models.registry import get_spec
 
     concurrencies = sweep_concurrencies(tier, isl, osl)
@@ -175,6 +181,9 @@ def test_serving_sweep(
         per_client=tier.per_client,
         minimum=tier.minimum,
     )
+    served = getattr(engine, "info", None)  # a server's name, version and launch command, in every metric
+    if served:
+        sweep.contexts = {c: {**context, "engine": served} for c, context in sweep.contexts.items()}
     slo = gpuperf_inference.slo or tier.slo
     record_sweep(perf, sweep, slo=slo, targets=gpuperf_inference.interactivity)  # warns about what it left out
 
@@ -206,7 +215,9 @@ OPEN_LOOPS = {
 
 
 @pytest.mark.parametrize("tier_name", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="gpu")])
-def test_open_loop_sweep(perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str) -> None:
+def test_open_loop_sweep(
+    perf: Any, gpuperf_inference: Any, gpuperf_engine: Any, cpu_threads: None, tier_name: str
+) -> None:
     from pytest_gpuperf.inference.lengths import Lengths
     from pytest_gpuperf.models.registry import get_spec
 
@@ -217,7 +228,7 @@ def test_open_loop_sweep(perf: Any, gpuperf_inference: Any, cpu_threads: None, t
     max_len = load.isl + load.osl
     if options.lengths != "fixed":
         max_len = max(max_len, 2048)  # the shipped distributions' own cap (prompt + output)
-    engine = build_engine(tier, options, max_len=max_len, device=perf.device)
+    engine = build_engine(tier, options, gpuperf_engine, max_len=max_len, device=perf.device)
     bound: dict[str, Any] = (
         {"duration_s": options.load_duration_s}
         if options.load_duration_s
@@ -241,6 +252,9 @@ def test_open_loop_sweep(perf: Any, gpuperf_inference: Any, cpu_threads: None, t
         peak_memory=peak_memory_window(perf.device),
         **bound,
     )
+    served = getattr(engine, "info", None)
+    if served:
+        sweep.contexts = {point: {**context, "engine": served} for point, context in sweep.contexts.items()}
     record_sweep(perf, sweep, slo=options.slo or tier.slo, targets=options.interactivity)
 
 
@@ -253,7 +267,7 @@ def test_output_parity(perf: Any, gpuperf_inference: Any, cpu_threads: None, tie
     from pytest_gpuperf.models.registry import get_spec
 
     tier = tier_for(perf, tier_name)
-    if gpuperf_inference.endpoint:
+    if gpuperf_inference.engine.kind != "builtin":
         pytest.skip(
             "parity needs the model's logits: the in-process engine only (an external server's goldens "
             "would be keyed by its own weights)"

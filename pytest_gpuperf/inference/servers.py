@@ -1,0 +1,461 @@
+"""Serving engines behind an OpenAI-compatible server, launched here or attached to, for ``--gpuperf-engine``.
+
+- ``transformers``, ``vllm``, ``sglang``: the suite's model is written as a model folder (model_folder.py),
+  the engine's own server starts as a subprocess of this Python on a free local port, and the session waits
+  for ``/health`` (bounded; a server that exits or does not answer in time is one error that quotes the last
+  lines of its log). It is stopped at the end of the session: SIGTERM to its process group (vLLM and SGLang
+  fork workers), SIGKILL after a grace period, so no process outlives the run. The command is recorded.
+- ``openai:URL``: a server the user runs. ``/v1/models`` names the served model; an unreachable URL is one
+  error for the test before any request is sent.
+
+The engine's name and version go into the stack fingerprint (``engine_stack``): a launched engine's from its
+installed package, an attached one's from what the server says about itself (vLLM ``/version``, SGLang
+``/get_server_info``, the ``owned_by`` of ``/v1/models``), else "unknown". No torch here: the model folder's
+writer imports transformers only when a launched engine needs a folder.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf.inference.openai import OpenAIEngine
+
+LAUNCHED = ("transformers", "vllm", "sglang")
+ENGINES = ("builtin", *LAUNCHED)
+"""The spellings of --gpuperf-engine besides openai:URL."""
+PACKAGES = {"transformers": "transformers", "vllm": "vllm", "sglang": "sglang"}
+"""The Python package whose version is a launched engine's version."""
+START_TIMEOUT_S = {"transformers": 180.0, "vllm": 900.0, "sglang": 900.0}
+"""Default bound on a launch until /health answers: vLLM and SGLang load, profile and capture CUDA graphs."""
+PROBE_TIMEOUT_S = 10.0
+STOP_GRACE_S = 15.0
+LOG_LINES = 25
+UNKNOWN = "unknown"
+
+
+class EngineError(Exception):
+    """A server that cannot be launched, reached or identified: its message is one line (plus a log tail)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    """The value of --gpuperf-engine."""
+
+    kind: str
+    """builtin, transformers, vllm, sglang or openai."""
+    url: str | None = None
+    """The server of ``openai:URL``."""
+
+    @property
+    def launched(self) -> bool:
+        return self.kind in LAUNCHED
+
+    def __str__(self) -> str:
+        return f"openai:{self.url}" if self.kind == "openai" else self.kind
+
+
+def parse_engine(text: str) -> EngineChoice:
+    """``builtin|transformers|vllm|sglang|openai:URL``; raises ValueError saying what is accepted."""
+    value = text.strip()
+    if value.lower() in ENGINES:
+        return EngineChoice(value.lower())
+    if value.lower().startswith("openai:"):
+        url = value[len("openai:") :].strip()
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"openai:URL needs an http:// or https:// URL, got {url!r}")
+        return EngineChoice("openai", url.rstrip("/"))
+    raise ValueError(f"expected one of {', '.join(ENGINES)} or openai:URL (an OpenAI-compatible server)")
+
+
+def package_version(kind: str) -> str | None:
+    """The installed version of a launched engine's package, or None where it is not installed."""
+    try:
+        return importlib.metadata.version(PACKAGES[kind])
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# -- attaching ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerInfo:
+    """What an OpenAI-compatible server says about itself."""
+
+    url: str
+    engine: str
+    """vllm, sglang, ... or "unknown"."""
+    version: str
+    models: tuple[str, ...]
+    """Ids listed by /v1/models (empty where it lists none or fails, as transformers serve does offline)."""
+
+
+def _get_json(url: str, timeout: float) -> tuple[Any, dict[str, str]]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        return json.loads(response.read().decode("utf-8", errors="replace") or "null"), headers
+
+
+def probe(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
+    """Ask the server at ``url`` what it serves and what it is; raises EngineError where nothing answers."""
+    models: tuple[str, ...] = ()
+    owners: set[str] = set()
+    headers: dict[str, str] = {}
+    try:
+        payload, headers = _get_json(f"{url}/v1/models", timeout)
+        entries = payload.get("data") if isinstance(payload, dict) else None
+        for entry in entries or []:
+            if isinstance(entry, dict) and entry.get("id"):
+                models += (str(entry["id"]),)
+                owners.add(str(entry.get("owned_by") or "").lower())
+    except urllib.error.HTTPError:
+        pass  # it answers, but lists nothing (transformers serve scans the hub cache and fails without one)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        reason = getattr(error, "reason", error)
+        raise EngineError(f"cannot reach the OpenAI-compatible server at {url}: {reason}") from None
+    engine, version = UNKNOWN, UNKNOWN
+    for path, name in (("/get_server_info", "sglang"), ("/version", "vllm")):
+        try:
+            payload, _ = _get_json(f"{url}{path}", timeout)
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+        if isinstance(payload, dict) and isinstance(payload.get("version"), str):
+            engine, version = name, payload["version"]
+            break
+    known = owners & {"vllm", "sglang"}
+    if len(known) == 1:
+        engine = known.pop()
+    elif engine == UNKNOWN and headers.get("server", "").lower().startswith(("vllm", "sglang")):
+        engine = headers["server"].split("/")[0].lower()
+    return ServerInfo(url=url, engine=engine, version=version, models=models)
+
+
+def attach(url: str, *, served_model: str | None, devices: int, timeout: float = PROBE_TIMEOUT_S) -> OpenAIEngine:
+    """An engine for the user's server at ``url``, measured with token-id prompts (vLLM, SGLang)."""
+    info = probe(url, timeout=timeout)
+    model = served_model or (info.models[0] if info.models else None)
+    if model is None:
+        raise EngineError(
+            f"the server at {url} lists no model on /v1/models: name the one it serves with "
+            "--gpuperf-inference-served-model NAME"
+        )
+    if served_model is None and len(info.models) > 1:
+        raise EngineError(
+            f"the server at {url} serves {len(info.models)} models ({', '.join(info.models[:5])}): pick one with "
+            "--gpuperf-inference-served-model NAME"
+        )
+    return OpenAIEngine(
+        url,
+        model=model,
+        devices=devices,
+        info={"engine": info.engine, "version": info.version, "url": url, "served_model": model},
+    )
+
+
+# -- launching ------------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (the server binds it a moment later; a lost race is retried)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        return int(probe_socket.getsockname()[1])
+
+
+def launch_command(
+    kind: str,
+    *,
+    model_dir: Path,
+    served_name: str,
+    port: int,
+    device: str,
+    dtype: str,
+    max_len: int,
+    extra_args: tuple[str, ...] = (),
+) -> list[str]:
+    """The command that starts ``kind``'s OpenAI-compatible server on ``127.0.0.1:port`` with this Python.
+
+    vLLM and SGLang build random weights themselves (``--load-format dummy``); ``transformers serve`` loads the
+    folder's saved random weights and preloads them (``force_model``) before it answers /health."""
+    python = sys.executable
+    if kind == "transformers":
+        command = [python, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
+        command += ["--host", "127.0.0.1", "--port", str(port), "--device", device, "--dtype", dtype]
+    elif kind == "vllm":
+        command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+        command += ["--served-model-name", served_name, "--load-format", "dummy", "--dtype", dtype]
+        command += ["--max-model-len", str(max_len), "--host", "127.0.0.1", "--port", str(port)]
+    elif kind == "sglang":
+        command = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir)]
+        command += ["--served-model-name", served_name, "--load-format", "dummy", "--dtype", dtype]
+        command += ["--context-length", str(max_len), "--host", "127.0.0.1", "--port", str(port)]
+    else:
+        raise ValueError(f"engine {kind!r} is not launched here (one of {', '.join(LAUNCHED)})")
+    return command + list(extra_args)
+
+
+class Server:
+    """One launched server process: started in its own process group, waited for, stopped for certain."""
+
+    def __init__(self, command: list[str], *, url: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.command = command
+        self.url = url
+        self.log_path = log_path
+        self._env = env
+        self._process: subprocess.Popen[bytes] | None = None
+        self.startup_s: float | None = None
+        """Seconds from the launch to the first healthy answer."""
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self, *, timeout: float) -> None:
+        """Launch and wait until ``/health`` answers 200; raises EngineError with the log's tail otherwise."""
+        started = time.perf_counter()
+        with open(self.log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                start_new_session=True,  # its own process group: stop() reaches the workers it forks
+                preexec_fn=_die_with_parent(),
+            )
+        deadline = started + timeout
+        while True:
+            code = self._process.poll()
+            if code is not None:
+                raise EngineError(f"the server exited with status {code} before it was ready\n{self.tail()}")
+            if self._healthy():
+                self.startup_s = time.perf_counter() - started
+                return
+            if time.perf_counter() > deadline:
+                self.stop()
+                raise EngineError(f"the server did not answer {self.url}/health within {timeout:g} s\n{self.tail()}")
+            time.sleep(0.2)
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2.0) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_S; returns once the group is gone."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        group = process.pid  # start_new_session: the server leads its own group
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                process.poll()  # reap the leader, so an exited group reads as gone
+                if process.returncode is not None and not _group_alive(group):
+                    break
+                time.sleep(0.1)
+            else:
+                continue
+            break
+        if process.returncode is None:
+            process.wait(timeout=10.0)
+
+    def tail(self, lines: int = LOG_LINES) -> str:
+        """The last lines of the server's log, indented, for an error message."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+                last = deque(handle, maxlen=lines)
+        except OSError:
+            return f"  (no log at {self.log_path})"
+        shown = "".join(f"  | {line.rstrip()}\n" for line in last).rstrip("\n")
+        return f"  last lines of {self.log_path}:\n{shown}" if shown else f"  (empty log at {self.log_path})"
+
+
+def _die_with_parent() -> Any:
+    """On Linux, a pre-exec step asking the kernel to SIGTERM the server when this process dies without
+    stopping it (a test stuck in C is ended by faulthandler's ``_exit``, which runs no teardown). The libc
+    function is looked up here, before the fork, so the child only makes the one system call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_death_signal() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return set_death_signal
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(slots=True, kw_only=True)
+class Launch:
+    """One server this session launched, as the report and each metric's context show it."""
+
+    engine: str
+    version: str
+    model: str
+    command: str
+    startup_s: float
+
+
+@dataclass(slots=True, kw_only=True)
+class ServerPool:
+    """The session's engines: one launched server per (model, dtype, device), reused by every test that asks for
+    it and stopped at the end of the session; or the one attached URL."""
+
+    choice: EngineChoice
+    workdir: Path
+    served_model: str | None = None
+    devices: int = 1
+    extra_args: tuple[str, ...] = ()
+    start_timeout: float | None = None
+    launches: list[Launch] = field(default_factory=list)
+    _running: dict[tuple[str, str, str], tuple[Server, OpenAIEngine, int]] = field(default_factory=dict)
+    _attached: OpenAIEngine | None = None
+
+    def engine(self, *, model: str, max_len: int, device: str, dtype: str) -> OpenAIEngine:
+        """The engine serving the registry model ``model`` with room for ``max_len`` tokens per sequence."""
+        if self.choice.kind == "openai":
+            if self._attached is None:
+                assert self.choice.url is not None
+                self._attached = attach(self.choice.url, served_model=self.served_model, devices=self.devices)
+            return self._attached
+        if not self.choice.launched:
+            raise ValueError(f"engine {self.choice} runs in process: nothing to launch")
+        # One context length for all of a session's sweeps (a power of two, at least 4096), so a longer pair
+        # does not restart the server; it only bounds the longest sequence.
+        max_len = max(4096, 1 << (max_len - 1).bit_length())
+        key = (model, dtype, device)
+        running = self._running.get(key)
+        if running is not None and running[0].alive() and running[2] >= max_len:
+            return running[1]
+        if running is not None:
+            running[0].stop()  # a longer context is needed (or it died): start it again
+        server, engine = self._launch(model, max_len=max_len, device=device, dtype=dtype)
+        self._running[key] = (server, engine, max_len)
+        return engine
+
+    def _launch(self, model: str, *, max_len: int, device: str, dtype: str) -> tuple[Server, OpenAIEngine]:
+        from pytest_gpuperf.inference.model_folder import TOKENIZER_FILE, TokenCodec, write_model_folder
+        from pytest_gpuperf.models.registry import get_spec
+
+        kind = self.choice.kind
+        version = package_version(kind)
+        if version is None:
+            raise EngineError(
+                f"--gpuperf-engine {kind}: the {PACKAGES[kind]} package is not installed in {sys.executable}"
+            )
+        folder = self.workdir / f"{kind}-{model.replace('@', '-at-')}-{dtype}-{max_len}"
+        if not (folder / "config.json").exists():
+            try:
+                spec = get_spec(model)
+                write_model_folder(folder, spec, max_len=max_len, dtype=dtype, weights=kind == "transformers")
+            except (KeyError, ValueError) as error:
+                reason = error.args[0] if error.args else error  # a KeyError's str() is its repr
+                raise EngineError(f"--gpuperf-engine {kind}: cannot serve model {model!r}: {reason}") from None
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        if device == "cpu":  # one thread, as the in-process engine runs on CPU (suites/conftest.py cpu_threads)
+            env.setdefault("OMP_NUM_THREADS", "1")
+        timeout = self.start_timeout or START_TIMEOUT_S[kind]
+        last_error: EngineError | None = None
+        for attempt in range(3):  # a port taken between free_port() and the server's bind is retried
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            command = launch_command(
+                kind,
+                model_dir=folder,
+                served_name=model,
+                port=port,
+                device=device,
+                dtype=dtype,
+                max_len=max_len,
+                extra_args=self.extra_args,
+            )
+            server = Server(command, url=url, log_path=self.workdir / f"{folder.name}-{port}.log", env=env)
+            try:
+                server.start(timeout=timeout)
+            except EngineError as error:
+                server.stop()
+                last_error = error
+                if "address already in use" in str(error).lower() and attempt < 2:
+                    continue
+                raise EngineError(f"--gpuperf-engine {kind}: {shlex.join(command)}: {error}") from None
+            break
+        else:  # pragma: no cover - the loop raises or breaks
+            raise last_error or EngineError(f"--gpuperf-engine {kind}: no port")
+        assert server.startup_s is not None
+        launch = Launch(
+            engine=kind, version=version, model=model, command=shlex.join(command), startup_s=server.startup_s
+        )
+        self.launches.append(launch)
+        engine = OpenAIEngine(
+            url,
+            # transformers serve names a preloaded folder by its path; vLLM and SGLang by --served-model-name
+            model=str(folder) if kind == "transformers" else model,
+            devices=self.devices,
+            dialect="transformers" if kind == "transformers" else "openai",
+            codec=TokenCodec(folder / TOKENIZER_FILE),
+            name=kind,
+            info={"engine": kind, "version": version, "url": url, "launch": launch.command},
+        )
+        return server, engine
+
+    def close(self) -> None:
+        """Stop every launched server (each waits for its process group to end)."""
+        for server, _, _ in self._running.values():
+            server.stop()
+        self._running.clear()
+
+
+def engine_stack(choice: EngineChoice, *, probe_timeout: float = PROBE_TIMEOUT_S) -> dict[str, str]:
+    """The stack components of ``choice``: ``inference_engine`` (its name) and ``inference_engine_version``.
+
+    Launched engines: their installed package's version. An attached server: what it says about itself, or
+    "unknown" (also where it cannot be reached: the test that needs it then fails saying so)."""
+    if choice.kind == "builtin":
+        return {}
+    if choice.launched:
+        return {"inference_engine": choice.kind, "inference_engine_version": package_version(choice.kind) or UNKNOWN}
+    assert choice.url is not None
+    try:
+        info = probe(choice.url, timeout=probe_timeout)
+    except EngineError:
+        return {"inference_engine": UNKNOWN, "inference_engine_version": UNKNOWN}
+    return {"inference_engine": info.engine, "inference_engine_version": info.version}
