@@ -64,6 +64,7 @@ __all__ = [
     "init_weights",
     "is_hf_name",
     "load_config",
+    "read_config",
     "shipped_names",
 ]
 
@@ -121,8 +122,8 @@ def _config_path(ref: str) -> Path:
 
 
 @lru_cache(maxsize=64)
-def load_config(ref: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(config.json fields, the ``_gpuperf`` block or {}) of a shipped name or a path; checks the model type."""
+def read_config(ref: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(config.json fields, the ``_gpuperf`` block or {}) of a shipped name or a path; JSON only, no transformers."""
     path = _config_path(ref)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -136,16 +137,22 @@ def load_config(ref: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raise HFModelError(f"{path}: a config.json object with a 'model_type' string is expected")
     if isinstance(data.get("text_config"), dict) and "num_hidden_layers" not in data:
         raise HFModelError(f"{path}: a multimodal config ({data['model_type']}); give its text_config as its own file")
+    meta = data.pop("_gpuperf", {})
+    return data, meta if isinstance(meta, dict) else {}
+
+
+def load_config(ref: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`read_config`, and the model type checked against the installed transformers."""
+    fields, meta = read_config(ref)
     _require_transformers()
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    if data["model_type"] not in CONFIG_MAPPING:
+    if fields["model_type"] not in CONFIG_MAPPING:
         raise HFModelError(
-            f"{path}: model_type {data['model_type']!r} is unknown to the installed transformers "
+            f"{_config_path(ref)}: model_type {fields['model_type']!r} is unknown to the installed transformers "
             "(a newer release, or trust_remote_code models, are not supported)"
         )
-    meta = data.pop("_gpuperf", {})
-    return data, meta if isinstance(meta, dict) else {}
+    return dict(fields), meta
 
 
 def _config(fields: dict[str, Any]) -> Any:
@@ -568,18 +575,22 @@ def init_weights(model: nn.Module, *, seed: int) -> None:
 # -- names -----------------------------------------------------------------------------------------------
 
 
+def split_name(name: str) -> tuple[str, bool, int | None]:
+    """``hf:REF[+lora][@N]`` -> (REF, LoRA or not, N or None)."""
+    found = _NAME.match(name[len(PREFIX) :]) if is_hf_name(name) else None
+    if found is None or not found.group("ref"):
+        raise HFModelError(f"{name!r}: expected hf:NAME or hf:PATH/config.json, then +lora and @N if wanted")
+    layers = found.group("layers")
+    return found.group("ref"), found.group("lora") is not None, None if layers is None else int(layers)
+
+
 def _make(name: str, *, layers: int | None, width: bool) -> HFSpec:
     """The spec of ``name`` (``hf:REF[+lora][@N]``, kept as its name: the test id) cut to ``layers`` (None: the
     name's ``@N``, else the CPU tiers' default or the full depth)."""
-    if not is_hf_name(name):
-        raise HFModelError(f"{name!r} is not an hf: model name")
-    found = _NAME.match(name[len(PREFIX) :])
-    if found is None or not found.group("ref"):
-        raise HFModelError(f"{name!r}: expected hf:NAME or hf:PATH/config.json, then +lora and @N if wanted")
-    ref = found.group("ref")
+    ref, lora, named_layers = split_name(name)
     fields, meta = load_config(ref)
-    if found.group("layers") is not None and layers is None:
-        layers = int(found.group("layers"))
+    if named_layers is not None and layers is None:
+        layers = named_layers
     if layers is None and width:
         layers = CPU_LAYERS
     full = _config(fields)
@@ -592,7 +603,6 @@ def _make(name: str, *, layers: int | None, width: bool) -> HFSpec:
     if layers is not None and layers > full.num_hidden_layers:
         raise HFModelError(f"{name}: the model has {full.num_hidden_layers} layers; cut to 1..{full.num_hidden_layers}")
     experts = any(isinstance(fields.get(k), int) and fields[k] > 0 for k in _EXPERT_COUNT_KEYS)
-    lora = found.group("lora") is not None
     rank, alpha = (LORA_CPU if width else LORA_FULL) if lora else (0, 0.0)
     positions = int(getattr(full, "max_position_embeddings", GPU_SEQ_LEN) or GPU_SEQ_LEN)
     seq_len, max_seq_len = (CPU_SEQ_LEN, CPU_MAX_SEQ_LEN) if width else (min(GPU_SEQ_LEN, positions),) * 2
