@@ -171,8 +171,12 @@ def test_lora_through_peft_trains_only_the_adapters() -> None:
     spec = hf.get_hf_spec("hf:llama3.1-8b+lora", cpu=True)
     fields = spec.fields
     d, q, kv = fields["hidden_size"], fields["num_attention_heads"] * 32, fields["num_key_value_heads"] * 32
-    expected = spec.n_layers * spec.lora_rank * ((d + q) + 2 * (d + kv) + (q + d))
+    f = fields["intermediate_size"]
+    # every linear of the layers on the CPU cut: q, k, v, o, gate, up, down
+    expected = spec.n_layers * spec.lora_rank * ((d + q) + 2 * (d + kv) + (q + d) + 3 * (d + f))
     assert spec.trainable_param_count == expected and spec.is_lora and spec.family == "dense"
+    full = hf.get_hf_spec("hf:llama3.1-8b+lora", cpu=False)  # attention only at full width (MLPerf's recipe)
+    assert full.trainable_param_count == 32 * 16 * ((4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096))
     model = spec.build(seed=0)
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     assert sum(p.numel() for p in trainable.values()) == expected
