@@ -225,7 +225,11 @@ def test_bad_configs_give_one_line(tmp_path: Path) -> None:
     bad_json.write_text("{")
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"model_type": "no-such-arch", "num_hidden_layers": 2}))
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": "two"}))
     cases = {
+        f"hf:{wrong}": "transformers rejects the configuration .*num_hidden_layers",
+        "hf:llama3.1-8b@0": "cut to 1..32",
         f"hf:{tmp_path / 'missing.json'}": "no such file",
         f"hf:{bad_json}": "not valid JSON",
         f"hf:{unknown}": "model_type 'no-such-arch' is unknown",

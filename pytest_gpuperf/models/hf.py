@@ -438,7 +438,7 @@ class HFSpec:
     # -- derived specs -------------------------------------------------------------------------------
 
     def with_layers(self, n_layers: int) -> HFSpec:
-        return _make(f"{self.name.split('@', 1)[0]}@{n_layers}", layers=None, width=self.width_cut)
+        return _make(f"{self.name.split('@', 1)[0]}@{n_layers}", width=self.width_cut)
 
     def base_spec(self) -> HFSpec:
         """This spec without adapters (what a LoRA fine-tune pretrains first); ``self`` without LoRA."""
@@ -598,24 +598,25 @@ def split_name(name: str) -> tuple[str, bool, int | None]:
     return found.group("ref"), found.group("lora") is not None, None if layers is None else int(layers)
 
 
-def _make(name: str, *, layers: int | None, width: bool) -> HFSpec:
-    """The spec of ``name`` (``hf:REF[+lora][@N]``, kept as its name: the test id) cut to ``layers`` (None: the
-    name's ``@N``, else the CPU tiers' default or the full depth)."""
-    ref, lora, named_layers = split_name(name)
+def _make(name: str, *, width: bool) -> HFSpec:
+    """The spec of ``name`` (``hf:REF[+lora][@N]``, kept as its name: the test id) cut to the name's ``@N``
+    layers, else to the CPU tiers' default or (GPU) not at all, and in width on the CPU tiers."""
+    ref, lora, layers = split_name(name)
     fields, meta = load_config(ref)
-    if named_layers is not None and layers is None:
-        layers = named_layers
     if layers is None and width:
         layers = CPU_LAYERS
-    full = _config(fields)
     try:
+        full = _config(fields)
+        if layers is not None and not 1 <= layers <= full.num_hidden_layers:
+            raise HFModelError(f"the model has {full.num_hidden_layers} layers; cut to 1..{full.num_hidden_layers}")
         cut = cut_fields(fields, layers=None if layers is None else min(layers, full.num_hidden_layers), width=width)
+        _config(cut)
     except HFModelError as error:
         raise HFModelError(f"{name}: {error}") from None
-    except (TypeError, ValueError) as error:
-        raise HFModelError(f"{name}: transformers rejects the configuration ({error})") from None
-    if layers is not None and layers > full.num_hidden_layers:
-        raise HFModelError(f"{name}: the model has {full.num_hidden_layers} layers; cut to 1..{full.num_hidden_layers}")
+    except Exception as error:  # whatever the config class raises (huggingface_hub's strict-dataclass
+        # validation error is no ValueError) is a problem of the user's file: one line, no traceback
+        reason = " ".join(str(error).split())
+        raise HFModelError(f"{name}: transformers rejects the configuration ({reason})") from None
     experts = any(isinstance(fields.get(k), int) and fields[k] > 0 for k in _EXPERT_COUNT_KEYS)
     rank, alpha = (LORA_CPU if width else LORA_FULL) if lora else (0, 0.0)
     positions = int(getattr(full, "max_position_embeddings", GPU_SEQ_LEN) or GPU_SEQ_LEN)
@@ -643,4 +644,4 @@ def _make(name: str, *, layers: int | None, width: bool) -> HFSpec:
 
 def get_hf_spec(name: str, *, cpu: bool) -> HFSpec:
     """The spec of ``hf:REF[+lora][@N]`` for a CPU tier (layers and width cut) or a GPU one (layers only)."""
-    return _make(name, layers=None, width=cpu)
+    return _make(name, width=cpu)
