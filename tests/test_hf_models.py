@@ -301,3 +301,19 @@ def test_gpuperf_models_without_transformers(
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "tiny-llama" in out and "hf:deepseek-v3" in out and "pip install 'pytest-gpuperf[hf]'" in out
+
+
+def test_the_inference_suite_serves_hf_models(pytester: pytest.Pytester) -> None:
+    """``--gpuperf-models hf:...`` makes the shipped inference tests serve that model instead of the tier's, and
+    its parity runs through HFEngine: against the committed golden on this project's CPU type, else skipped."""
+    import pytest_gpuperf.suites
+
+    suite = Path(pytest_gpuperf.suites.__file__).parent / "test_inference.py"
+    result = pytester.runpytest_subprocess(
+        str(suite), "-m", "perf", "-k", "parity and cpu", "-p", "no:cacheprovider", "-rs", "-v",
+        "--gpuperf-models", "hf:qwen3-30b-a3b", "--gpuperf-baselines", str(pytester.path / "baselines"),
+        "--rootdir", str(suite.parent),
+    )  # fmt: skip
+    result.stdout.fnmatch_lines(["*test_output_parity?hf:qwen3-30b-a3b-cpu? [PS]*"])
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 1 and result.ret == 0, result.stdout.str()

@@ -121,8 +121,9 @@ def tier_for(perf: Any, name: str) -> Tier:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """The ``hf:`` names of ``--gpuperf-models`` parametrize ``served_model``; without them the tests keep the
-    tier's model (and their ids)."""
+    """The ``hf:`` names of ``--gpuperf-models`` parametrize ``served_model``: they are served instead of the tier's
+    model, as the option replaces the training tier's models; without them the tests keep the tier's model (and
+    their ids)."""
     if "served_model" in metafunc.fixturenames:
         from pytest_gpuperf.training.plugin import selected_hf_models
 
