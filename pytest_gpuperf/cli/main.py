@@ -55,6 +55,7 @@ def lazy(module: str) -> Callable[[argparse.Namespace], int]:
 EXAMPLES = """\
 examples:
   gpuperf env --json
+  gpuperf models hf:qwen3-30b-a3b hf:my-model/config.json --format json
   gpuperf run --baselines ~/gpuperf-baselines --suite training -- -m perf --gpuperf-save
   gpuperf ab --a .venv/bin/python --b 'env MY_FLAG=1 .venv/bin/python' -- pytest_gpuperf/suites/test_micro.py -m perf
   gpuperf bisect --good good.txt --bad 'torch==2.14.1 deepspeed==0.19.8' -- tests/perf
@@ -111,6 +112,19 @@ def build_parser() -> argparse.ArgumentParser:
     suites.set_defaults(run=lazy("suites"))
     _add_ab(commands)
     _add_bisect(commands)
+
+    models = commands.add_parser(
+        "models",
+        help="list the model names --gpuperf-models takes, with source and parameter counts; "
+        "example: gpuperf models --format json",
+        description="Built-in specs and the shipped Hugging Face configurations (hf:NAME), or the hf: names "
+        "given (hf:PATH/config.json too): source, total and active parameters of the full model, the published "
+        "figures, and the cut the CPU tier builds. Counting hf: models needs torch and transformers "
+        "(pip install 'pytest-gpuperf[hf]'). Exit status 2 on a bad name or file.",
+    )
+    models.add_argument("names", nargs="*", metavar="hf:NAME", help="only these hf: models (default: all)")
+    _add_format(models)
+    models.set_defaults(run=lazy("models"))
 
     compare = commands.add_parser(
         "compare",

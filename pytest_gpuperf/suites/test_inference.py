@@ -122,29 +122,80 @@ def tier_for(perf: Any, name: str) -> Tier:
     return TIERS[name]
 
 
-def build_model(tier: Tier, *, max_len: int, device: str) -> Any:
-    import torch
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The ``hf:`` names of ``--gpuperf-models`` parametrize ``served_model``: they are served instead of the tier's
+    model, as the option replaces the training tier's models; without them the tests keep the tier's model (and
+    their ids)."""
+    if "served_model" in metafunc.fixturenames:
+        from pytest_gpuperf.training.plugin import selected_hf_models
 
+        names = selected_hf_models(metafunc.config)
+        if names:
+            metafunc.parametrize("served_model", names, ids=list(names), indirect=True)
+
+
+@pytest.fixture
+def served_model(request: pytest.FixtureRequest) -> str:
+    """The model the test serves: an ``hf:`` name from ``--gpuperf-models``, else the tier's model."""
+    return str(getattr(request, "param", ""))
+
+
+def model_spec(tier: Tier, served: str = "") -> Any:
+    """The tier's model, or ``served`` (an ``hf:`` name, cut by the tier's device as the training suite does)."""
+    if served:
+        from pytest_gpuperf.models.hf import get_hf_spec
+
+        return get_hf_spec(served, cpu=tier.device == "cpu")
     from pytest_gpuperf.models.registry import get_spec
 
-    spec = get_spec(tier.model)
+    return get_spec(tier.model)
+
+
+def build_model(tier: Tier, *, max_len: int, device: str, served: str = "") -> Any:
+    import torch
+
+    spec = model_spec(tier, served)
+    dtype = getattr(torch, DTYPES[tier.precision])
+    if served:  # a transformers model; HFLogits gives it the model(tokens) -> logits interface parity uses
+        from pytest_gpuperf.inference.hf_engine import HFLogits
+
+        return HFLogits(spec.build(seed=0, device=device, dtype=dtype).eval())
     spec = dataclasses.replace(spec, max_seq_len=max(spec.max_seq_len, max_len))
-    return spec.build(seed=0, device=device, dtype=getattr(torch, DTYPES[tier.precision])).eval()
+    return spec.build(seed=0, device=device, dtype=dtype).eval()
 
 
-def build_engine(tier: Tier, options: Any, servers: Any, *, max_len: int, device: str) -> InferenceEngine:
-    """The in-process engine, or the --gpuperf-engine server (launched on the tier's model, or attached)."""
+def local_engine(model: Any, *, max_len: int, served: str = "") -> InferenceEngine:
+    """The in-process engine: the scheduler of engine.py, or hf_engine.py's for a transformers model."""
+    if served:
+        from pytest_gpuperf.inference.hf_engine import HFEngine
+
+        return HFEngine(model, max_len=max_len)
+    from pytest_gpuperf.inference.engine import LocalEngine
+
+    return LocalEngine(model, max_len=max_len)
+
+
+def build_engine(
+    tier: Tier, options: Any, servers: Any, *, max_len: int, device: str, served: str = ""
+) -> InferenceEngine:
+    """The in-process engine (engine.py, or hf_engine.py for an ``hf:`` model), or the --gpuperf-engine server
+    (launched on the tier's model, or attached)."""
     if options.engine.kind != "builtin":
         from pytest_gpuperf.inference.servers import EngineError
 
+        if served:
+            pytest.fail(
+                f"--gpuperf-models {served} with --gpuperf-engine {options.engine}: a launched or attached server "
+                "serves the suite's built-in model; an hf: model runs in process (--gpuperf-engine builtin)",
+                pytrace=False,
+            )
         try:
             return servers.engine(model=tier.model, max_len=max_len, device=device, dtype=DTYPES[tier.precision])
         except EngineError as error:
             problem = str(error)
         pytest.fail(problem, pytrace=False)
-    from pytest_gpuperf.inference.engine import LocalEngine
-
-    return LocalEngine(build_model(tier, max_len=max_len, device=device), max_len=max_len)
+    model = build_model(tier, max_len=max_len, device=device, served=served)
+    return local_engine(model, max_len=max_len, served=served)
 
 
 def peak_memory_window(device: str) -> Callable[[], Callable[[], float] | None] | None:
@@ -161,12 +212,19 @@ def peak_memory_window(device: str) -> Callable[[], Callable[[], float] | None] 
 
 @pytest.mark.parametrize(("tier_name", "isl", "osl"), SWEEPS)
 def test_serving_sweep(
-    perf: Any, gpuperf_inference: Any, gpuperf_engine: Any, cpu_threads: None, tier_name: str, isl: int, osl: int
+    perf: Any,
+    gpuperf_inference: Any,
+    gpuperf_engine: Any,
+    cpu_threads: None,
+    tier_name: str,
+    isl: int,
+    osl: int,
+    served_model: str,
 ) -> None:
     tier = tier_for(perf, tier_name)
-    engine = build_engine(tier, gpuperf_inference, gpuperf_engine, max_len=isl + osl, device=perf.device)
-    from pytest_gpuperf.models.registry import get_spec
-
+    engine = build_engine(
+        tier, gpuperf_inference, gpuperf_engine, max_len=isl + osl, device=perf.device, served=served_model
+    )
     concurrencies = sweep_concurrencies(tier, isl, osl)
     sweep = run_sweep(
         engine,
@@ -174,7 +232,7 @@ def test_serving_sweep(
         osl=osl,
         concurrencies=concurrencies,
         runs=gpuperf_inference.runs,
-        vocab_size=get_spec(tier.model).vocab_size,
+        vocab_size=model_spec(tier, served_model).vocab_size,
         slo=tier.slo,
         watch=perf.watch,
         peak_memory=peak_memory_window(perf.device),
@@ -216,10 +274,9 @@ OPEN_LOOPS = {
 
 @pytest.mark.parametrize("tier_name", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="gpu")])
 def test_open_loop_sweep(
-    perf: Any, gpuperf_inference: Any, gpuperf_engine: Any, cpu_threads: None, tier_name: str
+    perf: Any, gpuperf_inference: Any, gpuperf_engine: Any, cpu_threads: None, tier_name: str, served_model: str
 ) -> None:
     from pytest_gpuperf.inference.lengths import Lengths
-    from pytest_gpuperf.models.registry import get_spec
 
     tier = tier_for(perf, tier_name)
     load = OPEN_LOOPS[tier_name]
@@ -228,7 +285,7 @@ def test_open_loop_sweep(
     max_len = load.isl + load.osl
     if options.lengths != "fixed":
         max_len = max(max_len, 2048)  # the shipped distributions' own cap (prompt + output)
-    engine = build_engine(tier, options, gpuperf_engine, max_len=max_len, device=perf.device)
+    engine = build_engine(tier, options, gpuperf_engine, max_len=max_len, device=perf.device, served=served_model)
     bound: dict[str, Any] = (
         {"duration_s": options.load_duration_s}
         if options.load_duration_s
@@ -240,7 +297,7 @@ def test_open_loop_sweep(
         lengths=Lengths(kind=options.lengths, isl=load.isl, osl=load.osl, seed=0, max_total=max_len),
         cap=options.max_concurrency or load.cap,
         runs=options.runs,
-        vocab_size=get_spec(tier.model).vocab_size,
+        vocab_size=model_spec(tier, served_model).vocab_size,
         burstiness=options.burstiness,
         # Warm-up and cool-down default to a few mean gaps of each rate: the empty server's first requests and
         # the drain at the end are left out, most of a short run stays measured.
@@ -261,10 +318,9 @@ def test_open_loop_sweep(
 @pytest.mark.parametrize(
     "tier_name", [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="gpu", marks=pytest.mark.gpu_tier)]
 )
-def test_output_parity(perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str) -> None:
+def test_output_parity(perf: Any, gpuperf_inference: Any, cpu_threads: None, tier_name: str, served_model: str) -> None:
     from pytest_gpuperf.inference import parity
-    from pytest_gpuperf.inference.engine import LocalEngine, make_prompts
-    from pytest_gpuperf.models.registry import get_spec
+    from pytest_gpuperf.inference.engine import make_prompts
 
     tier = tier_for(perf, tier_name)
     if gpuperf_inference.engine.kind != "builtin":
@@ -273,18 +329,19 @@ def test_output_parity(perf: Any, gpuperf_inference: Any, cpu_threads: None, tie
             "would be keyed by its own weights)"
         )
     max_len = PARITY_PROMPT_LEN + PARITY_NEW_TOKENS
-    model = build_model(tier, max_len=max_len, device=perf.device)
+    model = build_model(tier, max_len=max_len, device=perf.device, served=served_model)
     prompts = make_prompts(
-        count=PARITY_PROMPTS, length=PARITY_PROMPT_LEN, vocab_size=get_spec(tier.model).vocab_size, seed=1234
-    )
-    engine = LocalEngine(model, max_len=max_len)
+        count=PARITY_PROMPTS, length=PARITY_PROMPT_LEN, vocab_size=model_spec(tier, served_model).vocab_size,
+        seed=1234,
+    )  # fmt: skip
+    engine = local_engine(model, max_len=max_len, served=served_model)
     # Concurrency 2 over 4 prompts: the second pair joins slots freed by the first, through the batched path.
     completions = engine.generate(
         [Request(id=i, prompt=p, max_new_tokens=PARITY_NEW_TOKENS) for i, p in enumerate(prompts)], concurrency=2
     )
     greedy = [c.tokens for c in completions]
     assert all(c.error is None and len(c.tokens) == PARITY_NEW_TOKENS for c in completions), completions
-    key = parity.golden_key(device=perf.device, precision=tier.precision, model=tier.model, seed=0)
+    key = parity.golden_key(device=perf.device, precision=tier.precision, model=served_model or tier.model, seed=0)
     path = GOLDENS / f"{key}.json"
     golden = parity.load_golden(path)
     if golden is None:

@@ -40,11 +40,21 @@ def parse_models(text: str) -> tuple[str, ...]:
 
     names = _split(text)
     for name in names:
+        if name.startswith("hf:"):  # a Hugging Face configuration; transformers is imported only for these
+            from pytest_gpuperf.models.hf import HFModelError, get_hf_spec
+
+            try:
+                get_hf_spec(name, cpu=True)
+                get_hf_spec(name, cpu=False)
+            except HFModelError as error:
+                raise SettingError(str(error)) from None
+            continue
         try:
             get_spec(name)
         except (KeyError, ValueError):
             raise SettingError(f"unknown model {name!r}; known: {', '.join(spec_names())} "
-                               "(append @N for a proxy cut to N layers, e.g. llama3-8b@2)") from None  # fmt: skip
+                               "(append @N for a proxy cut to N layers, e.g. llama3-8b@2; hf:NAME or "
+                               "hf:PATH/config.json for a Hugging Face architecture)") from None  # fmt: skip
     return names
 
 
@@ -61,8 +71,10 @@ def parse_precisions(text: str) -> tuple[str, ...]:
 OPTIONS: tuple[OptionSpec[Any], ...] = (
     OptionSpec(
         name="models",
-        help="model specs the training workloads run, comma-separated (default: the tier's: tiny-llama, "
-             "tiny-moe, tiny-lora on cpu; layer-cut real dimensions on gpu)",
+        help="model specs the training workloads run, comma-separated: built-in names, hf:NAME (a shipped "
+             "Hugging Face configuration, `gpuperf models` lists them) or hf:PATH/config.json, each with @N for "
+             "N layers (default: the tier's: tiny-llama, tiny-moe, tiny-lora on cpu; layer-cut real dimensions "
+             "on gpu)",
         parse=parse_models, default=None, metavar="NAME[,NAME...]",
     ),
     OptionSpec(
@@ -131,6 +143,23 @@ def selected_precisions(config: pytest.Config) -> tuple[str, ...]:
     return config.stash[options_key].precisions or training_tier(config).precisions
 
 
+def resolve_spec(config: pytest.Config, name: str) -> ModelSpec:
+    """The spec a name stands for in this session: an ``hf:`` name is cut for the session's tier (layers and
+    width on the CPU tiers, layers only on the GPU tier; ``models/hf.py``)."""
+    if name.startswith("hf:"):
+        from pytest_gpuperf.models.hf import get_hf_spec
+
+        return get_hf_spec(name, cpu=training_tier(config).name != "gpu")  # type: ignore[return-value]
+    from pytest_gpuperf.models.registry import get_spec
+
+    return get_spec(name)
+
+
+def selected_hf_models(config: pytest.Config) -> tuple[str, ...]:
+    """The ``hf:`` names given with ``--gpuperf-models`` (the inference suite serves these besides its own)."""
+    return tuple(name for name in config.stash[options_key].models or () if name.startswith("hf:"))
+
+
 def model_kinds(spec: ModelSpec) -> set[str]:
     if spec.is_lora:
         return {"lora"}
@@ -140,8 +169,6 @@ def model_kinds(spec: ModelSpec) -> set[str]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     config = metafunc.config
     if uses_own_fixture(metafunc, "model", __name__):
-        from pytest_gpuperf.models.registry import get_spec
-
         marker = metafunc.definition.get_closest_marker("gpuperf_models")
         kinds = set(marker.args) if marker else set(MODEL_KINDS)
         unknown = kinds - set(MODEL_KINDS)
@@ -149,7 +176,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             raise pytest.UsageError(f"{metafunc.definition.nodeid}: gpuperf_models{tuple(sorted(unknown))}: "
                                     f"unknown kind; use {', '.join(MODEL_KINDS)}")  # fmt: skip
         names = selected_models(config)
-        specs = [get_spec(name) for name in names if model_kinds(get_spec(name)) & kinds]
+        specs = [spec for spec in (resolve_spec(config, name) for name in names) if model_kinds(spec) & kinds]
         if specs:
             metafunc.parametrize("model", specs, ids=[spec.name for spec in specs], indirect=True)
         else:

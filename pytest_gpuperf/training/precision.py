@@ -245,7 +245,8 @@ def prepare(
     import torch
 
     def keep_high(fqn: str) -> bool:
-        return fqn.rsplit(".", 1)[-1] == "output" or (skip is not None and skip(fqn))
+        # ``output`` in the built-in models, ``lm_head`` in transformers' causal LMs
+        return fqn.rsplit(".", 1)[-1] in ("output", "lm_head") or (skip is not None and skip(fqn))
 
     converted: tuple[str, ...] = ()
     notes: list[str] = []
