@@ -118,7 +118,7 @@ def test_steps_four_times_as_long_are_regressed(recorded: Path) -> None:
     # 2-core machine can widen its per-step spread past the noise limit (NOISY) but never make it pass
     assert "tokens_per_s: REGRESSED" in out, out[-3000:]
     # the summary shortens long test ids in the middle to fit 120 columns: match the row by its end and metric
-    assert re.search(r"test_pretrain\[tiny-llama\]\s+step_time\s.*\s(REGRESSED|NOISY)\s", out), out[-3000:]
+    assert re.search(r"pretrain\[tiny-llama\]\s+step_time\s.*\s(REGRESSED|NOISY)\s", out), out[-3000:]
 
 
 LADDER_NOISE = """
