@@ -148,3 +148,17 @@ def test_vllm_and_sglang_load_an_hf_specs_saved_weights_unless_asked_for_dummy(t
     folder = dummy.model_folder(MODEL, spec=spec, max_len=4096, device="cpu", dtype="float32")
     assert folder.name.endswith("-config-only") and not list(folder.glob("*.safetensors"))
     assert transformers.AutoConfig.from_pretrained(folder).num_experts == 16
+
+
+def test_a_lora_spec_is_served_as_its_base_with_the_same_logits(tmp_path: Path) -> None:
+    """peft's wrapped modules would not load as the architecture; the adapters' B is zero, so the base is exact."""
+    import torch
+
+    from pytest_gpuperf.inference.model_folder import write_hf_model_folder
+
+    spec = get_hf_spec("hf:llama3.1-8b+lora", cpu=True)
+    folder = write_hf_model_folder(tmp_path, spec, dtype="float32", weights=True)
+    served = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokens = torch.randint(0, spec.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        assert torch.equal(served(tokens).logits, spec.build(seed=0).eval()(input_ids=tokens).logits)

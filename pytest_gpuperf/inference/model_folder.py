@@ -15,10 +15,11 @@ the architecture the suite names. Nothing is downloaded, ever:
   only and make their own random weights (``--load-format dummy``): nothing compares a registry model's served
   tokens, so its weights do not matter, and the write of a 70B config's gigabytes is skipped;
 - weights of an ``hf:`` spec: the in-process path's own (``HFSpec.build(seed=...)``, the deterministic
-  ``models/init.py`` fill, the cut the suite runs), saved with ``save_pretrained`` for every engine, so a served
-  model's greedy tokens can be held against the in-process engine's. Its special-token ids (BOS, EOS, PAD) are
-  cleared in the saved config and generation config: the local tokenizer has none, and an EOS id would make
-  ``min_new_tokens`` mask that token's logit on the server (the in-process engine masks nothing).
+  ``models/init.py`` fill, the cut the suite runs; a ``+lora`` spec's base, which its zero-initialised adapters
+  leave unchanged), saved with ``save_pretrained`` for every engine, so a served model's greedy tokens can be
+  held against the in-process engine's. Its special-token ids (BOS, EOS, PAD) are cleared in the saved config
+  and generation config: the local tokenizer has none, and an EOS id would make ``min_new_tokens`` mask that
+  token's logit on the server (the in-process engine masks nothing).
 
 transformers and torch are imported only when a folder is written. ``TokenCodec`` (text <-> ids with the
 folder's tokenizer) needs the ``tokenizers`` package alone.
@@ -137,7 +138,9 @@ def write_hf_model_folder(
     if weights:
         import torch
 
-        model: Any = spec.build(seed=seed, device=device, dtype=getattr(torch, dtype))
+        # A +lora spec serves its base: the adapters' B starts at zero, so the merged weights are the base's and
+        # its tokens are the in-process +lora model's (a saved peft wrapper would not load as the architecture).
+        model: Any = spec.base_spec().build(seed=seed, device=device, dtype=getattr(torch, dtype))
         for owner in (model.config, model.generation_config):
             for key in SPECIAL_TOKENS:
                 setattr(owner, key, None)
