@@ -344,8 +344,8 @@ class Launch:
 
 @dataclass(slots=True, kw_only=True)
 class ServerPool:
-    """The session's engines: one launched server per (model, dtype, device), reused by every test that asks for
-    it and stopped at the end of the session; or the one attached URL."""
+    """The session's engines: one launched server per (model and its cut, dtype, device), reused by every test
+    that asks for it and stopped at the end of the session; or the one attached URL."""
 
     choice: EngineChoice
     workdir: Path
