@@ -2,16 +2,24 @@
 
 A launched server (``transformers serve``, vLLM, SGLang) reads a folder, never the registry: this module
 writes one from a registry spec (``models/registry.py``) with transformers' own config classes (LlamaConfig,
-MixtralConfig), so the server runs the architecture the suite names. Nothing is downloaded, ever:
+MixtralConfig), or from an ``hf:`` spec (``models/hf.py``, :func:`write_hf_model_folder`), so the server runs
+the architecture the suite names. Nothing is downloaded, ever:
 
 - the tokenizer is built here: a ``tokenizers`` WordLevel vocabulary of ``t0 .. t{V-1}`` split on whitespace,
   wrapped as ``PreTrainedTokenizerFast``. Token ids and text then map one to one (``[5, 7]`` <-> ``"t5 t7"``),
   so a server that takes text prompts only (``transformers serve``) sees exactly the token ids the suite drew,
   and each streamed text chunk tells how many tokens it carries. It has no special tokens at all: no BOS is
   prepended to a prompt and no EOS can end a generation early;
-- weights: random (``from_config`` after ``torch.manual_seed``) and saved with ``save_pretrained`` where the
-  engine loads them (transformers); vLLM and SGLang get the config and tokenizer only and make their own
-  random weights (``--load-format dummy``), which skips gigabytes of writes for a 70B config.
+- weights of a registry model: random (``from_config`` after ``torch.manual_seed``) and saved with
+  ``save_pretrained`` where the engine loads them (transformers); vLLM and SGLang get the config and tokenizer
+  only and make their own random weights (``--load-format dummy``): nothing compares a registry model's served
+  tokens, so its weights do not matter, and the write of a 70B config's gigabytes is skipped;
+- weights of an ``hf:`` spec: the in-process path's own (``HFSpec.build(seed=...)``, the deterministic
+  ``models/init.py`` fill, the cut the suite runs; a ``+lora`` spec's base, which its zero-initialised adapters
+  leave unchanged), saved with ``save_pretrained`` for every engine, so a served model's greedy tokens can be
+  held against the in-process engine's. Its special-token ids (BOS, EOS, PAD) are cleared in the saved config
+  and generation config: the local tokenizer has none, and an EOS id would make ``min_new_tokens`` mask that
+  token's logit on the server (the in-process engine masks nothing).
 
 transformers and torch are imported only when a folder is written. ``TokenCodec`` (text <-> ids with the
 folder's tokenizer) needs the ``tokenizers`` package alone.
@@ -19,11 +27,14 @@ folder's tokenizer) needs the ``tokenizers`` package alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pytest_gpuperf.models.hf import HFSpec
     from pytest_gpuperf.models.registry import ModelSpec
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -72,20 +83,12 @@ def hf_config_dict(spec: ModelSpec, *, max_len: int, dtype: str) -> dict[str, An
 
 def write_model_folder(path: Path, spec: ModelSpec, *, max_len: int, dtype: str, weights: bool, seed: int = 0) -> Path:
     """Write config.json, the local tokenizer and (``weights``) random weights of ``spec`` into ``path``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import AutoConfig, PreTrainedTokenizerFast
+    from transformers import AutoConfig
 
     path.mkdir(parents=True, exist_ok=True)
     values = hf_config_dict(spec, max_len=max_len, dtype=dtype)
     config = AutoConfig.for_model(values.pop("model_type"), **values)
-    vocab = {token_word(i): i for i in range(spec.vocab_size)}
-    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=token_word(0)))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    # WordPiece's decoder joins words with spaces, so a streamed token decodes to " t123" (one word each).
-    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, model_max_length=config.max_position_embeddings
-    ).save_pretrained(path)
+    write_tokenizer(path, vocab_size=spec.vocab_size, max_len=config.max_position_embeddings)
     if weights:
         import torch
         from transformers import AutoModelForCausalLM
@@ -96,6 +99,62 @@ def write_model_folder(path: Path, spec: ModelSpec, *, max_len: int, dtype: str,
     else:
         config.save_pretrained(path)
     (path / "gpuperf-model.json").write_text(json.dumps({"spec": spec.name, "seed": seed, "weights": weights}))
+    return path
+
+
+def write_tokenizer(path: Path, *, vocab_size: int, max_len: int) -> None:
+    """The local WordLevel tokenizer ``t0 .. t{vocab_size-1}`` (module docstring), saved into ``path``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token_word(i): i for i in range(vocab_size)}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=token_word(0)))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    # WordPiece's decoder joins words with spaces, so a streamed token decodes to " t123" (one word each).
+    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=max_len).save_pretrained(path)
+
+
+SPECIAL_TOKENS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def hf_folder_name(spec: HFSpec, *, dtype: str, seed: int) -> str:
+    """The cache key of an ``hf:`` spec's folder as a file name: (name, cut, dtype, seed), plus a digest of the
+    cut configuration (a user's config.json path becomes a readable tail and the digest tells files apart)."""
+    cut = "cpu-cut" if spec.width_cut else "layer-cut"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name.removeprefix("hf:").replace("@", "-at-")).strip("-.")[-48:]
+    digest = hashlib.sha256(f"{spec.name}\0{spec.fields_json}".encode()).hexdigest()[:10]
+    return f"hf-{slug}-{cut}-{dtype}-seed{seed}-{digest}"
+
+
+def write_hf_model_folder(
+    path: Path, spec: HFSpec, *, dtype: str, weights: bool, seed: int = 0, device: str = "cpu"
+) -> Path:
+    """Write an ``hf:`` spec's config, the local tokenizer sized to its vocabulary and (``weights``) the weights
+    ``spec.build(seed=seed)`` gives in process, in ``dtype``, into ``path`` (built on ``device``, then freed)."""
+    path.mkdir(parents=True, exist_ok=True)
+    config = spec.config()
+    write_tokenizer(path, vocab_size=spec.vocab_size, max_len=int(config.max_position_embeddings))
+    if weights:
+        import torch
+
+        # A +lora spec serves its base: the adapters' B starts at zero, so the merged weights are the base's and
+        # its tokens are the in-process +lora model's (a saved peft wrapper would not load as the architecture).
+        model: Any = spec.base_spec().build(seed=seed, device=device, dtype=getattr(torch, dtype))
+        for owner in (model.config, model.generation_config):
+            for key in SPECIAL_TOKENS:
+                setattr(owner, key, None)
+        model.save_pretrained(path)
+        del model
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()  # the server about to start needs the device's memory
+    else:
+        for key in SPECIAL_TOKENS:
+            setattr(config, key, None)
+        config.dtype = dtype
+        config.save_pretrained(path)
+    meta = {"spec": spec.name, "cut": spec.cut, "seed": seed, "dtype": dtype, "weights": weights}
+    (path / "gpuperf-model.json").write_text(json.dumps(meta))
     return path
 
 

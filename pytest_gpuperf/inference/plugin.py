@@ -209,7 +209,8 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
     OptionSpec(
         name="engine",
         help="inference engine: builtin (in process, the default), transformers, vllm or sglang (their server "
-        "launched on the suite's model with random weights) or openai:URL (a server you run)",
+        "launched on the suite's model, or on the hf: one of --gpuperf-models with its in-process weights) or "
+        "openai:URL (a server you run)",
         parse=_parse_engine,
         default=EngineChoice("builtin"),
         metavar="ENGINE",

@@ -1,10 +1,11 @@
 """Serving engines behind an OpenAI-compatible server, launched here or attached to, for ``--gpuperf-engine``.
 
-- ``transformers``, ``vllm``, ``sglang``: the suite's model is written as a model folder (model_folder.py),
-  the engine's own server starts as a subprocess of this Python on a free local port, and the session waits
-  for ``/health`` (bounded; a server that exits or does not answer in time is one error that quotes the last
-  lines of its log). It is stopped at the end of the session: SIGTERM to its process group (vLLM and SGLang
-  fork workers), SIGKILL after a grace period, so no process outlives the run. The command is recorded.
+- ``transformers``, ``vllm``, ``sglang``: the suite's model (a registry name, or an ``hf:`` spec with the
+  in-process path's own weights) is written as a model folder (model_folder.py), the engine's own server
+  starts as a subprocess of this Python on a free local port, and the session waits for ``/health`` (bounded;
+  a server that exits or does not answer in time is one error that quotes the last lines of its log). It is
+  stopped at the end of the session: SIGTERM to its process group (vLLM and SGLang fork workers), SIGKILL
+  after a grace period, so no process outlives the run. The command is recorded.
 - ``openai:URL``: a server the user runs. ``/v1/models`` names the served model; an unreachable URL is one
   error for the test before any request is sent.
 
@@ -30,9 +31,12 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.inference.openai import OpenAIEngine
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.models.hf import HFSpec
 
 LAUNCHED = ("transformers", "vllm", "sglang")
 ENGINES = ("builtin", *LAUNCHED)
@@ -186,22 +190,25 @@ def launch_command(
     dtype: str,
     max_len: int,
     extra_args: tuple[str, ...] = (),
+    dummy_weights: bool = True,
 ) -> list[str]:
     """The command that starts ``kind``'s OpenAI-compatible server on ``127.0.0.1:port`` with this Python.
 
-    vLLM and SGLang build random weights themselves (``--load-format dummy``); ``transformers serve`` loads the
-    folder's saved random weights and preloads them (``force_model``) before it answers /health."""
+    ``dummy_weights``: vLLM and SGLang build random weights themselves (``--load-format dummy``), else they load
+    the folder's saved ones (an ``hf:`` spec's); ``transformers serve`` always loads the folder's saved weights
+    and preloads them (``force_model``) before it answers /health."""
+    dummy = ["--load-format", "dummy"] if dummy_weights else []
     python = sys.executable
     if kind == "transformers":
         command = [python, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
         command += ["--host", "127.0.0.1", "--port", str(port), "--device", device, "--dtype", dtype]
     elif kind == "vllm":
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
-        command += ["--served-model-name", served_name, "--load-format", "dummy", "--dtype", dtype]
+        command += ["--served-model-name", served_name, *dummy, "--dtype", dtype]
         command += ["--max-model-len", str(max_len), "--host", "127.0.0.1", "--port", str(port)]
     elif kind == "sglang":
         command = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir)]
-        command += ["--served-model-name", served_name, "--load-format", "dummy", "--dtype", dtype]
+        command += ["--served-model-name", served_name, *dummy, "--dtype", dtype]
         command += ["--context-length", str(max_len), "--host", "127.0.0.1", "--port", str(port)]
     else:
         raise ValueError(f"engine {kind!r} is not launched here (one of {', '.join(LAUNCHED)})")
@@ -337,8 +344,8 @@ class Launch:
 
 @dataclass(slots=True, kw_only=True)
 class ServerPool:
-    """The session's engines: one launched server per (model, dtype, device), reused by every test that asks for
-    it and stopped at the end of the session; or the one attached URL."""
+    """The session's engines: one launched server per (model and its cut, dtype, device), reused by every test
+    that asks for it and stopped at the end of the session; or the one attached URL."""
 
     choice: EngineChoice
     workdir: Path
@@ -347,11 +354,15 @@ class ServerPool:
     extra_args: tuple[str, ...] = ()
     start_timeout: float | None = None
     launches: list[Launch] = field(default_factory=list)
-    _running: dict[tuple[str, str, str], tuple[Server, OpenAIEngine, int]] = field(default_factory=dict)
+    seed: int = 0
+    """Seed of an ``hf:`` spec's saved weights: the in-process path's (the suites build with seed 0)."""
+    _running: dict[tuple[str, str, str, str], tuple[Server, OpenAIEngine, int]] = field(default_factory=dict)
     _attached: OpenAIEngine | None = None
 
-    def engine(self, *, model: str, max_len: int, device: str, dtype: str) -> OpenAIEngine:
-        """The engine serving the registry model ``model`` with room for ``max_len`` tokens per sequence."""
+    def engine(self, *, model: str, max_len: int, device: str, dtype: str, spec: HFSpec | None = None) -> OpenAIEngine:
+        """The engine serving ``model`` with room for ``max_len`` tokens per sequence: a registry name, or an
+        ``hf:`` name whose ``spec`` (``get_hf_spec``; looked up with the ``device``'s cut where not given) the
+        server then runs with the weights the in-process path builds."""
         if self.choice.kind == "openai":
             if self._attached is None:
                 assert self.choice.url is not None
@@ -361,20 +372,77 @@ class ServerPool:
             raise ValueError(f"engine {self.choice} runs in process: nothing to launch")
         # One context length for all of a session's sweeps (a power of two, at least 4096), so a longer pair
         # does not restart the server; it only bounds the longest sequence.
-        max_len = max(4096, 1 << (max_len - 1).bit_length())
-        key = (model, dtype, device)
+        needed, max_len = max_len, max(4096, 1 << (max_len - 1).bit_length())
+        if spec is None and model.startswith("hf:"):
+            spec = self._hf_spec(model, device=device)
+        if spec is not None:  # its positions are the architecture's; the rounding stays inside them
+            positions = int(spec.config().max_position_embeddings)
+            if needed > positions:
+                raise EngineError(
+                    f"--gpuperf-engine {self.choice.kind}: {model} has {positions} positions "
+                    f"(max_position_embeddings); a sequence of {needed} tokens does not fit"
+                )
+            max_len = min(max_len, positions)
+        key = (model, dtype, device, spec.fields_json if spec is not None else "")
         running = self._running.get(key)
         if running is not None and running[0].alive() and running[2] >= max_len:
             return running[1]
         if running is not None:
             running[0].stop()  # a longer context is needed (or it died): start it again
-        server, engine = self._launch(model, max_len=max_len, device=device, dtype=dtype)
+        server, engine = self._launch(model, max_len=max_len, device=device, dtype=dtype, spec=spec)
         self._running[key] = (server, engine, max_len)
         return engine
 
-    def _launch(self, model: str, *, max_len: int, device: str, dtype: str) -> tuple[Server, OpenAIEngine]:
-        from pytest_gpuperf.inference.model_folder import TOKENIZER_FILE, TokenCodec, write_model_folder
+    def _hf_spec(self, model: str, *, device: str) -> HFSpec:
+        from pytest_gpuperf.models.hf import HFModelError, get_hf_spec
+
+        try:
+            return get_hf_spec(model, cpu=device == "cpu")
+        except HFModelError as error:
+            raise EngineError(f"--gpuperf-engine {self.choice.kind}: cannot serve model {model!r}: {error}") from None
+
+    def dummy_weights(self, spec: HFSpec | None) -> bool:
+        """vLLM and SGLang draw their own weights (``--load-format dummy``) where the weights do not matter:
+        the registry models (nothing compares their served tokens) and an ``hf:`` spec whose user asked for it
+        (``--gpuperf-engine-args "--load-format dummy"``, to skip writing a large cut's weights). Otherwise an
+        ``hf:`` spec's folder holds the in-process path's weights and every engine loads them."""
+        if self.choice.kind == "transformers":
+            return False
+        if spec is None:
+            return True
+        args = list(self.extra_args)
+        asked = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--load-format"]
+        asked += [arg.split("=", 1)[1] for arg in args if arg.startswith("--load-format=")]
+        return bool(asked) and asked[-1] == "dummy"
+
+    def model_folder(self, model: str, *, spec: HFSpec | None, max_len: int, device: str, dtype: str) -> Path:
+        """The model folder the server loads, written once per session and key (model_folder.py)."""
+        from pytest_gpuperf.inference.model_folder import hf_folder_name, write_hf_model_folder, write_model_folder
         from pytest_gpuperf.models.registry import get_spec
+
+        kind = self.choice.kind
+        dummy = self.dummy_weights(spec)
+        if spec is not None:
+            name = hf_folder_name(spec, dtype=dtype, seed=self.seed) + ("-config-only" if dummy else "")
+        else:
+            name = f"{kind}-{model.replace('@', '-at-')}-{dtype}-{max_len}"
+        folder = self.workdir / name
+        if (folder / "gpuperf-model.json").exists():
+            return folder
+        try:
+            if spec is not None:
+                write_hf_model_folder(folder, spec, dtype=dtype, weights=not dummy, seed=self.seed, device=device)
+            else:
+                write_model_folder(folder, get_spec(model), max_len=max_len, dtype=dtype, weights=not dummy)
+        except (KeyError, ValueError) as error:
+            reason = error.args[0] if error.args else error  # a KeyError's str() is its repr
+            raise EngineError(f"--gpuperf-engine {kind}: cannot serve model {model!r}: {reason}") from None
+        return folder
+
+    def _launch(
+        self, model: str, *, max_len: int, device: str, dtype: str, spec: HFSpec | None
+    ) -> tuple[Server, OpenAIEngine]:
+        from pytest_gpuperf.inference.model_folder import TOKENIZER_FILE, TokenCodec
 
         kind = self.choice.kind
         version = package_version(kind)
@@ -382,14 +450,7 @@ class ServerPool:
             raise EngineError(
                 f"--gpuperf-engine {kind}: the {PACKAGES[kind]} package is not installed in {sys.executable}"
             )
-        folder = self.workdir / f"{kind}-{model.replace('@', '-at-')}-{dtype}-{max_len}"
-        if not (folder / "config.json").exists():
-            try:
-                spec = get_spec(model)
-                write_model_folder(folder, spec, max_len=max_len, dtype=dtype, weights=kind == "transformers")
-            except (KeyError, ValueError) as error:
-                reason = error.args[0] if error.args else error  # a KeyError's str() is its repr
-                raise EngineError(f"--gpuperf-engine {kind}: cannot serve model {model!r}: {reason}") from None
+        folder = self.model_folder(model, spec=spec, max_len=max_len, device=device, dtype=dtype)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         if device == "cpu":  # one thread, as the in-process engine runs on CPU (suites/conftest.py cpu_threads)
             env.setdefault("OMP_NUM_THREADS", "1")
@@ -407,6 +468,7 @@ class ServerPool:
                 dtype=dtype,
                 max_len=max_len,
                 extra_args=self.extra_args,
+                dummy_weights=self.dummy_weights(spec),
             )
             server = Server(command, url=url, log_path=self.workdir / f"{folder.name}-{port}.log", env=env)
             try:

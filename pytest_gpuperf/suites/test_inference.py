@@ -179,18 +179,15 @@ def build_engine(
     tier: Tier, options: Any, servers: Any, *, max_len: int, device: str, served: str = ""
 ) -> InferenceEngine:
     """The in-process engine (engine.py, or hf_engine.py for an ``hf:`` model), or the --gpuperf-engine server
-    (launched on the tier's model, or attached)."""
+    (launched on the tier's model or the ``hf:`` one, with the weights the in-process path builds; or attached)."""
     if options.engine.kind != "builtin":
         from pytest_gpuperf.inference.servers import EngineError
 
-        if served:
-            pytest.fail(
-                f"--gpuperf-models {served} with --gpuperf-engine {options.engine}: a launched or attached server "
-                "serves the suite's built-in model; an hf: model runs in process (--gpuperf-engine builtin)",
-                pytrace=False,
-            )
         try:
-            return servers.engine(model=tier.model, max_len=max_len, device=device, dtype=DTYPES[tier.precision])
+            spec = model_spec(tier, served) if served else None
+            return servers.engine(
+                model=served or tier.model, spec=spec, max_len=max_len, device=device, dtype=DTYPES[tier.precision]
+            )
         except EngineError as error:
             problem = str(error)
         pytest.fail(problem, pytrace=False)
