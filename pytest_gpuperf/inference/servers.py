@@ -6,7 +6,9 @@
   lines of its log). It is stopped at the end of the session: SIGTERM to its process group (vLLM and SGLang
   fork workers), SIGKILL after a grace period, so no process outlives the run. The command is recorded.
 - ``openai:URL``: a server the user runs. ``/v1/models`` names the served model; an unreachable URL is one
-  error for the test before any request is sent.
+  error for the test before any request is sent. A ``transformers serve`` found there (it answers no version
+  endpoint; its FastAPI schema lists its own routes) is spoken to in its dialect, with the tokenizer of the
+  model folder it serves (``--gpuperf-inference-served-model FOLDER``).
 
 The engine's name and version go into the stack fingerprint (``engine_stack``): a launched engine's from its
 installed package, an attached one's from what the server says about itself (vLLM ``/version``, SGLang
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.inference.openai import OpenAIEngine
+from pytest_gpuperf.inference.openai import OpenAIEngine, TextCodec
 
 LAUNCHED = ("transformers", "vllm", "sglang")
 ENGINES = ("builtin", *LAUNCHED)
@@ -98,10 +100,12 @@ class ServerInfo:
 
     url: str
     engine: str
-    """vllm, sglang, ... or "unknown"."""
+    """vllm, sglang, transformers or "unknown"."""
     version: str
     models: tuple[str, ...]
     """Ids listed by /v1/models (empty where it lists none or fails, as transformers serve does offline)."""
+    max_lens: dict[str, int] = field(default_factory=dict)
+    """Per listed model, the ``max_model_len`` /v1/models gives (vLLM and SGLang do)."""
 
 
 def _get_json(url: str, timeout: float) -> tuple[Any, dict[str, str]]:
@@ -113,6 +117,7 @@ def _get_json(url: str, timeout: float) -> tuple[Any, dict[str, str]]:
 def probe(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
     """Ask the server at ``url`` what it serves and what it is; raises EngineError where nothing answers."""
     models: tuple[str, ...] = ()
+    max_lens: dict[str, int] = {}
     owners: set[str] = set()
     headers: dict[str, str] = {}
     try:
@@ -121,6 +126,8 @@ def probe(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
         for entry in entries or []:
             if isinstance(entry, dict) and entry.get("id"):
                 models += (str(entry["id"]),)
+                if isinstance(entry.get("max_model_len"), int) and entry["max_model_len"] > 0:
+                    max_lens[str(entry["id"])] = entry["max_model_len"]
                 owners.add(str(entry.get("owned_by") or "").lower())
     except urllib.error.HTTPError:
         pass  # it answers, but lists nothing (transformers serve scans the hub cache and fails without one)
@@ -141,12 +148,67 @@ def probe(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
         engine = known.pop()
     elif engine == UNKNOWN and headers.get("server", "").lower().startswith(("vllm", "sglang")):
         engine = headers["server"].split("/")[0].lower()
-    return ServerInfo(url=url, engine=engine, version=version, models=models)
+    elif engine == UNKNOWN and _is_transformers_serve(url, timeout):
+        engine = "transformers"  # it says nothing of its version (no /version, FastAPI's default schema version)
+    return ServerInfo(url=url, engine=engine, version=version, models=models, max_lens=max_lens)
+
+
+TRANSFORMERS_ROUTES = frozenset({"/v1/completions", "/load_model", "/reset"})
+"""Routes of ``transformers serve`` (5.x, transformers/cli/serving/server.py) that vLLM and SGLang do not have."""
+
+
+def _is_transformers_serve(url: str, timeout: float) -> bool:
+    try:
+        schema, _ = _get_json(f"{url}/openapi.json", timeout)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    paths = schema.get("paths") if isinstance(schema, dict) else None
+    return isinstance(paths, dict) and TRANSFORMERS_ROUTES <= set(paths)
+
+
+def _transformers_codec(url: str, served_model: str | None) -> TextCodec:
+    """The tokenizer of the model folder a hand-run ``transformers serve`` serves: it takes text prompts only,
+    and lists no preloaded model on /v1/models, so the folder must be named and readable here."""
+    from pytest_gpuperf.inference.model_folder import TOKENIZER_FILE, TokenCodec
+
+    if served_model is None or not (Path(served_model) / TOKENIZER_FILE).is_file():
+        given = f" ({served_model!r} holds no {TOKENIZER_FILE})" if served_model else ""
+        raise EngineError(
+            f"the server at {url} is transformers serve, which takes text prompts: name the model folder it "
+            f"serves with --gpuperf-inference-served-model FOLDER{given}; its {TOKENIZER_FILE} turns the "
+            "suite's token ids into text (write one with python -m pytest_gpuperf.inference.model_folder)"
+        )
+    try:
+        return TokenCodec(Path(served_model) / TOKENIZER_FILE)
+    except Exception as error:  # noqa: BLE001 - tokenizers raises its own Exception types on a bad file
+        raise EngineError(f"cannot read {Path(served_model) / TOKENIZER_FILE}: {error}") from None
+
+
+def _folder_positions(folder: Path) -> int | None:
+    """``max_position_embeddings`` of a model folder's config.json: the longest sequence its server takes."""
+    try:
+        value = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def attach(url: str, *, served_model: str | None, devices: int, timeout: float = PROBE_TIMEOUT_S) -> OpenAIEngine:
-    """An engine for the user's server at ``url``, measured with token-id prompts (vLLM, SGLang)."""
+    """An engine for the user's server at ``url``: token-id prompts for vLLM, SGLang and unidentified servers;
+    text prompts through the served folder's tokenizer for ``transformers serve``."""
     info = probe(url, timeout=timeout)
+    if info.engine == "transformers":
+        codec = _transformers_codec(url, served_model)
+        assert served_model is not None
+        return OpenAIEngine(
+            url,
+            model=served_model,  # transformers serve names a folder it loads by its path
+            devices=devices,
+            dialect="transformers",
+            codec=codec,
+            info={"engine": info.engine, "version": info.version, "url": url, "served_model": served_model},
+            max_len=_folder_positions(Path(served_model)),
+        )
     model = served_model or (info.models[0] if info.models else None)
     if model is None:
         raise EngineError(
@@ -163,6 +225,7 @@ def attach(url: str, *, served_model: str | None, devices: int, timeout: float =
         model=model,
         devices=devices,
         info={"engine": info.engine, "version": info.version, "url": url, "served_model": model},
+        max_len=info.max_lens.get(model),
     )
 
 
@@ -434,6 +497,7 @@ class ServerPool:
             codec=TokenCodec(folder / TOKENIZER_FILE),
             name=kind,
             info={"engine": kind, "version": version, "url": url, "launch": launch.command},
+            max_len=max_len,
         )
         return server, engine
 

@@ -147,6 +147,19 @@ def build_engine(tier: Tier, options: Any, servers: Any, *, max_len: int, device
     return LocalEngine(build_model(tier, max_len=max_len, device=device), max_len=max_len)
 
 
+def check_context(engine: InferenceEngine, longest: int, what: str) -> None:
+    """Fail the test once, before any request, where the engine's context cannot hold the longest request:
+    every such request would fail at the server (or be cut short) and the run would say less about why."""
+    limit = getattr(engine, "max_len", None)
+    if limit is not None and longest > limit:
+        pytest.fail(
+            f"{what} needs up to {longest} prompt + output tokens per request, but {engine.name} takes at most "
+            f"{limit}: serve the model with a context of at least {longest} tokens (vLLM --max-model-len, SGLang "
+            "--context-length, transformers: the folder's max_position_embeddings) or choose shorter lengths",
+            pytrace=False,
+        )
+
+
 def peak_memory_window(device: str) -> Callable[[], Callable[[], float] | None] | None:
     if device != "cuda":
         return None
@@ -165,6 +178,7 @@ def test_serving_sweep(
 ) -> None:
     tier = tier_for(perf, tier_name)
     engine = build_engine(tier, gpuperf_inference, gpuperf_engine, max_len=isl + osl, device=perf.device)
+    check_context(engine, isl + osl, f"ISL/OSL {isl}/{osl}")
     from pytest_gpuperf.models.registry import get_spec
 
     concurrencies = sweep_concurrencies(tier, isl, osl)
@@ -229,6 +243,12 @@ def test_open_loop_sweep(
     if options.lengths != "fixed":
         max_len = max(max_len, 2048)  # the shipped distributions' own cap (prompt + output)
     engine = build_engine(tier, options, gpuperf_engine, max_len=max_len, device=perf.device)
+    lengths = Lengths(kind=options.lengths, isl=load.isl, osl=load.osl, seed=0, max_total=max_len)
+    check_context(
+        engine,
+        lengths.longest,
+        f"--gpuperf-lengths {options.lengths}" if options.lengths != "fixed" else f"ISL/OSL {load.isl}/{load.osl}",
+    )
     bound: dict[str, Any] = (
         {"duration_s": options.load_duration_s}
         if options.load_duration_s
@@ -237,7 +257,7 @@ def test_open_loop_sweep(
     sweep = run_rate_sweep(
         engine,
         rates=rates,
-        lengths=Lengths(kind=options.lengths, isl=load.isl, osl=load.osl, seed=0, max_total=max_len),
+        lengths=lengths,
         cap=options.max_concurrency or load.cap,
         runs=options.runs,
         vocab_size=get_spec(tier.model).vocab_size,
