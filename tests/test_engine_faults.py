@@ -427,6 +427,12 @@ def test_launch_commands_use_dummy_weights_for_vllm_and_sglang(tmp_path: Path) -
     )
     transformers = servers.launch_command("transformers", **common)
     assert transformers[1:5] == ["-m", "transformers.cli.transformers", "serve", str(tmp_path)]
+    assert "--cb-max-memory-percent" not in transformers
+    on_cpu = {**common, "device": "cpu", "dtype": "float32"}
+    batching = servers.launch_command("transformers", **on_cpu, extra_args=("--continuous-batching",))
+    assert batching[-3:] == ["--cb-max-memory-percent", "0.1", "--continuous-batching"]  # not 60-90% of the RAM
+    own = ("--continuous-batching", "--cb-num-blocks", "64")
+    assert "--cb-max-memory-percent" not in servers.launch_command("transformers", **on_cpu, extra_args=own)
     with pytest.raises(ValueError, match="not launched here"):
         servers.launch_command("builtin", **common)
 

@@ -43,6 +43,11 @@ PACKAGES = {"transformers": "transformers", "vllm": "vllm", "sglang": "sglang"}
 """The Python package whose version is a launched engine's version."""
 START_TIMEOUT_S = {"transformers": 180.0, "vllm": 900.0, "sglang": 900.0}
 """Default bound on a launch until /health answers: vLLM and SGLang load, profile and capture CUDA graphs."""
+CPU_CB_MEMORY_FRACTION = 0.1
+"""``--cb-max-memory-percent`` given to ``transformers serve --continuous-batching`` on CPU unless the user sets a
+``--cb-*`` size: its default (0.6-0.9 of the device's free memory) is read as the *machine's* RAM on CPU, and
+under ShareGPT lengths the server grew to 14 GB of a shared 24 GB VM and was killed by the kernel's OOM killer
+mid-run (every request after it failed). A tenth still holds the CPU tier's KV cache many times over."""
 PROBE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 15.0
 LOG_LINES = 25
@@ -258,6 +263,9 @@ def launch_command(
     if kind == "transformers":
         command = [python, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
         command += ["--host", "127.0.0.1", "--port", str(port), "--device", device, "--dtype", dtype]
+        sized = any(arg.startswith(("--cb-num-blocks", "--cb-max-memory-percent")) for arg in extra_args)
+        if device == "cpu" and "--continuous-batching" in extra_args and not sized:
+            command += ["--cb-max-memory-percent", str(CPU_CB_MEMORY_FRACTION)]
     elif kind == "vllm":
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
         command += ["--served-model-name", served_name, "--load-format", "dummy", "--dtype", dtype]
