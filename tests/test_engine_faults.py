@@ -231,6 +231,15 @@ def test_attach_asks_for_the_model_where_the_server_names_none_or_several() -> N
             attach(url, served_model=None, devices=1)
 
 
+def test_attach_reads_the_context_length_the_server_lists() -> None:
+    """vLLM and SGLang list ``max_model_len`` per model: the suites check their longest request against it."""
+    models = {"data": [{"id": "a", "max_model_len": 1024}, {"id": "b", "max_model_len": 8192}, {"id": "c"}]}
+    with serving({"/v1/models": models}) as (url, _):
+        assert attach(url, served_model="a", devices=1).max_len == 1024
+        assert attach(url, served_model="b", devices=1).max_len == 8192
+        assert attach(url, served_model="c", devices=1).max_len is None  # not said: not checked
+
+
 def test_unreachable_attached_server_records_unknown_in_the_stack() -> None:
     choice = parse_engine(f"openai:http://127.0.0.1:{closed_port()}")
     assert engine_stack(choice, probe_timeout=2.0) == {
@@ -418,6 +427,12 @@ def test_launch_commands_use_dummy_weights_for_vllm_and_sglang(tmp_path: Path) -
     )
     transformers = servers.launch_command("transformers", **common)
     assert transformers[1:5] == ["-m", "transformers.cli.transformers", "serve", str(tmp_path)]
+    assert "--cb-max-memory-percent" not in transformers
+    on_cpu = {**common, "device": "cpu", "dtype": "float32"}
+    batching = servers.launch_command("transformers", **on_cpu, extra_args=("--continuous-batching",))
+    assert batching[-3:] == ["--cb-max-memory-percent", "0.1", "--continuous-batching"]  # not 60-90% of the RAM
+    own = ("--continuous-batching", "--cb-num-blocks", "64")
+    assert "--cb-max-memory-percent" not in servers.launch_command("transformers", **on_cpu, extra_args=own)
     with pytest.raises(ValueError, match="not launched here"):
         servers.launch_command("builtin", **common)
 

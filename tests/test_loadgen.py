@@ -222,6 +222,33 @@ def test_queueing_under_the_cap_counts_in_latency_but_not_as_client_lag(slow_ser
         assert c.client_lag < 0.1  # the cap's wait is by design, not the dispatcher falling behind
 
 
+class _Batched(_Handler):
+    """Answers on a 100 ms clock, every request in flight together (a batching engine's shared decode steps)."""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        tick = 0.1
+        time.sleep(tick - time.monotonic() % tick + tick / 2)  # the next tick at least 50 ms away
+        super().do_POST()
+
+
+@pytest.fixture
+def batched_server() -> Iterator[str]:
+    yield from _serve(_Batched)
+
+
+def test_requests_due_while_the_dispatcher_waits_for_a_slot_are_not_client_lag(batched_server: str) -> None:
+    # 16 requests due at once on 4 slots of a server that frees its slots 4 at a time: after each wait for a slot
+    # the next requests find the slots freed with it. They were due long before, but could not be sent before
+    # the one the dispatcher waited for (sends keep the schedule's order): their wait is the cap's. Counted as
+    # the client's, the saturated rates of a served sweep read "the load generator fell behind" (~1-3 s p99).
+    engine = OpenAIEngine(batched_server, model="stub", timeout=10.0)
+    requests = [Request(id=i, prompt=(i + 1,), max_new_tokens=2) for i in range(16)]
+    done = engine.generate(requests, concurrency=4, schedule=[0.0] * 16)
+    assert all(c.error is None for c in done)
+    assert max(c.send_lag for c in done) >= 0.25  # the last wave waited 3 ticks or more (a large effect) ...
+    assert max(c.client_lag for c in done) < 0.05, [round(c.client_lag, 3) for c in done]  # ... for the cap
+
+
 def test_failed_requests_fail_the_run_with_their_count(fast_server: str) -> None:
     # Prompts start with their id, so the server fails request 0 (and the warm-up's request 0).
     engine = OpenAIEngine(fast_server, model="stub", timeout=10.0)

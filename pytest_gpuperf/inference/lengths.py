@@ -103,6 +103,11 @@ class Lengths:
             "file": f"pytest_gpuperf/inference/data/{self.kind}.json",
         }
 
+    @property
+    def longest(self) -> int:
+        """The most prompt + output tokens one request can have: what the engine's context must hold."""
+        return self.isl + self.osl if self.kind == "fixed" else self._max_total(load(self.kind))
+
     def _max_total(self, dist: LengthDistribution) -> int:
         return dist.max_total if self.max_total is None else min(dist.max_total, self.max_total)
 

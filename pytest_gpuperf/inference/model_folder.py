@@ -23,6 +23,10 @@ the architecture the suite names. Nothing is downloaded, ever:
 
 transformers and torch are imported only when a folder is written. ``TokenCodec`` (text <-> ids with the
 folder's tokenizer) needs the ``tokenizers`` package alone.
+
+``python -m pytest_gpuperf.inference.model_folder FOLDER [--model tiny-llama] [--max-len 4096]`` writes the
+folder a launched engine would get, for a server run by hand and attached with ``--gpuperf-engine openai:URL``
+(docs/inference.md).
 """
 
 from __future__ import annotations
@@ -171,3 +175,37 @@ class TokenCodec:
 
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write a registry model's folder (config, local tokenizer, random weights) for a server run by hand."""
+    import argparse
+    import sys
+
+    from pytest_gpuperf.models.registry import get_spec
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_gpuperf.inference.model_folder", description=(main.__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--model", default="tiny-llama", help="registry model, llama or moe family")
+    parser.add_argument("--max-len", type=int, default=4096, help="the config's max_position_embeddings")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--no-weights", action="store_true", help="config and tokenizer only (vLLM/SGLang dummy)")
+    args = parser.parse_args(argv)
+    if (args.folder / "config.json").exists():
+        print(f"{args.folder}: already holds a config.json; give an empty or new folder", file=sys.stderr)
+        return 2
+    try:
+        spec = get_spec(args.model)
+        write_model_folder(args.folder, spec, max_len=args.max_len, dtype=args.dtype, weights=not args.no_weights)
+    except (KeyError, ValueError) as error:
+        reason = error.args[0] if error.args else error
+        print(f"--model {args.model}: {reason}", file=sys.stderr)
+        return 2
+    print(args.folder)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

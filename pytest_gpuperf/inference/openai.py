@@ -77,6 +77,7 @@ class OpenAIEngine:
         codec: TextCodec | None = None,
         name: str | None = None,
         info: dict[str, Any] | None = None,
+        max_len: int | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"inference endpoint {url!r} must be an http:// or https:// URL")
@@ -93,6 +94,9 @@ class OpenAIEngine:
         self.name = name or f"openai:{self.url}"
         self.info: dict[str, Any] = dict(info or {})
         """What the engine is (name, version, launch command, URL), for each metric's context."""
+        self.max_len = max_len
+        """The longest prompt + output the server takes, where it is known (a launched server's context, an
+        attached one's ``max_model_len``, a served folder's ``max_position_embeddings``); None where not."""
         self._refused: str | None = None
         self._refused_lock = threading.Lock()
 
@@ -128,8 +132,9 @@ class OpenAIEngine:
 
         Workers wait on a queue rather than being started per request: starting a thread costs ~100 us, which
         would be client lag at every send. ``ready`` is the due time when a slot was free then, else the moment
-        the dispatcher got one, so ``sent - ready`` is the dispatcher's own lateness (a late wake-up from
-        sleep, the hand-off to a worker, the worker's wake-up) and not the wait the cap imposes by design. It errs
+        the dispatcher got one (or got the slot of an earlier request it was waiting for: sends keep the
+        schedule's order), so ``sent - ready`` is the dispatcher's own lateness (a late wake-up from sleep, the
+        hand-off to a worker, the worker's wake-up) and not the wait the cap imposes by design. It errs
         on the side of lag: a slot that freed after the due time while the dispatcher overslept counts as free
         at the due time, so that wait is called the client's (a NOISY verdict too many, never one too few)."""
         results: dict[int, Completion] = {}
@@ -157,16 +162,19 @@ class OpenAIEngine:
         for thread in workers:
             thread.start()
         began = time.perf_counter()
+        freed = began  # when the dispatcher last got a slot it had waited for
         for request, offset in zip(requests, schedule):
             due = began + offset
             wait = due - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
             if slots.acquire(blocking=False):
-                ready = due
+                # Requests go out in schedule order: one due while the dispatcher waited for an earlier one's
+                # slot could not go before that one got its slot; that wait is the cap's, not the client's.
+                ready = max(due, freed)
             else:
                 slots.acquire()
-                ready = max(due, time.perf_counter())
+                ready = freed = max(due, time.perf_counter())
             work.put((request, due, ready))
         for _ in workers:
             work.put(None)

@@ -7,7 +7,9 @@
   stopped at the end of the session: SIGTERM to its process group (vLLM and SGLang fork workers), SIGKILL
   after a grace period, so no process outlives the run. The command is recorded.
 - ``openai:URL``: a server the user runs. ``/v1/models`` names the served model; an unreachable URL is one
-  error for the test before any request is sent.
+  error for the test before any request is sent. A ``transformers serve`` found there (it answers no version
+  endpoint; its FastAPI schema lists its own routes) is spoken to in its dialect, with the tokenizer of the
+  model folder it serves (``--gpuperf-inference-served-model FOLDER``).
 
 The engine's name and version go into the stack fingerprint (``engine_stack``): a launched engine's from its
 installed package, an attached one's from what the server says about itself (vLLM ``/version``, SGLang
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.inference.openai import OpenAIEngine
+from pytest_gpuperf.inference.openai import OpenAIEngine, TextCodec
 
 if TYPE_CHECKING:
     from pytest_gpuperf.models.hf import HFSpec
@@ -45,6 +47,11 @@ PACKAGES = {"transformers": "transformers", "vllm": "vllm", "sglang": "sglang"}
 """The Python package whose version is a launched engine's version."""
 START_TIMEOUT_S = {"transformers": 180.0, "vllm": 900.0, "sglang": 900.0}
 """Default bound on a launch until /health answers: vLLM and SGLang load, profile and capture CUDA graphs."""
+CPU_CB_MEMORY_FRACTION = 0.1
+"""``--cb-max-memory-percent`` given to ``transformers serve --continuous-batching`` on CPU unless the user sets a
+``--cb-*`` size: its default (0.6-0.9 of the device's free memory) is read as the *machine's* RAM on CPU, and
+under ShareGPT lengths the server grew to 14 GB of a shared 24 GB VM and was killed by the kernel's OOM killer
+mid-run (every request after it failed). A tenth still holds the CPU tier's KV cache many times over."""
 PROBE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 15.0
 LOG_LINES = 25
@@ -102,10 +109,12 @@ class ServerInfo:
 
     url: str
     engine: str
-    """vllm, sglang, ... or "unknown"."""
+    """vllm, sglang, transformers or "unknown"."""
     version: str
     models: tuple[str, ...]
     """Ids listed by /v1/models (empty where it lists none or fails, as transformers serve does offline)."""
+    max_lens: dict[str, int] = field(default_factory=dict)
+    """Per listed model, the ``max_model_len`` /v1/models gives (vLLM and SGLang do)."""
 
 
 def _get_json(url: str, timeout: float) -> tuple[Any, dict[str, str]]:
@@ -117,6 +126,7 @@ def _get_json(url: str, timeout: float) -> tuple[Any, dict[str, str]]:
 def probe(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
     """Ask the server at ``url`` what it serves and what it is; raises EngineError where nothing answers."""
     models: tuple[str, ...] = ()
+    max_lens: dict[str, int] = {}
     owners: set[str] = set()
     headers: dict[str, str] = {}
     try:
@@ -125,6 +135,8 @@ def probe(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
         for entry in entries or []:
             if isinstance(entry, dict) and entry.get("id"):
                 models += (str(entry["id"]),)
+                if isinstance(entry.get("max_model_len"), int) and entry["max_model_len"] > 0:
+                    max_lens[str(entry["id"])] = entry["max_model_len"]
                 owners.add(str(entry.get("owned_by") or "").lower())
     except urllib.error.HTTPError:
         pass  # it answers, but lists nothing (transformers serve scans the hub cache and fails without one)
@@ -145,12 +157,67 @@ def probe(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
         engine = known.pop()
     elif engine == UNKNOWN and headers.get("server", "").lower().startswith(("vllm", "sglang")):
         engine = headers["server"].split("/")[0].lower()
-    return ServerInfo(url=url, engine=engine, version=version, models=models)
+    elif engine == UNKNOWN and _is_transformers_serve(url, timeout):
+        engine = "transformers"  # it says nothing of its version (no /version, FastAPI's default schema version)
+    return ServerInfo(url=url, engine=engine, version=version, models=models, max_lens=max_lens)
+
+
+TRANSFORMERS_ROUTES = frozenset({"/v1/completions", "/load_model", "/reset"})
+"""Routes of ``transformers serve`` (5.x, transformers/cli/serving/server.py) that vLLM and SGLang do not have."""
+
+
+def _is_transformers_serve(url: str, timeout: float) -> bool:
+    try:
+        schema, _ = _get_json(f"{url}/openapi.json", timeout)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    paths = schema.get("paths") if isinstance(schema, dict) else None
+    return isinstance(paths, dict) and TRANSFORMERS_ROUTES <= set(paths)
+
+
+def _transformers_codec(url: str, served_model: str | None) -> TextCodec:
+    """The tokenizer of the model folder a hand-run ``transformers serve`` serves: it takes text prompts only,
+    and lists no preloaded model on /v1/models, so the folder must be named and readable here."""
+    from pytest_gpuperf.inference.model_folder import TOKENIZER_FILE, TokenCodec
+
+    if served_model is None or not (Path(served_model) / TOKENIZER_FILE).is_file():
+        given = f" ({served_model!r} holds no {TOKENIZER_FILE})" if served_model else ""
+        raise EngineError(
+            f"the server at {url} is transformers serve, which takes text prompts: name the model folder it "
+            f"serves with --gpuperf-inference-served-model FOLDER{given}; its {TOKENIZER_FILE} turns the "
+            "suite's token ids into text (write one with python -m pytest_gpuperf.inference.model_folder)"
+        )
+    try:
+        return TokenCodec(Path(served_model) / TOKENIZER_FILE)
+    except Exception as error:  # noqa: BLE001 - tokenizers raises its own Exception types on a bad file
+        raise EngineError(f"cannot read {Path(served_model) / TOKENIZER_FILE}: {error}") from None
+
+
+def _folder_positions(folder: Path) -> int | None:
+    """``max_position_embeddings`` of a model folder's config.json: the longest sequence its server takes."""
+    try:
+        value = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def attach(url: str, *, served_model: str | None, devices: int, timeout: float = PROBE_TIMEOUT_S) -> OpenAIEngine:
-    """An engine for the user's server at ``url``, measured with token-id prompts (vLLM, SGLang)."""
+    """An engine for the user's server at ``url``: token-id prompts for vLLM, SGLang and unidentified servers;
+    text prompts through the served folder's tokenizer for ``transformers serve``."""
     info = probe(url, timeout=timeout)
+    if info.engine == "transformers":
+        codec = _transformers_codec(url, served_model)
+        assert served_model is not None
+        return OpenAIEngine(
+            url,
+            model=served_model,  # transformers serve names a folder it loads by its path
+            devices=devices,
+            dialect="transformers",
+            codec=codec,
+            info={"engine": info.engine, "version": info.version, "url": url, "served_model": served_model},
+            max_len=_folder_positions(Path(served_model)),
+        )
     model = served_model or (info.models[0] if info.models else None)
     if model is None:
         raise EngineError(
@@ -167,6 +234,7 @@ def attach(url: str, *, served_model: str | None, devices: int, timeout: float =
         model=model,
         devices=devices,
         info={"engine": info.engine, "version": info.version, "url": url, "served_model": model},
+        max_len=info.max_lens.get(model),
     )
 
 
@@ -202,6 +270,9 @@ def launch_command(
     if kind == "transformers":
         command = [python, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
         command += ["--host", "127.0.0.1", "--port", str(port), "--device", device, "--dtype", dtype]
+        sized = any(arg.startswith(("--cb-num-blocks", "--cb-max-memory-percent")) for arg in extra_args)
+        if device == "cpu" and "--continuous-batching" in extra_args and not sized:
+            command += ["--cb-max-memory-percent", str(CPU_CB_MEMORY_FRACTION)]
     elif kind == "vllm":
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
         command += ["--served-model-name", served_name, *dummy, "--dtype", dtype]
@@ -496,6 +567,7 @@ class ServerPool:
             codec=TokenCodec(folder / TOKENIZER_FILE),
             name=kind,
             info={"engine": kind, "version": version, "url": url, "launch": launch.command},
+            max_len=max_len,
         )
         return server, engine
 

@@ -68,6 +68,14 @@ class SweepResult:
     """Per point, the telemetry context of its last run."""
     client_lag_p99: dict[float, list[float]] = field(default_factory=dict)
     """Open loop: per rate, the client's p99 lag (sent - ready, seconds) of each run."""
+    send_lag: dict[float, list[tuple[float, float]]] = field(default_factory=dict)
+    """Open loop: per rate, the (p50, p99) send lag (sent - scheduled, seconds) of each run's measured requests:
+    the client's lateness plus the wait for a slot under the cap, i.e. how far the server's backlog reached back
+    into the client. Recorded in the context, not judged (the latencies hold it already)."""
+    offered_req_s: dict[float, float] = field(default_factory=dict)
+    """Open loop: per rate, the rate its schedule actually offers over the measured window ((n - 1) / span of the
+    measured send offsets). A short Poisson schedule's realisation can sit 10-40% off its nominal rate, and below
+    saturation ``requests_s`` measures this, not the server."""
     setup: dict[str, Any] = field(default_factory=dict)
     """What every metric's context records of the load: arrival process, lengths, cap, seed."""
 
@@ -127,6 +135,8 @@ def _measure(
     if offsets is not None:
         lags = client_lags(kept)
         result.client_lag_p99.setdefault(point, []).append(percentile(lags, 99) if lags else 0.0)
+        sends = [c.send_lag for c in kept]
+        result.send_lag.setdefault(point, []).append((percentile(sends, 50), percentile(sends, 99)))
     if read_peak is not None:
         result.peak_memory_bytes.setdefault(point, []).append(read_peak())
     if summary is not None and summary.energy_j is not None and summary.energy_j > 0:
@@ -275,6 +285,10 @@ def run_rate_sweep(
             "concurrency_cap": cap,
         },
     )
+    for rate, sched in zip(rates, schedules):
+        window = [offset for offset, kept in zip(sched.offsets, sched.measured) if kept]
+        span = window[-1] - window[0]
+        result.offered_req_s[rate] = (len(window) - 1) / span if span > 0 else rate
     warm = lengths.draw(cap)
     engine.generate(
         requests_of_lengths([(i, min(o, 8)) for i, o in warm], vocab_size=vocab_size, seed=seed + 1),
@@ -374,6 +388,10 @@ def record_sweep(
         }
         if point in sweep.client_lag_p99:
             context["client_lag_p99_s"] = max(sweep.client_lag_p99[point])
+        if point in sweep.offered_req_s:
+            context["offered_req_s"] = sweep.offered_req_s[point]
+        if point in sweep.send_lag:
+            context["send_lag_p99_s"] = max(p99 for _, p99 in sweep.send_lag[point])
         lagged = lag_reason(sweep, point)
         if sweep.energy_note:
             context["energy"] = sweep.energy_note

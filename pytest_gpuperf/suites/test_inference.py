@@ -195,6 +195,19 @@ def build_engine(
     return local_engine(model, max_len=max_len, served=served)
 
 
+def check_context(engine: InferenceEngine, longest: int, what: str) -> None:
+    """Fail the test once, before any request, where the engine's context cannot hold the longest request:
+    every such request would fail at the server (or be cut short) and the run would say less about why."""
+    limit = getattr(engine, "max_len", None)
+    if limit is not None and longest > limit:
+        pytest.fail(
+            f"{what} needs up to {longest} prompt + output tokens per request, but {engine.name} takes at most "
+            f"{limit}: serve the model with a context of at least {longest} tokens (vLLM --max-model-len, SGLang "
+            "--context-length, transformers: the folder's max_position_embeddings) or choose shorter lengths",
+            pytrace=False,
+        )
+
+
 def peak_memory_window(device: str) -> Callable[[], Callable[[], float] | None] | None:
     if device != "cuda":
         return None
@@ -222,6 +235,8 @@ def test_serving_sweep(
     engine = build_engine(
         tier, gpuperf_inference, gpuperf_engine, max_len=isl + osl, device=perf.device, served=served_model
     )
+    check_context(engine, isl + osl, f"ISL/OSL {isl}/{osl}")
+
     concurrencies = sweep_concurrencies(tier, isl, osl)
     sweep = run_sweep(
         engine,
@@ -283,6 +298,12 @@ def test_open_loop_sweep(
     if options.lengths != "fixed":
         max_len = max(max_len, 2048)  # the shipped distributions' own cap (prompt + output)
     engine = build_engine(tier, options, gpuperf_engine, max_len=max_len, device=perf.device, served=served_model)
+    lengths = Lengths(kind=options.lengths, isl=load.isl, osl=load.osl, seed=0, max_total=max_len)
+    check_context(
+        engine,
+        lengths.longest,
+        f"--gpuperf-lengths {options.lengths}" if options.lengths != "fixed" else f"ISL/OSL {load.isl}/{load.osl}",
+    )
     bound: dict[str, Any] = (
         {"duration_s": options.load_duration_s}
         if options.load_duration_s
@@ -291,7 +312,7 @@ def test_open_loop_sweep(
     sweep = run_rate_sweep(
         engine,
         rates=rates,
-        lengths=Lengths(kind=options.lengths, isl=load.isl, osl=load.osl, seed=0, max_total=max_len),
+        lengths=lengths,
         cap=options.max_concurrency or load.cap,
         runs=options.runs,
         vocab_size=model_spec(tier, served_model).vocab_size,
