@@ -214,3 +214,32 @@ def test_rules_for_looks_spend_alpha_and_coverage() -> None:
     assert three.alpha == pytest.approx(0.01 / 3) and three.confidence == pytest.approx(1 - 0.05 / 3)
     with pytest.raises(ValueError, match="looks"):
         rules.for_looks(0)
+
+
+@pytest.mark.parametrize("higher_is_better", [False, True])
+def test_a_change_whose_interval_holds_no_change_is_not_flagged(
+    higher_is_better: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tests say 8% worse (or better) at p < alpha, but the interval printed beside the verdict still holds
+    1.0 (a rate point of three runs read [0.871, 1.015] beside p=0.0088): the verdict must not contradict it."""
+    import pytest_gpuperf.core.stats as stats
+
+    base = [[0.0290, 0.0296, 0.0301], [0.0293, 0.0297, 0.0300], [0.0291, 0.0295, 0.0299], [0.0294, 0.0296, 0.0302]]
+    worse = [0.0303, 0.0323, 0.0324]
+    current = [1 / v for v in worse] if higher_is_better else worse
+    baseline = [[1 / v for v in run] for run in base] if higher_is_better else base
+    clear = compare(current, baseline, higher_is_better=higher_is_better, rules=RULES)
+    assert clear.verdict is Verdict.REGRESSED and clear.ci_high < 1
+    monkeypatch.setattr(stats, "ratio_interval", lambda *args, **kwargs: (0.871, 1.015))
+    straddling = compare(current, baseline, higher_is_better=higher_is_better, rules=RULES)
+    assert straddling.p_worse < RULES.alpha and straddling.verdict is Verdict.AMBIGUOUS
+    # mirrored: a clear improvement, then the same figures beside an interval that holds 1.0
+    slow = [[0.0310, 0.0323, 0.0324], [0.0312, 0.0320, 0.0326], [0.0311, 0.0322, 0.0325], [0.0313, 0.0321, 0.0327]]
+    fast = [0.0290, 0.0296, 0.0301, 0.0293, 0.0297, 0.0300]
+    if higher_is_better:
+        slow, fast = [[1 / v for v in run] for run in slow], [1 / v for v in fast]
+    monkeypatch.undo()
+    assert compare(fast, slow, higher_is_better=higher_is_better, rules=RULES).verdict is Verdict.IMPROVED
+    monkeypatch.setattr(stats, "ratio_interval", lambda *args, **kwargs: (0.985, 1.15))
+    straddling = compare(fast, slow, higher_is_better=higher_is_better, rules=RULES)
+    assert straddling.p_better < RULES.alpha and straddling.verdict is Verdict.AMBIGUOUS
