@@ -160,10 +160,9 @@ def fit_table(header: Sequence[str], rows: list[list[str]], *, width: int, shrin
             break
         widths[index] = min(widths[index], max(widths[index] - excess, floor.get(index, 12), len(header[index])))
     out = []
-    header = list(header)
-    for row in [header, *rows]:
+    for number, row in enumerate([list(header), *rows]):
         cells = [
-            (rollup.shorten_test_id if i == 0 and row is not header else rollup.shorten)(cell, w).ljust(w)
+            (rollup.shorten_test_id if i == 0 and number > 0 else rollup.shorten)(cell, w).ljust(w)
             for i, (cell, w) in enumerate(zip(row, widths))
         ]
         out.append(rollup.fit("  ".join(cells).rstrip(), width))

@@ -140,10 +140,9 @@ class HFEngine:
                 else:
                     end = start + concurrency
                 for done in self._wave(queue[start:end]):
-                    done.scheduled = due.get(done.id)
                     completions[done.id] = done
                 start = end
-        for request in requests:  # a request refused for its length was still due at its time
+        for request in requests:  # every request, one refused for its length too, was due at its time
             completions[request.id].scheduled = due.get(request.id)
         return [completions[request.id] for request in requests]
 
