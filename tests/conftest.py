@@ -81,7 +81,13 @@ def _machine_state_not_judged() -> Iterator[None]:
     """The project's own tests feed known samples: the real machine's load (other jobs on a shared CI box) must not
     turn their verdicts NOISY. Tests of the machine-state rule ask for it with --gpuperf-machine-check on.
     Session-scoped, so that module-scoped fixtures running real sessions (test_cli's runs) see it too: a
-    function-scoped one is set up after them."""
+    function-scoped one is set up after them.
+
+    The inner pytest sessions (pytester) also run without CI and BUILD_NUMBER: pytest prints a failure's whole
+    message in its short summary when they are set, so the same inner run would print differently on the CI box
+    than on a developer's, and tests that read that output would depend on where they run."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GPUPERF_MACHINE_CHECK", "off")
+        patch.delenv("CI", raising=False)
+        patch.delenv("BUILD_NUMBER", raising=False)
         yield
