@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from virtual_clock import VIRTUAL_CLOCK
 
 from pytest_gpuperf.inference.metrics import SLO, RunFailed, check_completions, min_samples, percentile, run_metrics
 from pytest_gpuperf.inference.openai import OpenAIEngine
@@ -270,24 +271,14 @@ def test_bad_endpoint_option_is_a_usage_error(pytester: pytest.Pytester) -> None
 
 # -- end to end: verdicts -------------------------------------------------------------------------------------
 
-WORKLOAD = """
-import dataclasses, os, random
+WORKLOAD = (
+    VIRTUAL_CLOCK
+    + """
+import dataclasses, os
 import torch
 from pytest_gpuperf.inference.engine import LocalEngine
 from pytest_gpuperf.inference.sweep import record_sweep, run_sweep
 from pytest_gpuperf.models.registry import get_spec
-
-class VirtualClock:
-    # Time passes only as this workload says: 50 us per reading (prefill and bookkeeping) and one decode step's
-    # cost per decode forward, each with seeded jitter. The model runs for real; its speed on a loaded machine
-    # cannot move the verdict.
-    def __init__(self, step_s, seed):
-        self.now, self.step_s, self.rng = 100.0, step_s, random.Random(seed)
-    def __call__(self):
-        self.now += 5e-5 * self.rng.uniform(0.9, 1.1)
-        return self.now
-    def decode_step(self):
-        self.now += self.step_s * self.rng.uniform(0.97, 1.03)
 
 def test_decode(perf):
     torch.set_num_threads(1)
@@ -298,6 +289,7 @@ def test_decode(perf):
                       per_client=3, watch=perf.watch)
     record_sweep(perf, sweep)
 """
+)
 
 
 def test_slower_decode_step_is_regressed_and_a_thin_p99_is_noisy(

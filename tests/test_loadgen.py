@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from virtual_clock import VIRTUAL_CLOCK
 
 from pytest_gpuperf.inference.arrivals import Arrivals, coefficient_of_variation, schedule
 from pytest_gpuperf.inference.lengths import Lengths, load
@@ -381,26 +382,15 @@ def test_load_options_reach_the_settings(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
 
 
-OPEN_LOOP_WORKLOAD = """
-import dataclasses, os, random
+OPEN_LOOP_WORKLOAD = (
+    VIRTUAL_CLOCK
+    + """
+import dataclasses, os
 import torch
 from pytest_gpuperf.inference.engine import LocalEngine
 from pytest_gpuperf.inference.lengths import Lengths
 from pytest_gpuperf.inference.sweep import record_sweep, run_rate_sweep
 from pytest_gpuperf.models.registry import get_spec
-
-class VirtualClock:
-    # As in the closed-loop end-to-end test: 50 us per reading, one decode step's cost per decode forward, each
-    # with seeded jitter; the open loop's idle waits advance it too. The machine's load cannot move the verdict.
-    def __init__(self, step_s, seed):
-        self.now, self.step_s, self.rng = 100.0, step_s, random.Random(seed)
-    def __call__(self):
-        self.now += 5e-5 * self.rng.uniform(0.9, 1.1)
-        return self.now
-    def decode_step(self):
-        self.now += self.step_s * self.rng.uniform(0.97, 1.03)
-    def sleep(self, seconds):
-        self.now += seconds
 
 def test_rates(perf):
     torch.set_num_threads(1)
@@ -411,6 +401,7 @@ def test_rates(perf):
                            vocab_size=256, count=16, edge_gaps=2)
     record_sweep(perf, sweep)
 """
+)
 
 
 def test_an_open_loop_sweep_catches_a_slower_decode_step(

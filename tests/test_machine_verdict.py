@@ -9,11 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from session_settings import cpu_settings
 
 from pytest_gpuperf.core import perf as perf_module
 from pytest_gpuperf.core.perf import Perf
 from pytest_gpuperf.core.session import GpuperfSession
-from pytest_gpuperf.core.settings import Settings
 from pytest_gpuperf.core.stats import Comparison, Verdict
 from pytest_gpuperf.core.store import MetricRun, NewMetric
 from pytest_gpuperf.machine.contention import MachineState
@@ -38,22 +38,7 @@ def state(*, canary_ms: float = 1.0, runqueue: float = 0.0, steal: float = 0.0) 
 def make_session(
     tmp_path: Path, runs: list[tuple[list[float], dict[str, Any]]], *, check: str = "on"
 ) -> GpuperfSession:
-    settings = Settings(
-        baselines_dir=tmp_path,
-        save=False,
-        results_path=None,
-        device_request="cpu",
-        threshold=None,
-        noise_limit=None,
-        run_noise=None,
-        repeats=15,
-        warmup=0,
-        strict=False,
-        baseline_runs=5,
-        confirm=1,
-        remeasure=2,
-        machine_check=check,
-    )
+    settings = cpu_settings(tmp_path, repeats=15, machine_check=check)
     session = GpuperfSession(settings)
     stack = session.fingerprint.stack
     session.store.save(

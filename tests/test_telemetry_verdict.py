@@ -8,10 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from session_settings import cpu_settings
 
 from pytest_gpuperf.core.perf import Perf
 from pytest_gpuperf.core.session import GpuperfSession
-from pytest_gpuperf.core.settings import Settings
 from pytest_gpuperf.core.stats import Verdict
 from pytest_gpuperf.core.store import MetricRun, NewMetric
 from pytest_gpuperf.machine.telemetry import TelemetrySample, TelemetryTrace, TelemetryUnavailable
@@ -41,21 +41,7 @@ def clock_trace(sm_mhz: list[float], *, mask: int = 0) -> TelemetryTrace:
 
 
 def make_session(tmp_path: Path) -> GpuperfSession:
-    settings = Settings(
-        baselines_dir=tmp_path,
-        save=False,
-        results_path=None,
-        device_request="cpu",
-        threshold=None,
-        noise_limit=None,
-        run_noise=None,
-        repeats=10,
-        warmup=0,
-        strict=False,
-        baseline_runs=5,
-        confirm=1,
-        remeasure=2,
-    )
+    settings = cpu_settings(tmp_path)
     session = GpuperfSession(settings)
     stack = session.fingerprint.stack
     full_clock = clock_trace([1980.0, 1980.0, 1965.0, 1980.0]).summary()

@@ -236,32 +236,21 @@ def compare_steps(
     figures = (f"olympic mean {mean_cur:.1f} steps vs reference {mean_ref:.1f} ± {sd_ref:.1f} "
                f"({len(reached_ref)} seeds; {change:+.1%})")  # fmt: skip
     if p_slower < alpha and change > min_effect:
-        return StepsCheck(
-            verdict=StepsVerdict.SLOWER,
-            current_mean=mean_cur,
-            reference_mean=mean_ref,
-            reference_sd=sd_ref,
-            p_slower=p_slower,
-            p_faster=p_faster,
-            message=f"converges slower: {figures}, one-sided t-test p={p_slower:.2g} < {alpha}",
-        )
-    if p_faster < alpha and change < -min_effect:
-        return StepsCheck(
-            verdict=StepsVerdict.FASTER,
-            current_mean=mean_cur,
-            reference_mean=mean_ref,
-            reference_sd=sd_ref,
-            p_slower=p_slower,
-            p_faster=p_faster,
-            message=f"converges faster than the reference: {figures}, p={p_faster:.2g} < {alpha}; "
-            "the workload, data or loss may have changed (re-record the goldens if intended)",
-        )
+        verdict = StepsVerdict.SLOWER
+        message = f"converges slower: {figures}, one-sided t-test p={p_slower:.2g} < {alpha}"
+    elif p_faster < alpha and change < -min_effect:
+        verdict = StepsVerdict.FASTER
+        message = (f"converges faster than the reference: {figures}, p={p_faster:.2g} < {alpha}; "
+                   "the workload, data or loss may have changed (re-record the goldens if intended)")  # fmt: skip
+    else:
+        verdict = StepsVerdict.PASS
+        message = f"steps to target consistent with the reference: {figures}"
     return StepsCheck(
-        verdict=StepsVerdict.PASS,
+        verdict=verdict,
         current_mean=mean_cur,
         reference_mean=mean_ref,
         reference_sd=sd_ref,
         p_slower=p_slower,
         p_faster=p_faster,
-        message=f"steps to target consistent with the reference: {figures}",
+        message=message,
     )

@@ -1,0 +1,26 @@
+"""Settings of a judging CPU session for tests that build a GpuperfSession by hand (no pytest options parsed)."""
+
+from pathlib import Path
+from typing import Any
+
+from pytest_gpuperf.core.settings import Settings
+
+
+def cpu_settings(baselines_dir: Path, **overrides: Any) -> Settings:
+    """The CPU defaults, judging and not saving; ``overrides`` replace any field."""
+    fields: dict[str, Any] = {
+        "baselines_dir": baselines_dir,
+        "save": False,
+        "results_path": None,
+        "device_request": "cpu",
+        "threshold": None,
+        "noise_limit": None,
+        "run_noise": None,
+        "repeats": 10,
+        "warmup": 0,
+        "strict": False,
+        "baseline_runs": 5,
+        "confirm": 1,
+        "remeasure": 2,
+    }
+    return Settings(**(fields | overrides))
