@@ -202,19 +202,42 @@ def test_attach_names_the_served_model_and_the_engine_goes_into_the_stack(stub: 
     }
 
 
+SGLANG_INFO = {"model_path": "/models/m", "served_model_name": "m", "version": "0.5.9"}
+"""The part of SGLang's /server_info (its server arguments, and "version") that the probe reads."""
+
+
 @pytest.mark.parametrize(
     ("about", "stack"),
     [
         (
-            {"/v1/models": {"data": [{"id": "m", "owned_by": "sglang"}]}, "/get_server_info": {"version": "0.5.9"}},
+            {
+                "/v1/models": {"data": [{"id": "m", "owned_by": "sglang"}]},
+                "/server_info": SGLANG_INFO | {"version": "0.5.23"},
+            },
+            {"inference_engine": "sglang", "inference_engine_version": "0.5.23"},
+        ),
+        (  # an SGLang release before /server_info: the owner says sglang, the old path its version
+            {"/v1/models": {"data": [{"id": "m", "owned_by": "sglang"}]}, "/get_server_info": SGLANG_INFO},
             {"inference_engine": "sglang", "inference_engine_version": "0.5.9"},
+        ),
+        (  # SGLang's own /v1/models owner is "sglang"; here the model list says nothing and /server_info decides
+            {"/v1/models": {"data": [{"id": "m", "owned_by": "someone"}]}, "/server_info": SGLANG_INFO},
+            {"inference_engine": "sglang", "inference_engine_version": "0.5.9"},
+        ),
+        (  # vLLM's development-mode /server_info has no server arguments: not SGLang's; /version decides
+            {
+                "/v1/models": {"data": [{"id": "m"}]},
+                "/server_info": {"version": "x"},
+                "/version": {"version": "0.33.0"},
+            },
+            {"inference_engine": "vllm", "inference_engine_version": "0.33.0"},
         ),
         (
             {"/v1/models": {"data": [{"id": "m", "owned_by": "someone"}]}},
             {"inference_engine": "unknown", "inference_engine_version": "unknown"},
         ),
     ],
-    ids=["sglang", "unidentified"],
+    ids=["sglang", "sglang-before-server-info", "sglang-by-server-info", "vllm-dev-mode", "unidentified"],
 )
 def test_stack_of_other_attached_servers(about: dict[str, Any], stack: dict[str, str]) -> None:
     with serving(about) as (url, _):

@@ -13,8 +13,8 @@
 
 The engine's name and version go into the stack fingerprint (``engine_stack``): a launched engine's from its
 installed package, an attached one's from what the server says about itself (vLLM ``/version``, SGLang
-``/get_server_info``, the ``owned_by`` of ``/v1/models``), else "unknown". No torch here: the model folder's
-writer imports transformers only when a launched engine needs a folder.
+``/server_info`` or, before it, ``/get_server_info``, the ``owned_by`` of ``/v1/models``), else "unknown". No
+torch here: the model folder's writer imports transformers only when a launched engine needs a folder.
 """
 
 from __future__ import annotations
@@ -117,6 +117,17 @@ class ServerInfo:
     """Per listed model, the ``max_model_len`` /v1/models gives (vLLM and SGLang do)."""
 
 
+SELF_DESCRIPTIONS = (
+    ("/server_info", "sglang", ("model_path",)),
+    ("/get_server_info", "sglang", ("model_path",)),
+    ("/version", "vllm", ()),
+)
+"""Where an engine says what it is and its version: (path, engine, other keys its answer must hold). SGLang
+answers /server_info (its older releases /get_server_info, still served with a deprecation warning) with its
+server arguments and "version"; vLLM /version with {"version": ...} alone. vLLM also has a /server_info, in its
+development mode only and without "model_path": the key keeps it from being read as SGLang's."""
+
+
 def _get_json(url: str, timeout: float) -> tuple[Any, dict[str, str]]:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         headers = {k.lower(): v for k, v in response.headers.items()}
@@ -144,12 +155,12 @@ def probe(url: str, *, timeout: float = PROBE_TIMEOUT_S) -> ServerInfo:
         reason = getattr(error, "reason", error)
         raise EngineError(f"cannot reach the OpenAI-compatible server at {url}: {reason}") from None
     engine, version = UNKNOWN, UNKNOWN
-    for path, name in (("/get_server_info", "sglang"), ("/version", "vllm")):
+    for path, name, also in SELF_DESCRIPTIONS:
         try:
             payload, _ = _get_json(f"{url}{path}", timeout)
         except (urllib.error.URLError, OSError, ValueError):
             continue
-        if isinstance(payload, dict) and isinstance(payload.get("version"), str):
+        if isinstance(payload, dict) and isinstance(payload.get("version"), str) and all(k in payload for k in also):
             engine, version = name, payload["version"]
             break
     known = owners & {"vllm", "sglang"}
