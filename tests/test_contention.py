@@ -232,3 +232,56 @@ def test_runs_without_a_stored_state_are_neither_dropped_nor_compared() -> None:
     assert judge_machine(None, [clean(1.0)]).conditions is None
     check = judge_machine(clean(1.0), [None, loaded(5.0)])
     assert check.dropped == (1,) and check.baseline is None  # the run without a state may still be clean
+
+
+def with_kernels(state: MachineState, sgemm_ms: float, copy_ms: float, library: str = "numpy 2.4.6") -> MachineState:
+    kernels = {"sgemm": [sgemm_ms / 1000] * 5, "copy": [copy_ms / 1000 * f for f in (0.99, 1.0, 1.01, 1.0, 1.0)]}
+    return MachineState(**(state.to_dict() | {"kernel_canary_s": kernels, "kernel_library": library}))
+
+
+def test_a_memory_system_slower_now_is_seen_where_the_python_canary_is_not() -> None:
+    """The drift this VM showed: bandwidth 1.4-1.8x and GEMMs 10-18% apart over hours, the Python loop within 3%."""
+    baseline = [with_kernels(clean(1.0), 1.1, 2.8), with_kernels(clean(1.01), 1.12, 2.9)]
+    same = judge_machine(with_kernels(clean(1.0), 1.11, 2.85), baseline)
+    assert same.conditions is None and "copy canary" in same.detail and "sgemm canary" in same.detail
+    slower = judge_machine(with_kernels(clean(1.0), 1.11, 4.2), baseline)
+    assert slower.current is not None and "the memory canary (a 32 MiB copy) ran" in slower.current
+    assert slower.slower_now is not None and 1.45 < slower.slower_now < 1.5  # the factor a REGRESSED must exceed
+    faster = judge_machine(with_kernels(clean(1.0), 0.8, 2.8), baseline)
+    assert faster.current is None and faster.baseline is not None and "vector-math canary" in faster.baseline
+    assert faster.slower_then is not None and faster.slower_then > 1.3
+
+
+def test_canaries_that_disagree_bound_nothing_and_other_builds_are_not_compared() -> None:
+    baseline = [with_kernels(clean(1.0), 1.1, 2.8), with_kernels(clean(1.0), 1.1, 2.8)]
+    mixed = judge_machine(with_kernels(clean(1.0), 0.7, 4.5), baseline)
+    assert mixed.current is not None and mixed.baseline is not None
+    assert mixed.slower_now is None and mixed.slower_then is None
+    other_build = judge_machine(with_kernels(clean(1.0), 0.5, 9.0, "numpy 2.5.0, scipy-openblas 0.3.32"), baseline)
+    assert other_build.conditions is None and "copy canary" not in other_build.detail
+    before_kernels = judge_machine(with_kernels(clean(1.0), 0.5, 9.0), [clean(1.0), clean(1.0)])
+    assert before_kernels.conditions is None  # baselines stored before the kernel canaries: only Python's compared
+
+
+def test_a_baseline_run_whose_kernel_canary_was_slow_is_left_out() -> None:
+    baseline = [
+        with_kernels(clean(1.0), 1.1, 2.8),
+        with_kernels(clean(1.0), 1.1, 6.0),
+        with_kernels(clean(1.0), 1.1, 2.9),
+    ]
+    check = judge_machine(with_kernels(clean(1.0), 1.1, 2.85), baseline)
+    assert check.dropped == (1,) and check.conditions is None and "run 2: its copy canary was" in check.detail
+
+
+def test_the_kernel_canaries_run_here_and_their_state_round_trips() -> None:
+    from pytest_gpuperf.machine.contention import kernel_library, run_kernel_canaries
+
+    timings = run_kernel_canaries(samples=2)
+    assert set(timings) == {"sgemm", "copy"} and all(len(v) == 2 and min(v) > 0 for v in timings.values())
+    assert kernel_library().startswith("numpy ")
+    state = state_between(read_snapshot(), read_snapshot(), None, timings, kernel_library())
+    assert MachineState.from_dict(state.to_dict()) == state
+    with pytest.raises(ValueError, match="kernel_canary_s"):
+        MachineState.from_dict(state.to_dict() | {"kernel_canary_s": {"copy": [-1.0]}})
+    with pytest.raises(ValueError, match="kernel_canary_s"):
+        MachineState.from_dict(state.to_dict() | {"kernel_canary_s": [1.0]})

@@ -181,21 +181,23 @@ def evidence(verdict: str, machine_note: str | None, *, source: str = "baseline"
 
 def machine_note(current: Mapping[str, Any] | None, baseline: Sequence[Mapping[str, Any] | None]) -> str | None:
     """How the machine's state differed between a measurement and its baseline runs, from the ``machine``
-    context each measurement records (canary timings; steal; other cores' load), or None when it did not or
-    when either side did not record it. Reads plain dicts: runs of any version slot in."""
+    context each measurement records (canary timings, the kernel canaries' too; steal; other cores' load), or None
+    when it did not or when either side did not record it. Reads plain dicts: runs of any version slot in."""
     now = _machine(current)
     before = [state for state in (_machine(context) for context in baseline) if state]
     if not now or not before:
         return None
     notes = []
-    now_canary = _canary(now)
-    base_canaries = [c for c in (_canary(state) for state in before) if c]
-    if now_canary and base_canaries:
-        ratio = statistics.median(base_canaries) / now_canary
-        if ratio >= CANARY_DIFFERS:
-            notes.append(f"canary {ratio:.2g}x slower when the baseline was recorded")
-        elif ratio <= 1 / CANARY_DIFFERS:
-            notes.append(f"canary {1 / ratio:.2g}x slower now than when the baseline was recorded")
+    for name, label in (("python", "canary"), ("sgemm", "sgemm canary"), ("copy", "memory canary")):
+        now_canary = _canary(now, name)
+        same_build = [s for s in before if name == "python" or s.get("kernel_library") == now.get("kernel_library")]
+        base_canaries = [c for c in (_canary(state, name) for state in same_build) if c]
+        if now_canary and base_canaries:
+            ratio = statistics.median(base_canaries) / now_canary
+            if ratio >= CANARY_DIFFERS:
+                notes.append(f"{label} {ratio:.2g}x slower when the baseline was recorded")
+            elif ratio <= 1 / CANARY_DIFFERS:
+                notes.append(f"{label} {1 / ratio:.2g}x slower now than when the baseline was recorded")
     now_steal = _number(now.get("steal_share"))
     base_steal = [s for s in (_number(state.get("steal_share")) for state in before) if s is not None]
     if now_steal is not None and base_steal and abs(max(base_steal) - now_steal) >= 0.05:
@@ -215,8 +217,10 @@ def _machine(context: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return state if isinstance(state, Mapping) else None
 
 
-def _canary(state: Mapping[str, Any]) -> float | None:
-    values = state.get("canary_s")
+def _canary(state: Mapping[str, Any], name: str) -> float | None:
+    """A canary's median ("python": the pure-Python loop; else a kernel canary's), None where not recorded."""
+    kernels = state.get("kernel_canary_s")
+    values = state.get("canary_s") if name == "python" else kernels.get(name) if isinstance(kernels, Mapping) else None
     if isinstance(values, list) and values and all(_number(v) for v in values):
         return float(statistics.median(values))
     return None

@@ -17,7 +17,12 @@ something else ran. This module records, around every measurement window, the si
   not decided on;
 * a **canary** — a fixed pure-Python loop timed a few times at the end of the window. It does not touch the stack
   under test (no torch, no numpy), so its speed is the machine's: compared with the canary of the baseline's runs
-  it says whether the machine, not the stack, got slower or faster between the two sessions.
+  it says whether the machine, not the stack, got slower or faster between the two sessions;
+* two **kernel canaries** after it — a 64x64 float32 matrix product (numpy's BLAS, one thread: the vector units
+  and caches) and a 32 MiB copy (the memory system). On this project's 2-core VM the pure-Python canary stayed
+  within 3% over four hours while the GEMMs moved 10-18% and the bandwidth suite 1.4-1.8x: the integer pipeline
+  a Python loop runs on is not where the host's neighbours take their share. They run numpy, not the stack under
+  test (torch's kernels), and are compared only between states taken with the same numpy and BLAS build.
 
 Parsing is pure and tested on recorded ``/proc`` samples; :func:`read_snapshot` is the only reader and leaves a
 field ``None`` where the file does not exist (macOS, a container without ``/proc/pressure``): nothing is invented.
@@ -46,6 +51,8 @@ __all__ = [
     "MachineState",
     "MachineWindow",
     "Snapshot",
+    "CANARIES",
+    "Canary",
     "canary_deviation",
     "contention",
     "descendants_cpu_s",
@@ -57,6 +64,7 @@ __all__ = [
     "parse_schedstat",
     "read_snapshot",
     "run_canary",
+    "run_kernel_canaries",
     "state_between",
 ]
 
@@ -86,6 +94,16 @@ CANARY_PRIOR_RUNS = 4.0
 CANARY_BAND_SDS = 3.0
 """How many between-session sds the canary may move before the two sessions are not on the same machine state;
 with the prior alone that is ~10%, well above the canary's own noise and below a loaded VM's 20-40%."""
+
+KERNEL_CANARY_VERSION = "numpy-sgemm64x200-copy32mib-v1"
+"""Names the kernel canaries' workloads; states taken with another version are never compared."""
+KERNEL_CANARY_SAMPLES = 5
+SGEMM_SIZE = 64
+"""64x64x64 stays under OpenBLAS's threading threshold (M*N*K <= 65536 * 4): one thread, as the suites' CPU tier."""
+SGEMM_PRODUCTS = 200
+"""~1.1 ms per sample on this project's VM (~90 GFLOP/s on one core)."""
+COPY_BYTES = 32 * 2**20
+"""Source and destination together (64 MiB) are twice this VM's 32 MiB last-level cache: a copy of memory."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -312,6 +330,57 @@ def run_canary(samples: int = CANARY_SAMPLES) -> tuple[list[float], float]:
     return seconds, (cpu / wall if wall > 0 else 1.0)
 
 
+class _KernelBuffers:
+    """The kernel canaries' operands, allocated and touched once per process (a first touch measures page
+    faults, not the machine)."""
+
+    _made: tuple[Any, ...] | None = None
+
+    @classmethod
+    def get(cls) -> tuple[Any, ...]:
+        if cls._made is None:
+            import numpy as np
+
+            a = np.random.default_rng(0).standard_normal((SGEMM_SIZE, SGEMM_SIZE), dtype=np.float32)
+            source = np.ones(COPY_BYTES // 4, dtype=np.float32)
+            made = (np, a, a.copy(), np.empty_like(a), source, np.empty_like(source))
+            np.matmul(made[1], made[2], out=made[3])
+            np.copyto(made[5], made[4])
+            cls._made = made
+        return cls._made
+
+
+def kernel_library() -> str:
+    """numpy's version and its BLAS build ("numpy 2.4.6, scipy-openblas 0.3.31.188.0"): what the kernel canaries
+    ran on, so that they are compared only with canaries of the same build."""
+    import numpy as np
+
+    blas = ""
+    try:
+        config = np.show_config(mode="dicts")
+        found = config.get("Build Dependencies", {}).get("blas", {})
+        blas = f", {found.get('name', '?')} {found.get('version', '?')}"
+    except Exception:  # numpy < 1.26 has no dicts mode; the version alone still tells builds apart
+        blas = ""
+    return f"numpy {np.__version__}{blas}"
+
+
+def run_kernel_canaries(samples: int = KERNEL_CANARY_SAMPLES) -> dict[str, list[float]]:
+    """Time the matrix product and the copy ``samples`` times each: {"sgemm": [...], "copy": [...]} in seconds."""
+    np, a, b, product, source, destination = _KernelBuffers.get()
+    timings: dict[str, list[float]] = {"sgemm": [], "copy": []}
+    for _ in range(samples):
+        start = time.perf_counter()
+        for _ in range(SGEMM_PRODUCTS):
+            np.matmul(a, b, out=product)
+        timings["sgemm"].append(time.perf_counter() - start)
+    for _ in range(samples):
+        start = time.perf_counter()
+        np.copyto(destination, source)
+        timings["copy"].append(time.perf_counter() - start)
+    return timings
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MachineState:
     """What the machine did during one measurement window; stored in a metric's context under "machine"."""
@@ -337,6 +406,11 @@ class MachineState:
     canary_cpu_per_wall: float | None = None
     canary_version: str = CANARY_VERSION
     python: str = field(default_factory=platform.python_version)
+    kernel_canary_s: dict[str, list[float]] = field(default_factory=dict)
+    """Per kernel canary ("sgemm", "copy"): seconds per sample; empty in states stored before they existed."""
+    kernel_canary_version: str = KERNEL_CANARY_VERSION
+    kernel_library: str | None = None
+    """numpy and its BLAS build the kernel canaries ran on (``kernel_library()``)."""
 
     @property
     def canary_median(self) -> float | None:
@@ -354,12 +428,29 @@ class MachineState:
             if not isinstance(kwargs.get(required), (int, float)):
                 raise ValueError(f"stored machine state lacks a number {required!r}")
         canary = kwargs.get("canary_s", [])
-        if not isinstance(canary, list) or not all(isinstance(v, (int, float)) and v > 0 for v in canary):
+        if not _positive_numbers(canary):
             raise ValueError("stored machine state: canary_s must be a list of positive numbers")
+        kernel = kwargs.get("kernel_canary_s", {})
+        if not isinstance(kernel, dict) or not all(
+            isinstance(k, str) and _positive_numbers(v) for k, v in kernel.items()
+        ):
+            raise ValueError("stored machine state: kernel_canary_s must map names to lists of positive numbers")
         return cls(**kwargs)
 
 
-def state_between(before: Snapshot, after: Snapshot, canary: tuple[list[float], float] | None = None) -> MachineState:
+def _positive_numbers(values: Any) -> bool:
+    return isinstance(values, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values
+    )
+
+
+def state_between(
+    before: Snapshot,
+    after: Snapshot,
+    canary: tuple[list[float], float] | None = None,
+    kernel_canaries: Mapping[str, list[float]] | None = None,
+    kernel_library: str | None = None,
+) -> MachineState:
     """The machine's state over the window between two snapshots (pure)."""
     wall = max(after.wall_s - before.wall_s, 1e-9)
     own_cpu = max(after.process_cpu_s - before.process_cpu_s, 0.0)
@@ -397,13 +488,15 @@ def state_between(before: Snapshot, after: Snapshot, canary: tuple[list[float], 
         procs_running=after.stat.procs_running if after.stat else None,
         canary_s=list(canary[0]) if canary else [],
         canary_cpu_per_wall=canary[1] if canary else None,
+        kernel_canary_s={name: list(values) for name, values in (kernel_canaries or {}).items()},
+        kernel_library=kernel_library if kernel_canaries else None,
     )
 
 
 class MachineWindow:
     """Snapshots around a block and a canary at its end; ``state`` once the block has ended.
 
-    ``canary=False`` skips the canary (a caller that takes its own)."""
+    ``canary=False`` skips the canaries (a caller that takes its own)."""
 
     def __init__(self, *, canary: bool = True) -> None:
         self._canary = canary
@@ -423,7 +516,9 @@ class MachineWindow:
         if self._before is None:
             raise RuntimeError("MachineWindow.close() before it was entered")
         canary = run_canary() if self._canary else None
-        return state_between(self._before, read_snapshot(), canary)
+        kernels = run_kernel_canaries() if self._canary else None
+        library = kernel_library() if self._canary else None
+        return state_between(self._before, read_snapshot(), canary, kernels, library)
 
     def start(self) -> MachineWindow:
         return self.__enter__()
@@ -455,25 +550,57 @@ def contention(state: MachineState) -> str | None:
     return "; ".join(reasons) or None
 
 
-def _comparable(a: MachineState, b: MachineState) -> bool:
-    return bool(a.canary_s and b.canary_s) and a.canary_version == b.canary_version and a.python == b.python
+@dataclass(frozen=True, slots=True)
+class Canary:
+    """One reference workload of the machine's state: how to read it from a state, and its noise prior."""
+
+    name: str
+    """"python", or a kernel canary's key in ``MachineState.kernel_canary_s``."""
+    label: str
+    """How messages name it ("the reference canary", "the memory canary (a 32 MiB copy)")."""
+    prior: float
+    """Prior between-session sd (log scale) of its median."""
+
+    def median(self, state: MachineState) -> float | None:
+        values = state.canary_s if self.name == "python" else state.kernel_canary_s.get(self.name)
+        return statistics.median(values) if values else None
+
+    def comparable(self, a: MachineState, b: MachineState) -> bool:
+        if self.median(a) is None or self.median(b) is None:
+            return False
+        if self.name == "python":
+            return a.canary_version == b.canary_version and a.python == b.python
+        return a.kernel_canary_version == b.kernel_canary_version and a.kernel_library == b.kernel_library
 
 
-def canary_deviation(current: MachineState, references: Sequence[MachineState]) -> tuple[float, float] | None:
+PYTHON_CANARY = Canary("python", "the reference canary", CANARY_PRIOR)
+CANARIES = (
+    PYTHON_CANARY,
+    Canary("sgemm", "the vector-math canary (a 64x64 float32 product)", 0.03),
+    Canary("copy", "the memory canary (a 32 MiB copy)", 0.06),
+)
+"""Each canary's prior is its median's between-process sd measured on this project's quiet 2-core VM, rounded up:
+2.5% (python), 2.4% (sgemm), 5.4% (copy), ten processes each (docs/machine-state.md)."""
+
+
+def canary_deviation(
+    current: MachineState, references: Sequence[MachineState], canary: Canary = PYTHON_CANARY
+) -> tuple[float, float] | None:
     """(log of current canary median / the references' median, the tolerance on that log), or None.
 
     The tolerance is CANARY_BAND_SDS between-session sds: the references' own spread of canary medians pooled
-    with CANARY_PRIOR (``CANARY_PRIOR_RUNS`` degrees of freedom), widened for a new session against k references.
+    with the canary's prior (``CANARY_PRIOR_RUNS`` degrees of freedom), widened for a new session against k
+    references.
     """
-    medians = [m for ref in references if _comparable(current, ref) and (m := ref.canary_median)]
-    now = current.canary_median
+    medians = [m for ref in references if canary.comparable(current, ref) and (m := canary.median(ref))]
+    now = canary.median(current)
     if not medians or now is None:
         return None
     logs = [math.log(m) for m in medians]
     k = len(logs)
     sample_var = statistics.variance(logs) if k >= 2 else 0.0
     dof = (k - 1) + CANARY_PRIOR_RUNS
-    sd = math.sqrt(((k - 1) * sample_var + CANARY_PRIOR_RUNS * CANARY_PRIOR**2) / dof)
+    sd = math.sqrt(((k - 1) * sample_var + CANARY_PRIOR_RUNS * canary.prior**2) / dof)
     return math.log(now) - statistics.median(logs), CANARY_BAND_SDS * sd * math.sqrt(1 + 1 / k)
 
 
@@ -532,9 +659,12 @@ def judge_machine(current: MachineState | None, baseline: Sequence[MachineState 
         if i in dirty:
             continue
         others = [s for j, s in known if j != i and j not in dirty]
-        deviation = canary_deviation(state, others) if others else None
-        if deviation is not None and deviation[0] > deviation[1]:
-            slow_canary[i] = f"its canary was {math.exp(deviation[0]) - 1:.0%} slower than the other runs'"
+        for canary in CANARIES:
+            deviation = canary_deviation(state, others, canary) if others else None
+            if deviation is not None and deviation[0] > deviation[1]:
+                what = "its canary" if canary is PYTHON_CANARY else f"its {canary.name} canary"
+                slow_canary[i] = f"{what} was {math.exp(deviation[0]) - 1:.0%} slower than the other runs'"
+                break
     dirty |= slow_canary
     clean = [(i, state) for i, state in known if i not in dirty]
     unknown = len(baseline) - len(known)
@@ -554,21 +684,35 @@ def judge_machine(current: MachineState | None, baseline: Sequence[MachineState 
     contended_now = current_why is not None
     slower_now = slower_then = None
     if current is not None and clean:
-        deviation = canary_deviation(current, [state for _, state in clean])
-        if deviation is not None:
+        slower: list[tuple[float, str]] = []  # (factor, why) per canary beyond its band
+        faster: list[tuple[float, str]] = []
+        for canary in CANARIES:
+            deviation = canary_deviation(current, [state for _, state in clean], canary)
+            if deviation is None:
+                continue
             shift, band = deviation
             change = math.exp(shift) - 1
-            details.append(f"canary {change:+.1%} against the baseline's (band ±{math.exp(band) - 1:.1%})")
+            name = "canary" if canary is PYTHON_CANARY else f"{canary.name} canary"
+            details.append(f"{name} {change:+.1%} against the baseline's (band ±{math.exp(band) - 1:.1%})")
             if shift > band:
-                why = f"the reference canary ran {change:.0%} slower than in the baseline: the machine is slower now"
-                current_why = "; ".join(filter(None, (current_why, why)))
-                slower_now = None if contended_now or baseline_why else math.exp(shift)
-            elif shift < -band and baseline_why is None:
-                slower_then = None if contended_now else math.exp(-shift)
-                baseline_why = (
-                    f"the reference canary ran {-change / (1 + change):.0%} slower when the baseline was recorded "
+                why = f"{canary.label} ran {change:.0%} slower than in the baseline: the machine is slower now"
+                slower.append((math.exp(shift), why))
+            elif shift < -band:
+                why = (
+                    f"{canary.label} ran {-change / (1 + change):.0%} slower when the baseline was recorded "
                     "than now: the baseline came from a slower or loaded machine; re-record it"
                 )
+                faster.append((math.exp(-shift), why))
+        # A machine slower now by the largest factor any canary shows can make a metric look worse by about that
+        # much; canaries that disagree in direction bound nothing.
+        if slower:
+            current_why = "; ".join(filter(None, (current_why, *(why for _, why in slower))))
+            if not faster:
+                slower_now = None if contended_now or baseline_why else max(f for f, _ in slower)
+        if faster and baseline_why is None:
+            baseline_why = "; ".join(why for _, why in faster)
+            if not slower:
+                slower_then = None if contended_now else max(f for f, _ in faster)
     if current is None:
         details.append("no machine state recorded with this measurement")
     return MachineCheck(
