@@ -139,8 +139,45 @@ def test_a_pair_measured_on_a_contended_machine_is_left_out_of_that_metric(tmp_p
     assert metric.verdict is Verdict.REGRESSED
     assert metric.contended == ["pair 2: B: other processes kept 1.0 of 2 cores busy (limit 0.25)"]
     assert len(metric.log_ratios) == result.complete_pairs - 1 and all(r < 0 for r in metric.log_ratios)
-    assert "1 pair(s) left out, measured on a contended machine (pair 2: B:" in metric.as_dict()["reason"]
+    assert "1 pair(s) left out, the machine not itself (pair 2: B:" in metric.as_dict()["reason"]
     assert result.as_dict()["metrics"][0]["contended_pairs"] == metric.contended
+
+
+def test_a_pair_whose_sessions_canaries_differ_is_left_out_of_that_metric(tmp_path: Path) -> None:
+    """The state this VM falls into for seconds at a time: a one-thread matmul ~20% slower and the pure-Python
+    canary ~50% slower, no steal, no run-queue wait. Pair 2's A session is caught in it; the pair would read B 20%
+    faster against a 5% slowdown. Its canary says the two sides ran on a machine in different states."""
+    slow = 3 + balanced_order(2, seed=0)[1].index("A")  # the session number of pair 2's A
+    calm = QUIET | {"canary_s": [0.00093] * 5, "canary_cpu_per_wall": 0.99}
+    caught = calm | {"canary_s": [0.0014] * 5}
+
+    def values(side: str, number: int) -> dict[tuple[str, str], float]:
+        value = steady(slow_b=1.05)(side, number)
+        return {key: v * 1.2 if number == slow else v for key, v in value.items()}
+
+    script = Script(values, machine=lambda side, number: caught if number == slow else calm)
+    result = run_ab(plan(tmp_path), runner=script)
+    metric = result.judged()[0]
+    assert script.calls[slow - 1][0] == "python-a"
+    assert metric.verdict is Verdict.REGRESSED
+    assert metric.contended == ["pair 2: the canary ran 51% slower in A's session than in the other's"]
+    assert all(r < 0 for r in metric.log_ratios)
+    assert "1 pair(s) left out, the machine not itself (pair 2: the canary ran 51% slower" in metric.reason()
+
+
+def test_canaries_differ_is_symmetric_and_needs_both_states() -> None:
+    from pytest_gpuperf.cli.ab_engine import canaries_differ
+    from pytest_gpuperf.machine.contention import MachineState
+
+    calm = MachineState.from_dict(QUIET | {"canary_s": [0.00093] * 5})
+    caught = MachineState.from_dict(QUIET | {"canary_s": [0.0014] * 5})
+    near = MachineState.from_dict(QUIET | {"canary_s": [0.00099] * 5})
+    assert canaries_differ(calm, caught) == "the canary ran 51% slower in B's session than in the other's"
+    assert canaries_differ(caught, calm) == "the canary ran 51% slower in A's session than in the other's"
+    assert canaries_differ(calm, near) is None  # 6.5%: inside the band (3 x 3% x sqrt 2 = 12.7%)
+    assert canaries_differ(None, caught) is None and canaries_differ(calm, None) is None
+    other_python = MachineState.from_dict(QUIET | {"canary_s": [0.0014] * 5, "python": "3.12.0"})
+    assert canaries_differ(calm, other_python) is None  # another interpreter: its loop speed is not the machine's
 
 
 def test_a_failed_session_drops_its_pair_whole_and_the_run_goes_on(tmp_path: Path) -> None:
