@@ -165,6 +165,43 @@ def test_a_pair_whose_sessions_canaries_differ_is_left_out_of_that_metric(tmp_pa
     assert "1 pair(s) left out, the machine not itself (pair 2: the canary ran 51% slower" in metric.reason()
 
 
+def test_pairs_left_out_are_replaced_up_to_max_left_out(tmp_path: Path) -> None:
+    """A neighbour holds a core in every other pair: each metric still gets its judged pairs (the looks the
+    boundary is calibrated on), the run taking more pairs, never more than max_pairs + max_left_out."""
+    from pytest_gpuperf.core.paired import PairedRules
+
+    rules = PairedRules(threshold=0.02, min_pairs=4, max_pairs=8)
+    busy_pair = {n for n in range(1, 80) if ((n + 1) // 2) % 2 == 0}  # the sessions of pairs 2, 4, 6, ...
+
+    def machine(side: str, number: int) -> dict[str, Any]:
+        return NEIGHBOUR if number in busy_pair else QUIET
+
+    same = run_ab(plan(tmp_path / "aa", rules=rules), runner=Script(steady(jitter=0.05), machine=machine))
+    metric = same.judged()[0]
+    assert metric.verdict is Verdict.AMBIGUOUS and same.stopped == "max pairs"
+    assert len(metric.log_ratios) == 8 and len(metric.contended) == 7 and same.complete_pairs == 15  # 8th look: stop
+    regressed = run_ab(plan(tmp_path / "ab", rules=rules), runner=Script(steady(slow_b=1.05), machine=machine))
+    assert regressed.judged()[0].verdict is Verdict.REGRESSED and regressed.stopped == "every metric decided"
+    capped = run_ab(
+        plan(tmp_path / "cap", rules=rules, max_left_out=3), runner=Script(steady(jitter=0.05), machine=machine)
+    )
+    assert capped.complete_pairs == 11 and len(capped.judged()[0].log_ratios) < 8  # 8 + 3, then it stops
+    old_rule = run_ab(
+        plan(tmp_path / "zero", rules=rules, max_left_out=0), runner=Script(steady(jitter=0.05), machine=machine)
+    )
+    assert old_rule.complete_pairs == 8 and len(old_rule.judged()[0].log_ratios) == 4
+
+
+def test_every_pair_contended_ends_ambiguous_at_twice_max_pairs(tmp_path: Path) -> None:
+    from pytest_gpuperf.core.paired import PairedRules
+
+    rules = PairedRules(threshold=0.02, min_pairs=3, max_pairs=5)
+    result = run_ab(plan(tmp_path, rules=rules), runner=Script(steady(slow_b=1.05), machine=lambda s, n: NEIGHBOUR))
+    metric = result.judged()[0]
+    assert result.complete_pairs == 10 and result.stopped == "max pairs" and metric.verdict is Verdict.AMBIGUOUS
+    assert len(metric.contended) == 10 and not metric.log_ratios
+
+
 def test_canaries_differ_is_symmetric_and_needs_both_states() -> None:
     from pytest_gpuperf.cli.ab_engine import canaries_differ
     from pytest_gpuperf.machine.contention import MachineState

@@ -8,7 +8,8 @@ recorded), so a drift of the machine that is linear over a block cancels between
 ``CMD -m pytest PYTEST_ARGS --gpuperf-results FILE --gpuperf-measure-only ...``: it measures and writes its
 results, fails no test on a verdict, saves nothing. After every complete pair each undecided metric is judged on
 its paired log-ratios (core/paired.py); a decided metric keeps its verdict, and the run stops when every metric
-is decided, at max_pairs, at the time budget, on Ctrl-C (with the verdicts so far) or on an error.
+is decided or has had its last look (max_pairs judged pairs; pairs the machine's state left out of a metric are
+replaced, up to max_left_out more), at the time budget, on Ctrl-C (with the verdicts so far) or on an error.
 
 A pair is left out of one metric's statistics when either session measured that metric on a contended machine
 (the machine state each session records with a metric: steal, run-queue wait, other processes' busy cores, the
@@ -85,6 +86,9 @@ class AbPlan:
     """Only these (test node id, metric) pairs are judged; None: every metric the sessions record."""
     max_dropped: int = 3
     """More dropped pairs than this end the run with an error."""
+    max_left_out: int | None = None
+    """Pairs run beyond max_pairs to replace pairs the machine's state left out of a metric (the machine not
+    itself); None: max_pairs (so at most twice max_pairs pairs in all). 0: left-out pairs count against max_pairs."""
     cwd: Path | None = None
     env: dict[str, str] | None = None
     """Environment of the sessions (default: this process's); CMD may still set variables with `env`."""
@@ -350,14 +354,15 @@ def run_ab(
     sessions_dir.mkdir(parents=True, exist_ok=True)
     result = AbResult(plan=plan, rules=plan.rules)
     max_pairs = plan.rules.max_pairs if plan.rules is not None else plan.max_pairs
-    order = balanced_order(max_pairs + plan.max_dropped + 1, plan.seed)
+    max_left_out = max_pairs if plan.max_left_out is None else plan.max_left_out
+    order = balanced_order(max_pairs + max_left_out + plan.max_dropped + 1, plan.seed)
     env = dict(plan.env if plan.env is not None else os.environ)
     say = progress or (lambda line: None)
     started = clock()
     pair_seconds: list[float] = []
     try:
         for index, first in enumerate(order, start=1):
-            if result.complete_pairs >= max_pairs:
+            if _at_last_look(result, max_pairs, max_left_out):
                 result.stopped = "max pairs"
                 break
             elapsed = clock() - started
@@ -608,8 +613,8 @@ def _add_pair(pair: PairRecord, result: AbResult) -> None:
             )
         if key in a and key in b:
             metric.missing = None
-            if metric.decided:
-                continue
+            if metric.decided or (result.rules is not None and len(metric.log_ratios) >= result.rules.max_pairs):
+                continue  # decided, or its last look taken: AMBIGUOUS stays AMBIGUOUS
             busy = [f"{side}: {why}" for side, measured in (("A", a), ("B", b)) if (why := measured[key].contended)]
             if not busy and (apart := canaries_differ(a[key].state, b[key].state)):
                 busy = [apart]
@@ -627,6 +632,20 @@ def _add_pair(pair: PairRecord, result: AbResult) -> None:
                 metric.b_medians.pop()
         elif not metric.log_ratios:
             metric.missing = "only in A" if key in a else "only in B"
+
+
+def _at_last_look(result: AbResult, max_pairs: int, max_left_out: int) -> bool:
+    """Whether no further pair can change a verdict: every undecided metric has had its last look (max_pairs pairs
+    judged), or the pairs run reach max_pairs plus the pairs that may replace those the machine's state left out.
+    A metric's looks are its judged pairs, the count the sequential boundary is calibrated on, so replacing a
+    left-out pair keeps the error rates (the choice never reads the metric's figures)."""
+    done = result.complete_pairs
+    if done >= max_pairs + max_left_out:
+        return True
+    if done < max_pairs:
+        return False
+    pending = [m for m in result.metrics.values() if not m.decided and not m.missing]
+    return all(len(m.log_ratios) >= max_pairs for m in pending)
 
 
 def _judge_all(result: AbResult) -> int:
@@ -658,8 +677,14 @@ def _progress_line(pair: PairRecord, result: AbResult, decided: int, pair_second
     left = left_pairs * _typical(list(pair_seconds))
     if result.plan.budget_s is not None:
         left = min(left, max(0.0, result.plan.budget_s - result.wall_s))
+    extra = done - result.rules.max_pairs
+    count = (
+        f"{result.rules.max_pairs}/{result.rules.max_pairs} + {extra}"
+        if extra > 0
+        else f"{done}/{result.rules.max_pairs}"
+    )
     return (
-        f"pair {done}/{result.rules.max_pairs} ({pair.order}): {decided}/{total} metrics decided, "
+        f"pair {count} ({pair.order}): {decided}/{total} metrics decided, "
         f"{_duration(result.wall_s)} used, ~{_duration(left)} left"
     )
 

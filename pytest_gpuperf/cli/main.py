@@ -328,6 +328,14 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
     )
     ab.add_argument("--min-pairs", type=_count(1), default=4, metavar="N", help="first look (default 4)")
     ab.add_argument("--max-pairs", type=_count(1), default=16, metavar="N", help="last look (default 16)")
+    ab.add_argument(
+        "--max-left-out",
+        type=_count(0),
+        default=None,
+        metavar="N",
+        help="pairs run beyond --max-pairs to replace pairs the machine's state left out of a metric "
+        "(default: as many as --max-pairs; 0: left-out pairs count against --max-pairs)",
+    )
     ab.add_argument("--budget", type=_duration, default=None, metavar="DURATION", help="e.g. 15m, 1h, 600s")
     ab.add_argument(
         "--alpha",
