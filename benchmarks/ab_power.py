@@ -95,6 +95,8 @@ def one_trial(folder: Path, level: float, hog: bool, seed: int) -> dict[str, Any
         "seed": seed,
         "verdict": metric.verdict.value,
         "pairs": len(metric.log_ratios),
+        "pairs_run": result.complete_pairs,
+        "left_out": len(metric.contended),
         "ratio": metric.judgement.ratio if metric.judgement else None,
         "log_ratios": metric.log_ratios,
         "dropped": len(result.dropped_pairs),
@@ -115,9 +117,10 @@ def summarise(trials: list[dict[str, Any]]) -> None:
     levels = sorted({t["level"] for t in trials})
     print(
         "| injected slowdown | hog | trials | flagged (REGRESSED / IMPROVED) | SAME (PASS) | AMBIGUOUS "
-        "| pairs median, max | median ratio | pair sd (median) | wall per comparison (median) |"
+        "| judged pairs median, max | pairs run median, max | median ratio | pair sd (median) "
+        "| wall per comparison (median) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for level in levels:
         for hog in (False, True, None):
             chosen = [t for t in trials if t["level"] == level and (hog is None or t["hog"] == hog)]
@@ -130,12 +133,13 @@ def summarise(trials: list[dict[str, Any]]) -> None:
 
             regressed, improved, same, ambiguous = (count(v) for v in ("REGRESSED", "IMPROVED", "PASS", "AMBIGUOUS"))
             pairs = [t["pairs"] for t in chosen]
+            run = [t.get("pairs_run", t["pairs"]) for t in chosen]  # trials kept before it was recorded: judged
             ratios = [t["ratio"] for t in chosen if t["ratio"]]
             label = {False: "off", True: "on", None: "**all**"}[hog]
             print(
                 f"| {level:.0%} | {label} | {n} | {regressed + improved}/{n} ({(regressed + improved) / n:.0%}; "
                 f"{regressed} / {improved}) | {same}/{n} ({same / n:.0%}) | {ambiguous}/{n} | "
-                f"{statistics.median(pairs):.0f}, {max(pairs)} | "
+                f"{statistics.median(pairs):.0f}, {max(pairs)} | {statistics.median(run):.0f}, {max(run)} | "
                 f"{statistics.median(ratios) if ratios else float('nan'):.4f} | "
                 f"{statistics.median(pair_sd(t['log_ratios']) for t in chosen):.1%} | "
                 f"{statistics.median(t['wall_s'] for t in chosen):.0f} s |"

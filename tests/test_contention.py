@@ -239,26 +239,32 @@ def with_kernels(state: MachineState, sgemm_ms: float, copy_ms: float, library: 
     return MachineState(**(state.to_dict() | {"kernel_canary_s": kernels, "kernel_library": library}))
 
 
-def test_a_memory_system_slower_now_is_seen_where_the_python_canary_is_not() -> None:
-    """The drift this VM showed: bandwidth 1.4-1.8x and GEMMs 10-18% apart over hours, the Python loop within 3%."""
+def test_a_vector_unit_slower_now_is_seen_where_the_python_canary_is_not() -> None:
+    """The drift this VM showed: GEMMs 10-18% apart over hours, the Python loop within 3%."""
     baseline = [with_kernels(clean(1.0), 1.1, 2.8), with_kernels(clean(1.01), 1.12, 2.9)]
     same = judge_machine(with_kernels(clean(1.0), 1.11, 2.85), baseline)
-    assert same.conditions is None and "copy canary" in same.detail and "sgemm canary" in same.detail
-    slower = judge_machine(with_kernels(clean(1.0), 1.11, 4.2), baseline)
-    assert slower.current is not None and "the memory canary (a 32 MiB copy) ran" in slower.current
-    assert slower.slower_now is not None and 1.45 < slower.slower_now < 1.5  # the factor a REGRESSED must exceed
+    assert same.conditions is None and "sgemm canary" in same.detail
+    slower = judge_machine(with_kernels(clean(1.0), 1.45, 2.8), baseline)
+    assert slower.current is not None and "the vector-math canary (a 64x64 float32 product) ran" in slower.current
+    assert slower.slower_now is not None and 1.28 < slower.slower_now < 1.33  # the factor a REGRESSED must exceed
     faster = judge_machine(with_kernels(clean(1.0), 0.8, 2.8), baseline)
     assert faster.current is None and faster.baseline is not None and "vector-math canary" in faster.baseline
     assert faster.slower_then is not None and faster.slower_then > 1.3
 
 
+def test_the_copy_canary_is_recorded_not_judged() -> None:
+    """Between sessions its median moved 20-45% with the workload unmoved: too noisy to decide on."""
+    baseline = [with_kernels(clean(1.0), 1.1, 2.8), with_kernels(clean(1.0), 1.1, 2.8)]
+    assert judge_machine(with_kernels(clean(1.0), 1.1, 5.0), baseline).conditions is None
+
+
 def test_canaries_that_disagree_bound_nothing_and_other_builds_are_not_compared() -> None:
     baseline = [with_kernels(clean(1.0), 1.1, 2.8), with_kernels(clean(1.0), 1.1, 2.8)]
-    mixed = judge_machine(with_kernels(clean(1.0), 0.7, 4.5), baseline)
+    mixed = judge_machine(with_kernels(clean(1.5), 0.7, 2.8), baseline)
     assert mixed.current is not None and mixed.baseline is not None
     assert mixed.slower_now is None and mixed.slower_then is None
     other_build = judge_machine(with_kernels(clean(1.0), 0.5, 9.0, "numpy 2.5.0, scipy-openblas 0.3.32"), baseline)
-    assert other_build.conditions is None and "copy canary" not in other_build.detail
+    assert other_build.conditions is None and "sgemm canary" not in other_build.detail
     before_kernels = judge_machine(with_kernels(clean(1.0), 0.5, 9.0), [clean(1.0), clean(1.0)])
     assert before_kernels.conditions is None  # baselines stored before the kernel canaries: only Python's compared
 
@@ -266,11 +272,11 @@ def test_canaries_that_disagree_bound_nothing_and_other_builds_are_not_compared(
 def test_a_baseline_run_whose_kernel_canary_was_slow_is_left_out() -> None:
     baseline = [
         with_kernels(clean(1.0), 1.1, 2.8),
-        with_kernels(clean(1.0), 1.1, 6.0),
-        with_kernels(clean(1.0), 1.1, 2.9),
+        with_kernels(clean(1.0), 2.0, 2.8),
+        with_kernels(clean(1.0), 1.12, 2.9),
     ]
     check = judge_machine(with_kernels(clean(1.0), 1.1, 2.85), baseline)
-    assert check.dropped == (1,) and check.conditions is None and "run 2: its copy canary was" in check.detail
+    assert check.dropped == (1,) and check.conditions is None and "run 2: its sgemm canary was" in check.detail
 
 
 def test_the_kernel_canaries_run_here_and_their_state_round_trips() -> None:
