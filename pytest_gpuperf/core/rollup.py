@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_gpuperf.machine.contention import CANARIES
+
 DECIDED = ("REGRESSED", "IMPROVED", "PASS")
 UNDECIDED_WHY = {
     "NOISY": (
@@ -188,16 +190,18 @@ def machine_note(current: Mapping[str, Any] | None, baseline: Sequence[Mapping[s
     if not now or not before:
         return None
     notes = []
-    for name, label in (("python", "canary"), ("sgemm", "sgemm canary")):  # the copy canary is too noisy to tell
-        now_canary = _canary(now, name)
-        same_build = [s for s in before if name == "python" or s.get("kernel_library") == now.get("kernel_library")]
-        base_canaries = [c for c in (_canary(state, name) for state in same_build) if c]
+    for canary in CANARIES:  # the judged ones: the copy canary is too noisy to tell anything
+        now_canary = _canary(now, canary.name)
+        same_build = [
+            s for s in before if canary.name == "python" or s.get("kernel_library") == now.get("kernel_library")
+        ]
+        base_canaries = [c for c in (_canary(state, canary.name) for state in same_build) if c]
         if now_canary and base_canaries:
             ratio = statistics.median(base_canaries) / now_canary
             if ratio >= CANARY_DIFFERS:
-                notes.append(f"{label} {ratio:.2g}x slower when the baseline was recorded")
+                notes.append(f"{canary.short} {ratio:.2g}x slower when the baseline was recorded")
             elif ratio <= 1 / CANARY_DIFFERS:
-                notes.append(f"{label} {1 / ratio:.2g}x slower now than when the baseline was recorded")
+                notes.append(f"{canary.short} {1 / ratio:.2g}x slower now than when the baseline was recorded")
     now_steal = _number(now.get("steal_share"))
     base_steal = [s for s in (_number(state.get("steal_share")) for state in before) if s is not None]
     if now_steal is not None and base_steal and abs(max(base_steal) - now_steal) >= 0.05:

@@ -35,6 +35,7 @@ steal share per window), hence the own code.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -332,35 +333,29 @@ def run_canary(samples: int = CANARY_SAMPLES) -> tuple[list[float], float]:
     return seconds, (cpu / wall if wall > 0 else 1.0)
 
 
-class _KernelBuffers:
-    """The kernel canaries' operands, allocated and touched once per process (a first touch measures page
-    faults, not the machine)."""
-
-    _made: tuple[Any, ...] | None = None
-
-    @classmethod
-    def get(cls) -> tuple[Any, ...]:
-        if cls._made is None:
-            import numpy as np
-
-            a = np.random.default_rng(0).standard_normal((SGEMM_SIZE, SGEMM_SIZE), dtype=np.float32)
-            source = np.ones(COPY_BYTES // 4, dtype=np.float32)
-            made = (np, a, a.copy(), np.empty_like(a), source, np.empty_like(source))
-            np.matmul(made[1], made[2], out=made[3])
-            np.copyto(made[5], made[4])
-            cls._made = made
-        return cls._made
-
-
-def kernel_library() -> str:
-    """numpy's version and its BLAS build ("numpy 2.4.6, scipy-openblas 0.3.31.188.0"): what the kernel canaries
-    ran on, so that they are compared only with canaries of the same build."""
+@functools.cache
+def _kernel_operands() -> tuple[Any, ...]:
+    """numpy and the kernel canaries' operands (a, b, product, source, destination), allocated and touched once
+    per process: a first touch measures page faults, not the machine."""
     import numpy as np
 
-    blas = ""
+    a = np.random.default_rng(0).standard_normal((SGEMM_SIZE, SGEMM_SIZE), dtype=np.float32)
+    b, product = a.copy(), np.empty_like(a)
+    source = np.ones(COPY_BYTES // 4, dtype=np.float32)
+    destination = np.empty_like(source)
+    np.matmul(a, b, out=product)
+    np.copyto(destination, source)
+    return np, a, b, product, source, destination
+
+
+@functools.cache
+def kernel_library() -> str:
+    """numpy's version and its BLAS build ("numpy 2.4.6, scipy-openblas 0.3.31.188.0"): what the kernel canaries
+    ran on, so that they are compared only with canaries of the same build. Read once per process."""
+    import numpy as np
+
     try:
-        config = np.show_config(mode="dicts")
-        found = config.get("Build Dependencies", {}).get("blas", {})
+        found = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
         blas = f", {found.get('name', '?')} {found.get('version', '?')}"
     except Exception:  # numpy < 1.26 has no dicts mode; the version alone still tells builds apart
         blas = ""
@@ -369,7 +364,7 @@ def kernel_library() -> str:
 
 def run_kernel_canaries(samples: int = KERNEL_CANARY_SAMPLES) -> dict[str, list[float]]:
     """Time the matrix product and the copy ``samples`` times each: {"sgemm": [...], "copy": [...]} in seconds."""
-    np, a, b, product, source, destination = _KernelBuffers.get()
+    np, a, b, product, source, destination = _kernel_operands()
     timings: dict[str, list[float]] = {"sgemm": [], "copy": []}
     for _ in range(samples):
         start = time.perf_counter()
@@ -558,6 +553,8 @@ class Canary:
 
     name: str
     """"python", or a kernel canary's key in ``MachineState.kernel_canary_s``."""
+    short: str
+    """Its name in details and notes: "canary" (the Python loop, as before the kernel canaries), "sgemm canary"."""
     label: str
     """How messages name it ("the reference canary", "the memory canary (a 32 MiB copy)")."""
     prior: float
@@ -575,10 +572,10 @@ class Canary:
         return a.kernel_canary_version == b.kernel_canary_version and a.kernel_library == b.kernel_library
 
 
-PYTHON_CANARY = Canary("python", "the reference canary", CANARY_PRIOR)
+PYTHON_CANARY = Canary("python", "canary", "the reference canary", CANARY_PRIOR)
 CANARIES = (
     PYTHON_CANARY,
-    Canary("sgemm", "the vector-math canary (a 64x64 float32 product)", 0.03),
+    Canary("sgemm", "sgemm canary", "the vector-math canary (a 64x64 float32 product)", 0.03),
 )
 """The canaries the rule judges by. Each prior is its median's between-process sd measured on this project's quiet
 2-core VM, rounded up: 2.5% (python), 2.4% (sgemm), ten processes each (docs/machine-state.md). The copy canary
@@ -666,8 +663,7 @@ def judge_machine(current: MachineState | None, baseline: Sequence[MachineState 
         for canary in CANARIES:
             deviation = canary_deviation(state, others, canary) if others else None
             if deviation is not None and deviation[0] > deviation[1]:
-                what = "its canary" if canary is PYTHON_CANARY else f"its {canary.name} canary"
-                slow_canary[i] = f"{what} was {math.exp(deviation[0]) - 1:.0%} slower than the other runs'"
+                slow_canary[i] = f"its {canary.short} was {math.exp(deviation[0]) - 1:.0%} slower than the other runs'"
                 break
     dirty |= slow_canary
     clean = [(i, state) for i, state in known if i not in dirty]
@@ -696,8 +692,7 @@ def judge_machine(current: MachineState | None, baseline: Sequence[MachineState 
                 continue
             shift, band = deviation
             change = math.exp(shift) - 1
-            name = "canary" if canary is PYTHON_CANARY else f"{canary.name} canary"
-            details.append(f"{name} {change:+.1%} against the baseline's (band ±{math.exp(band) - 1:.1%})")
+            details.append(f"{canary.short} {change:+.1%} against the baseline's (band ±{math.exp(band) - 1:.1%})")
             if shift > band:
                 why = f"{canary.label} ran {change:.0%} slower than in the baseline: the machine is slower now"
                 slower.append((math.exp(shift), why))
