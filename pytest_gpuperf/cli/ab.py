@@ -56,7 +56,7 @@ def plan_from_args(
         threshold=args.threshold,
         min_pairs=args.min_pairs,
         max_pairs=args.max_pairs,
-        max_left_out=getattr(args, "max_left_out", None),
+        max_left_out=args.max_left_out,
         alpha=args.alpha,
         budget_s=args.budget,
         seed=args.seed,

@@ -564,7 +564,7 @@ class SessionMetric:
         return contention(self.state) if self.state is not None else None
 
 
-def _session_medians(document: dict[str, Any]) -> dict[tuple[str, str], SessionMetric]:
+def _session_metrics(document: dict[str, Any]) -> dict[tuple[str, str], SessionMetric]:
     """Per metric: its median, unit, direction and the machine's state while it was measured."""
     found = {}
     for entry in document.get("results", []):
@@ -593,14 +593,13 @@ def canaries_differ(a: MachineState | None, b: MachineState | None) -> str | Non
         deviation = canary_deviation(b, [a], canary)
         if deviation is not None and abs(deviation[0]) > deviation[1]:
             slower, factor = ("B", math.exp(deviation[0])) if deviation[0] > 0 else ("A", math.exp(-deviation[0]))
-            name = "the canary" if canary.name == "python" else f"the {canary.name} canary"
-            return f"{name} ran {factor - 1:.0%} slower in {slower}'s session than in the other's"
+            return f"the {canary.short} ran {factor - 1:.0%} slower in {slower}'s session than in the other's"
     return None
 
 
 def _add_pair(pair: PairRecord, result: AbResult) -> None:
-    a = _session_medians(pair.side("A").document or {})
-    b = _session_medians(pair.side("B").document or {})
+    a = _session_metrics(pair.side("A").document or {})
+    b = _session_metrics(pair.side("B").document or {})
     wanted = result.plan.metrics
     for key in sorted(set(a) | set(b)):
         if wanted is not None and key not in wanted:
