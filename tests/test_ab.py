@@ -18,7 +18,7 @@ import pytest
 
 from pytest_gpuperf.cli import main as cli
 from pytest_gpuperf.cli.ab import table
-from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, balanced_order, run_ab, session_argv
+from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, AbResult, MetricOutcome, balanced_order, run_ab, session_argv
 from pytest_gpuperf.core.stats import Verdict
 
 # -- the engine with scripted sessions -------------------------------------------------------------------------
@@ -122,20 +122,28 @@ QUIET = {"wall_s": 1.0, "cpu_per_wall": 1.0, "cpus": 2, "steal_share": 0.0, "run
 NEIGHBOUR = QUIET | {"others_cores": 1.0, "others_outside_tree": True}
 
 
+def one_odd_session(
+    tmp_path: Path, side: str, scale: float, odd: dict[str, Any], usual: dict[str, Any]
+) -> tuple[AbResult, MetricOutcome]:
+    """A 5% slowdown in which pair 2's ``side`` session measures ``scale`` times its value on a machine in state
+    ``odd`` (every other session in ``usual``): the comparison and its one metric."""
+    number = 3 + balanced_order(2, seed=0)[1].index(side)  # the session number of pair 2's side
+
+    def values(side_: str, n: int) -> dict[tuple[str, str], float]:
+        value = steady(slow_b=1.05)(side_, n)
+        return {key: v * scale if n == number else v for key, v in value.items()}
+
+    script = Script(values, machine=lambda side_, n: odd if n == number else usual)
+    result = run_ab(plan(tmp_path), runner=script)
+    assert script.calls[number - 1][0] == f"python-{side.lower()}"
+    return result, result.judged()[0]
+
+
 def test_a_pair_measured_on_a_contended_machine_is_left_out_of_that_metric(tmp_path: Path) -> None:
     """A 5% slowdown with one burst: pair 2's B session runs 2x faster while a neighbour holds a core. The burst
     pair would take the top signed rank against the slowdown; its session's machine state says the machine was
     not itself, so the pair is left out and the verdict rests on the clean pairs."""
-    burst = 3 + balanced_order(2, seed=0)[1].index("B")  # the session number of pair 2's B
-
-    def values(side: str, number: int) -> dict[tuple[str, str], float]:
-        value = steady(slow_b=1.05)(side, number)
-        return {key: v / 2 if number == burst else v for key, v in value.items()}
-
-    script = Script(values, machine=lambda side, number: NEIGHBOUR if number == burst else QUIET)
-    result = run_ab(plan(tmp_path), runner=script)
-    metric = result.judged()[0]
-    assert script.calls[burst - 1][0] == "python-b"
+    result, metric = one_odd_session(tmp_path, "B", 0.5, NEIGHBOUR, QUIET)
     assert metric.verdict is Verdict.REGRESSED
     assert metric.contended == ["pair 2: B: other processes kept 1.0 of 2 cores busy (limit 0.25)"]
     assert len(metric.log_ratios) == result.complete_pairs - 1 and all(r < 0 for r in metric.log_ratios)
@@ -147,18 +155,9 @@ def test_a_pair_whose_sessions_canaries_differ_is_left_out_of_that_metric(tmp_pa
     """The state this VM falls into for seconds at a time: a one-thread matmul ~20% slower and the pure-Python
     canary ~50% slower, no steal, no run-queue wait. Pair 2's A session is caught in it; the pair would read B 20%
     faster against a 5% slowdown. Its canary says the two sides ran on a machine in different states."""
-    slow = 3 + balanced_order(2, seed=0)[1].index("A")  # the session number of pair 2's A
     calm = QUIET | {"canary_s": [0.00093] * 5, "canary_cpu_per_wall": 0.99}
     caught = calm | {"canary_s": [0.0014] * 5}
-
-    def values(side: str, number: int) -> dict[tuple[str, str], float]:
-        value = steady(slow_b=1.05)(side, number)
-        return {key: v * 1.2 if number == slow else v for key, v in value.items()}
-
-    script = Script(values, machine=lambda side, number: caught if number == slow else calm)
-    result = run_ab(plan(tmp_path), runner=script)
-    metric = result.judged()[0]
-    assert script.calls[slow - 1][0] == "python-a"
+    _, metric = one_odd_session(tmp_path, "A", 1.2, caught, calm)
     assert metric.verdict is Verdict.REGRESSED
     assert metric.contended == ["pair 2: the canary ran 51% slower in A's session than in the other's"]
     assert all(r < 0 for r in metric.log_ratios)

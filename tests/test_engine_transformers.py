@@ -172,6 +172,13 @@ OPEN_LOOP = [
 ]
 
 
+def session_flags(pytester: pytest.Pytester, results: Path | None = None) -> list[str]:
+    """The inner session's own folders, no machine check (the figures are not judged here), no cache, quiet."""
+    written = [f"--gpuperf-results={results}"] if results is not None else []
+    return [*written, f"--gpuperf-baselines={pytester.path / 'baselines'}", "--gpuperf-machine-check=off",
+            "-p", "no:cacheprovider", "-W", "ignore"]  # fmt: skip
+
+
 def test_the_plugin_launches_transformers_serve_and_records_it_in_the_stack(pytester: pytest.Pytester) -> None:
     """One session: a closed-loop test of its own and the suite's open-loop sweep share one launched server."""
     pytester.makepyfile(test_served=textwrap.dedent(SWEEP_TEST))
@@ -184,13 +191,7 @@ def test_the_plugin_launches_transformers_serve_and_records_it_in_the_stack(pyte
         "--gpuperf-engine",
         "transformers",
         *OPEN_LOOP,
-        f"--gpuperf-results={results}",
-        f"--gpuperf-baselines={pytester.path / 'baselines'}",
-        "--gpuperf-machine-check=off",
-        "-p",
-        "no:cacheprovider",
-        "-W",
-        "ignore",
+        *session_flags(pytester, results),
     )
     result.assert_outcomes(passed=2)
     version = transformers.__version__
@@ -234,13 +235,7 @@ def test_the_suite_drives_a_hand_run_transformers_serve_in_open_loop(
         f"--gpuperf-inference-served-model={served.model}",
         "--gpuperf-burstiness=2",
         *OPEN_LOOP,
-        f"--gpuperf-results={results}",
-        f"--gpuperf-baselines={pytester.path / 'baselines'}",
-        "--gpuperf-machine-check=off",
-        "-p",
-        "no:cacheprovider",
-        "-W",
-        "ignore",
+        *session_flags(pytester, results),
     )
     result.assert_outcomes(passed=1)
     document = json.loads(results.read_text())
@@ -273,9 +268,7 @@ def test_lengths_longer_than_the_served_context_fail_once_before_any_request(
         f"--gpuperf-engine=openai:{served.url}",
         f"--gpuperf-inference-served-model={short}",
         "--gpuperf-lengths=sharegpt",
-        f"--gpuperf-baselines={pytester.path / 'baselines'}",
-        "-p",
-        "no:cacheprovider",
+        *session_flags(pytester),
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
