@@ -186,8 +186,8 @@ def _is_transformers_serve(url: str, timeout: float) -> bool:
     return isinstance(paths, dict) and TRANSFORMERS_ROUTES <= set(paths)
 
 
-def _transformers_codec(url: str, served_model: str | None) -> TextCodec:
-    """The tokenizer of the model folder a hand-run ``transformers serve`` serves: it takes text prompts only,
+def _transformers_codec(url: str, served_model: str | None) -> tuple[str, TextCodec]:
+    """The model folder a hand-run ``transformers serve`` serves, and its tokenizer: it takes text prompts only,
     and lists no preloaded model on /v1/models, so the folder must be named and readable here."""
     from pytest_gpuperf.inference.model_folder import TOKENIZER_FILE, TokenCodec
 
@@ -199,7 +199,7 @@ def _transformers_codec(url: str, served_model: str | None) -> TextCodec:
             "suite's token ids into text (write one with python -m pytest_gpuperf.inference.model_folder)"
         )
     try:
-        return TokenCodec(Path(served_model) / TOKENIZER_FILE)
+        return served_model, TokenCodec(Path(served_model) / TOKENIZER_FILE)
     except Exception as error:  # noqa: BLE001 - tokenizers raises its own Exception types on a bad file
         raise EngineError(f"cannot read {Path(served_model) / TOKENIZER_FILE}: {error}") from None
 
@@ -218,16 +218,15 @@ def attach(url: str, *, served_model: str | None, devices: int, timeout: float =
     text prompts through the served folder's tokenizer for ``transformers serve``."""
     info = probe(url, timeout=timeout)
     if info.engine == "transformers":
-        codec = _transformers_codec(url, served_model)
-        assert served_model is not None
+        folder, codec = _transformers_codec(url, served_model)
         return OpenAIEngine(
             url,
-            model=served_model,  # transformers serve names a folder it loads by its path
+            model=folder,  # transformers serve names a folder it loads by its path
             devices=devices,
             dialect="transformers",
             codec=codec,
-            info={"engine": info.engine, "version": info.version, "url": url, "served_model": served_model},
-            max_len=_folder_positions(Path(served_model)),
+            info={"engine": info.engine, "version": info.version, "url": url, "served_model": folder},
+            max_len=_folder_positions(Path(folder)),
         )
     model = served_model or (info.models[0] if info.models else None)
     if model is None:
