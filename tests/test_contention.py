@@ -11,9 +11,15 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.machine.contention import (
+    BETWEEN_CALLS,
+    CANARIES,
+    CANARY_SAMPLES,
     CANARY_VERSION,
     MachineState,
+    MachineWindow,
     Snapshot,
+    canary_deviation,
+    canary_points,
     contention,
     descendants_cpu_s,
     judge_machine,
@@ -291,3 +297,39 @@ def test_the_kernel_canaries_run_here_and_their_state_round_trips() -> None:
         MachineState.from_dict(state.to_dict() | {"kernel_canary_s": {"copy": [-1.0]}})
     with pytest.raises(ValueError, match="kernel_canary_s"):
         MachineState.from_dict(state.to_dict() | {"kernel_canary_s": [1.0]})
+
+
+@pytest.mark.parametrize("calls", [3, 4, 5, 7, 10, 50])
+def test_canary_points_spread_the_samples_over_the_calls(calls: int) -> None:
+    points = [canary_points(done, calls) for done in range(1, calls + 1)]
+    assert sum(points) == CANARY_SAMPLES
+    if calls >= CANARY_SAMPLES:
+        assert max(points) == 1  # one sample at a point
+    if calls == 10:
+        assert [done for done, n in enumerate(points, 1) if n] == [1, 3, 5, 7, 9]
+    with pytest.raises(ValueError, match="call 0 of 3"):
+        canary_points(0, 3)
+
+
+def test_canaries_taken_between_calls_are_compared_only_with_their_kind() -> None:
+    with MachineWindow() as between:
+        for done in range(1, 11):
+            between.between_calls(done, 10)
+    with MachineWindow() as after:
+        pass
+    with MachineWindow(canary=False) as none:
+        none.between_calls(1, 1)
+    inside, outside = between.state, after.state
+    assert inside is not None and outside is not None and none.state is not None
+    assert len(inside.canary_s) == CANARY_SAMPLES and len(inside.kernel_canary_s["sgemm"]) == CANARY_SAMPLES
+    assert len(inside.kernel_canary_s["copy"]) == CANARY_SAMPLES  # the copy always runs at the end
+    assert 0 < inside.canary_cpu_per_wall <= 1.01
+    assert inside.canary_version == CANARY_VERSION + BETWEEN_CALLS
+    assert inside.kernel_canary_version.endswith(BETWEEN_CALLS)
+    assert outside.canary_version == CANARY_VERSION and not outside.kernel_canary_version.endswith(BETWEEN_CALLS)
+    assert none.state.canary_s == [] and none.state.kernel_canary_s == {}
+    for canary in CANARIES:
+        assert canary_deviation(inside, [outside], canary) is None
+        band = canary_deviation(outside, [outside], canary)
+        assert band is not None and canary_deviation(inside, [inside], canary) == (0.0, pytest.approx(band[1]))
+    assert MachineState.from_dict(inside.to_dict()) == inside

@@ -322,3 +322,21 @@ def test_bad_values_of_the_new_options_are_one_line_errors(
     result = pytester.runpytest("-p", "no:cacheprovider", "--gpuperf-device", "cpu", f"{option}={value}")
     assert result.ret != 0
     result.stderr.fnmatch_lines([f"*Invalid value '{value}' from {option}: {message}*"])
+
+
+def test_measure_s_own_timer_takes_the_canaries_between_its_calls_and_a_custom_timer_after() -> None:
+    from pytest_gpuperf.machine.contention import BETWEEN_CALLS, CANARY_VERSION
+
+    settings = dict(warmup=0, repeats=6, remeasure=0, machine_check="on", extend=0, extend_seconds=0.0, save=True)
+    perf = Perf(
+        nodeid="m.py::t",
+        device="cpu",
+        settings=SimpleNamespace(**settings),
+        noise_limit=10.0,
+        baseline_curves=lambda name: [],
+    )
+    perf.measure("own", lambda: sum(range(1000)))
+    perf.measure("custom", lambda: None, timer=lambda fn, count: [0.01] * count)
+    own, custom = (metric.context["machine"] for metric in perf.metrics)
+    assert own["canary_version"] == CANARY_VERSION + BETWEEN_CALLS and len(own["canary_s"]) == 5
+    assert custom["canary_version"] == CANARY_VERSION and len(custom["canary_s"]) == 5

@@ -96,6 +96,12 @@ class TelemetryWindow:
                 self._machine.__exit__(*exc_info)  # the canary runs after the device sampler has stopped
                 self.machine = self._machine.state
 
+    def between_calls(self, done: int, count: int) -> None:
+        """For a timer of the block: call it after each timed call, outside the timed part, and the machine's
+        canaries are taken between the calls instead of after the block (``MachineWindow.between_calls``)."""
+        if self._machine is not None:
+            self._machine.between_calls(done, count)
+
     @property
     def context(self) -> dict[str, Any]:
         """For ``perf.record(..., context=window.context)``: the device summary under "telemetry" (the key the
@@ -269,10 +275,6 @@ class Perf:
         repeats = self.settings.repeats if repeats is None else repeats
         if repeats < 3:
             raise ValueError(f"perf.measure({name!r}): repeats={repeats}; a verdict needs at least 3")
-        if timer is None:
-
-            def timer(call: Callable[[], object], count: int) -> list[float]:
-                return _time_calls(call, count, sync)
 
         for _ in range(warmup):
             fn()
@@ -283,7 +285,10 @@ class Perf:
             """(samples, why not comparable, spread, context, seconds the round took)."""
             started = time.perf_counter()
             with self.watch() as window:
-                seconds = timer(fn, repeats)
+                if timer is None:
+                    seconds = _time_calls(fn, repeats, sync, window.between_calls)
+                else:
+                    seconds = timer(fn, repeats)
             if len(seconds) != repeats or not all(math.isfinite(t) and t > 0 for t in seconds):
                 raise ValueError(
                     f"perf.measure({name!r}): the timer returned {seconds[:4]}..., expected "
@@ -431,10 +436,16 @@ def _diverged(message: str) -> NoReturn:
     pytest.fail(f"gpuperf: {message}", pytrace=False)
 
 
-def _time_calls(fn: Callable[[], object], repeats: int, sync: Callable[[], object] | None) -> list[float]:
+def _time_calls(
+    fn: Callable[[], object],
+    repeats: int,
+    sync: Callable[[], object] | None,
+    between: Callable[[int, int], None] | None = None,
+) -> list[float]:
+    """Seconds per call of ``repeats`` calls; ``between(done, repeats)`` runs after each, untimed."""
     samples = []
     clock = time.perf_counter
-    for _ in range(repeats):
+    for done in range(1, repeats + 1):
         if sync is not None:
             sync()
         start = clock()
@@ -442,4 +453,6 @@ def _time_calls(fn: Callable[[], object], repeats: int, sync: Callable[[], objec
         if sync is not None:
             sync()
         samples.append(clock() - start)
+        if between is not None:
+            between(done, repeats)
     return samples

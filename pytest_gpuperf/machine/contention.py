@@ -15,10 +15,11 @@ something else ran. This module records, around every measurement window, the si
   a window in which other processes kept a core busy is contended. The 1-minute load average (``/proc/loadavg``),
   the running-task count and the CPU pressure stall share (``/proc/pressure/cpu``) are recorded for the report,
   not decided on;
-* a **canary** — a fixed pure-Python loop timed a few times at the end of the window. It does not touch the stack
-  under test (no torch, no numpy), so its speed is the machine's: compared with the canary of the baseline's runs
-  it says whether the machine, not the stack, got slower or faster between the two sessions;
-* two **kernel canaries** after it — a 64x64 float32 matrix product (numpy's BLAS, one thread: the vector units
+* a **canary** — a fixed pure-Python loop timed a few times: between the timed calls where the measurement lets
+  it in (``perf.measure``'s own timer: ``MachineWindow.between_calls``), else at the end of the window. It does
+  not touch the stack under test (no torch, no numpy), so its speed is the machine's: compared with the canary of
+  the baseline's runs it says whether the machine, not the stack, got slower or faster between the two sessions;
+* two **kernel canaries** beside it — a 64x64 float32 matrix product (numpy's BLAS, one thread: the vector units
   and caches), judged like the Python loop, and a 32 MiB copy (the memory system), recorded only: between
   sessions it moved 20-45% with nothing else moving, more than the drifts it would have to show. On this
   project's 2-core VM the pure-Python canary stayed within 3% over four hours while the GEMMs moved 10-18%:
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "BETWEEN_CALLS",
     "CANARY_VERSION",
     "CpuTimes",
     "LoadAverage",
@@ -57,6 +59,7 @@ __all__ = [
     "CANARIES",
     "Canary",
     "canary_deviation",
+    "canary_points",
     "contention",
     "descendants_cpu_s",
     "judge_machine",
@@ -72,6 +75,10 @@ __all__ = [
 ]
 
 CANARY_VERSION = "py-int-loop-20000-v1"
+"""The canary taken after the window. One taken between the timed calls carries BETWEEN_CALLS appended: the two
+are never compared, because where it runs moves it (between 128x128 matmuls the Python loop ran ~3% slower and
+the sgemm ~3% slower than right after them, on a quiet machine: cold caches), as much as its noise prior."""
+BETWEEN_CALLS = "+between-calls"
 """Names the canary's workload; canaries of another version (or another Python) are never compared."""
 CANARY_ITERATIONS = 20_000
 """~1 ms per call on a 2.x GHz x86 core under CPython 3.11: cheap enough to take after every measurement round."""
@@ -362,20 +369,32 @@ def kernel_library() -> str:
     return f"numpy {np.__version__}{blas}"
 
 
-def run_kernel_canaries(samples: int = KERNEL_CANARY_SAMPLES) -> dict[str, list[float]]:
-    """Time the matrix product and the copy ``samples`` times each: {"sgemm": [...], "copy": [...]} in seconds."""
+def run_kernel_canaries(
+    samples: int = KERNEL_CANARY_SAMPLES, names: Sequence[str] = ("sgemm", "copy")
+) -> dict[str, list[float]]:
+    """Time the matrix product and the copy (or those of them ``names`` holds) ``samples`` times each:
+    {"sgemm": [...], "copy": [...]} in seconds."""
     np, a, b, product, source, destination = _kernel_operands()
-    timings: dict[str, list[float]] = {"sgemm": [], "copy": []}
-    for _ in range(samples):
+    timings: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(samples if "sgemm" in names else 0):
         start = time.perf_counter()
         for _ in range(SGEMM_PRODUCTS):
             np.matmul(a, b, out=product)
         timings["sgemm"].append(time.perf_counter() - start)
-    for _ in range(samples):
+    for _ in range(samples if "copy" in names else 0):
         start = time.perf_counter()
         np.copyto(destination, source)
         timings["copy"].append(time.perf_counter() - start)
     return timings
+
+
+def canary_points(done: int, count: int, samples: int = CANARY_SAMPLES) -> int:
+    """How many canary samples to take after timed call number ``done`` (1-based) of ``count``: ``samples`` points
+    spread evenly over the calls, each in the middle of its share (10 calls: after calls 1, 3, 5, 7 and 9), so the
+    canary sees the seconds the calls saw; fewer calls than samples take several at a point."""
+    if not 1 <= done <= count:
+        raise ValueError(f"canary_points: call {done} of {count}")
+    return sum(1 for k in range(1, samples + 1) if max(1, math.ceil((k - 0.5) * count / samples)) == done)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -447,8 +466,11 @@ def state_between(
     canary: tuple[list[float], float] | None = None,
     kernel_canaries: Mapping[str, list[float]] | None = None,
     kernel_library: str | None = None,
+    *,
+    between_calls: bool = False,
 ) -> MachineState:
-    """The machine's state over the window between two snapshots (pure)."""
+    """The machine's state over the window between two snapshots (pure). ``between_calls``: the canaries were
+    taken between the window's timed calls, not after it (their versions say so: ``BETWEEN_CALLS``)."""
     wall = max(after.wall_s - before.wall_s, 1e-9)
     own_cpu = max(after.process_cpu_s - before.process_cpu_s, 0.0)
     steal = others = None
@@ -487,18 +509,38 @@ def state_between(
         canary_cpu_per_wall=canary[1] if canary else None,
         kernel_canary_s={name: list(values) for name, values in (kernel_canaries or {}).items()},
         kernel_library=kernel_library if kernel_canaries else None,
+        canary_version=CANARY_VERSION + (BETWEEN_CALLS if between_calls else ""),
+        kernel_canary_version=KERNEL_CANARY_VERSION + (BETWEEN_CALLS if between_calls else ""),
     )
 
 
 class MachineWindow:
-    """Snapshots around a block and a canary at its end; ``state`` once the block has ended.
+    """Snapshots around a block and canaries in it or at its end; ``state`` once the block has ended.
 
-    ``canary=False`` skips the canaries (a caller that takes its own)."""
+    A timer that calls :meth:`between_calls` after each timed call gets the Python and sgemm canaries taken
+    between its calls, where they see the seconds the calls saw: a state of the machine lasting a second or two
+    (seen on this project's VM: the workload's matmul ~20% slower, nothing in ``/proc`` to show it) can fall on
+    the window and miss a canary taken after it. Otherwise they run at the end. The copy canary (recorded, not
+    judged) always runs at the end. ``canary=False`` skips the canaries (a caller that takes its own)."""
 
     def __init__(self, *, canary: bool = True) -> None:
         self._canary = canary
         self._before: Snapshot | None = None
         self.state: MachineState | None = None
+        self._python_s: list[float] = []
+        self._python_cpu_s = 0.0
+        self._sgemm_s: list[float] = []
+
+    def between_calls(self, done: int, count: int) -> None:
+        """A timer's hook, outside its timed part, after call ``done`` (1-based) of ``count``: takes the canary
+        samples due there (:func:`canary_points`)."""
+        if not self._canary:
+            return
+        for _ in range(canary_points(done, count)):
+            (seconds,), cpu_share = run_canary(1)
+            self._python_s.append(seconds)
+            self._python_cpu_s += cpu_share * seconds
+            self._sgemm_s.extend(run_kernel_canaries(1, names=("sgemm",))["sgemm"])
 
     def __enter__(self) -> MachineWindow:
         self._before = read_snapshot()
@@ -512,10 +554,16 @@ class MachineWindow:
         """The state from entry until now (also usable without ``with``: ``start()`` then ``close()``)."""
         if self._before is None:
             raise RuntimeError("MachineWindow.close() before it was entered")
-        canary = run_canary() if self._canary else None
-        kernels = run_kernel_canaries() if self._canary else None
+        between = bool(self._python_s)
+        canary: tuple[list[float], float] | None = None
+        kernels: dict[str, list[float]] | None = None
+        if between:
+            canary = (self._python_s, self._python_cpu_s / sum(self._python_s))
+            kernels = {"sgemm": self._sgemm_s, **run_kernel_canaries(names=("copy",))}
+        elif self._canary:
+            canary, kernels = run_canary(), run_kernel_canaries()
         library = kernel_library() if self._canary else None
-        return state_between(self._before, read_snapshot(), canary, kernels, library)
+        return state_between(self._before, read_snapshot(), canary, kernels, library, between_calls=between)
 
     def start(self) -> MachineWindow:
         return self.__enter__()
