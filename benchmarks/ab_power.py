@@ -6,7 +6,7 @@ that does more work. The workload is exact work, as in detection_power.py: a fix
 matmuls per call, and a slowdown of s adds round(PRODUCTS * s) products. In half the trials a CPU hog runs: a busy
 loop pinned to one core, switching on and off every 20-60 s (seeded), the kind of neighbour a shared CI runner has.
 
-    python benchmarks/ab_power.py --trials 20 [--levels 0,1,2,3,5] [--out ab-power.json]
+    python benchmarks/ab_power.py --trials 20 [--levels 0,1,2,3,5] [--out ab-power.json] [--sessions DIR]
     python benchmarks/ab_power.py --rejudge ab-power.json
 
 Prints, per level and hog condition: the share flagged (REGRESSED or IMPROVED), the share SAME (PASS),
@@ -97,6 +97,7 @@ def one_trial(folder: Path, level: float, hog: bool, seed: int) -> dict[str, Any
         "pairs": len(metric.log_ratios),
         "pairs_run": result.complete_pairs,
         "left_out": len(metric.contended),
+        "left_out_why": metric.contended,
         "ratio": metric.judgement.ratio if metric.judgement else None,
         "log_ratios": metric.log_ratios,
         "dropped": len(result.dropped_pairs),
@@ -154,6 +155,9 @@ def main() -> int:
     parser.add_argument("--levels", default="0,1,2,3,5", help="injected slowdowns in percent")
     parser.add_argument("--out", type=Path, help="keep every trial here (JSON)")
     parser.add_argument("--rejudge", type=Path, help="print the table of trials kept by --out")
+    parser.add_argument(
+        "--sessions", type=Path, help="keep every comparison's folder (its sessions' raw results) here, not in a temp"
+    )
     args = parser.parse_args()
     if args.rejudge:
         summarise(json.loads(args.rejudge.read_text())["trials"])
@@ -161,7 +165,8 @@ def main() -> int:
     levels = [float(text) / 100 for text in args.levels.split(",")]
     trials: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ab-power-") as name:
-        folder = Path(name)
+        folder = args.sessions or Path(name)
+        folder.mkdir(parents=True, exist_ok=True)
         (folder / "test_ab_power.py").write_text(WORKLOAD)
         started = time.monotonic()
         seed = 0
