@@ -18,7 +18,16 @@ import pytest
 
 from pytest_gpuperf.cli import main as cli
 from pytest_gpuperf.cli.ab import table
-from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, AbResult, MetricOutcome, balanced_order, run_ab, session_argv
+from pytest_gpuperf.cli.ab_engine import (
+    AbError,
+    AbPlan,
+    AbResult,
+    MetricOutcome,
+    balanced_order,
+    run_ab,
+    session_argv,
+    session_figure,
+)
 from pytest_gpuperf.core.stats import Verdict
 
 # -- the engine with scripted sessions -------------------------------------------------------------------------
@@ -52,7 +61,7 @@ class Script:
             log_file.write_text("E   RuntimeError: the stack crashed\n")
             return self.fail[number], 0.1
         results = Path(argv[argv.index("--gpuperf-results") + 1])
-        metrics = self.values(side, number)
+        metrics = self.values(side, number)  # a value, or a list of the session's samples
         document = {
             "schema": 1,
             "fingerprint": {
@@ -67,7 +76,7 @@ class Script:
                     "metric": metric,
                     "unit": "s",
                     "higher_is_better": False,
-                    "samples": [v, v, v],
+                    "samples": v if isinstance(v, list) else [v, v, v],
                     "context": {"machine": self.machine(side, number)} if self.machine else {},
                 }
                 for (test, metric), v in metrics.items()
@@ -279,6 +288,31 @@ def test_a_metric_one_side_lacks_is_missing(tmp_path: Path) -> None:
     assert result.stopped == "every metric decided"
 
 
+def test_a_session_slowed_in_part_moves_its_median_and_not_its_best_call(tmp_path: Path) -> None:
+    """A/A, in which pair 2's A session ran 2 of its 3 calls 15% slower (a state of the machine covering part of
+    it): its best call is its usual one, so that pair reads ~0 by default, and -14% on the session medians."""
+    number = 3 + balanced_order(2, seed=0)[1].index("A")
+
+    def values(side: str, n: int) -> dict[tuple[str, str], Any]:
+        [(key, v)] = steady()(side, n).items()
+        return {key: [v, v * 1.15, v * 1.15] if n == number else v}
+
+    best = run_ab(plan(tmp_path / "best"), runner=Script(values)).judged()[0]
+    median = run_ab(plan(tmp_path / "median", session_figure="median"), runner=Script(values)).judged()[0]
+    assert abs(best.log_ratios[1]) < 0.01 and median.log_ratios[1] == pytest.approx(math.log(1.15), abs=0.01)
+    assert best.a_figures[1] == pytest.approx(median.a_figures[1] / 1.15)
+    assert best.as_dict()["a_figures"] == best.a_figures
+    with pytest.raises(ValueError, match="session_figure must be one of best, median, got 'mean'"):
+        plan(tmp_path, session_figure="mean")
+
+
+def test_the_best_sample_is_the_lowest_time_and_the_highest_rate() -> None:
+    samples = [3.0, 1.0, 2.0, 5.0]
+    assert session_figure(samples, higher_is_better=False, figure="best") == 1.0
+    assert session_figure(samples, higher_is_better=True, figure="best") == 5.0
+    assert session_figure(samples, higher_is_better=True, figure="median") == 2.5
+
+
 def test_the_table_fits_120_columns(tmp_path: Path) -> None:
     def long(side: str, number: int) -> dict[tuple[str, str], float]:
         test = "suites/test_micro.py::test_gemm[bf16-4096x4096x4096-transposed-b]"
@@ -378,6 +412,7 @@ def test_slower_side_regressed_with_the_hook_component(workload: Path, capsys: p
     assert "interleaved A/B confirms it comes with: mathlib 1.0 -> 2.0" in out
     document = json.loads((workload / "out" / "ab.json").read_text())
     assert len(document["order"]) == 4 and document["stack_changes"] == ["mathlib 1.0 -> 2.0"]
+    assert document["schema"] == "gpuperf-ab/2" and document["session_figure"] == "best"
     assert all(len(pair["sessions"]) == 2 for pair in document["pairs"])
     timed = next(m for m in document["metrics"] if m["metric"] == "cpu_time")
     assert timed["verdict"] == "REGRESSED" and timed["ratio"] < 0.6
@@ -393,7 +428,8 @@ def test_a_over_a_is_same_and_a_crashed_session_drops_its_pair(
     marker = workload / "crashed"
     code = ab(
         "--a", PYTHON, "--b", f"env AB_TEST_CRASH_ONCE={marker} {PYTHON}",
-        "--min-pairs", "5", "--max-pairs", "5", "--out", "out", "--", "test_ab_workload.py", "-k", "fixed", *FAST,
+        "--min-pairs", "5", "--max-pairs", "5", "--session-figure", "median", "--out", "out", "--",
+        "test_ab_workload.py", "-k", "fixed", *FAST,
     )  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, out + err
@@ -401,7 +437,7 @@ def test_a_over_a_is_same_and_a_crashed_session_drops_its_pair(
     assert "1 dropped" in out and "PASS" in out
     document = json.loads((workload / "out" / "ab.json").read_text())
     assert document["dropped_pairs"] == 1 and document["complete_pairs"] == 5
-    assert document["metrics"][0]["verdict"] == "PASS"
+    assert document["metrics"][0]["verdict"] == "PASS" and document["session_figure"] == "median"
 
 
 def test_different_hardware_keys_are_an_error(workload: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -62,6 +62,7 @@ def plan_from_args(
         seed=args.seed,
         repeats=args.repeats or None,
         max_dropped=args.max_dropped,
+        session_figure=args.session_figure,
     )
 
 

@@ -336,6 +336,13 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
         help="pairs run beyond --max-pairs to replace pairs the machine's state left out of a metric "
         "(default: as many as --max-pairs; 0: left-out pairs count against --max-pairs)",
     )
+    ab.add_argument(
+        "--session-figure",
+        choices=("best", "median"),
+        default="best",
+        help="each session's figure for a metric: its best sample (lowest time, highest rate; the default: noise on "
+        "a shared machine only adds time) or its median (when a change that slows some calls only must count)",
+    )
     ab.add_argument("--budget", type=_duration, default=None, metavar="DURATION", help="e.g. 15m, 1h, 600s")
     ab.add_argument(
         "--alpha",

@@ -397,7 +397,9 @@ def pareto_section(runs: list[Run], labels: dict[Path, str]) -> str:
     return "<h2>Inference Pareto fronts</h2>" + "".join(parts)
 
 
-AB_SCHEMA = "gpuperf-ab/1"
+AB_SCHEMAS = ("gpuperf-ab/1", "gpuperf-ab/2")
+"""The ab.json schemas this report draws: /2 names each session's figures a_figures/b_figures (/1: a_medians,
+always medians); the report reads neither list, only the medians of them and the verdicts, which both hold."""
 
 
 BISECT_SCHEMA = "gpuperf-bisect/1"
@@ -421,7 +423,7 @@ def ab_document(path: Path) -> dict[str, Any] | None:
         if not isinstance(document.get("searches"), list):
             raise InputError(f"{candidate}: a gpuperf bisect result without its searches list")
         return document
-    if not isinstance(document, dict) or document.get("schema") != AB_SCHEMA:
+    if not isinstance(document, dict) or document.get("schema") not in AB_SCHEMAS:
         return None
     if not isinstance(document.get("metrics"), list):
         raise InputError(f"{candidate}: a gpuperf ab result without its metrics list")

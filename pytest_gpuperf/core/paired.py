@@ -1,9 +1,9 @@
 """Paired statistics of an interleaved A/B comparison, with sequential stopping (no pytest, no subprocesses).
 
 Each pair of sessions (one of stack A, one of stack B, run back to back in a balanced random order) gives, per
-metric, one log-ratio ``x = log(perf_B / perf_A)`` of the two sessions' medians, oriented so that ``x < 0`` is
-worse (B slower, or lower throughput). The machine's drift hits both sessions of a pair, so the pairs' spread is
-what is left of the noise.
+metric, one log-ratio ``x = log(perf_B / perf_A)`` of the two sessions' figures (each session's best sample or its
+median: cli/ab_engine.py), oriented so that ``x < 0`` is worse (B slower, or lower throughput). The machine's drift
+hits both sessions of a pair, so the pairs' spread is what is left of the noise.
 
 The test is Wilcoxon's signed-rank test with its Hodges-Lehmann estimate and the distribution-free interval
 from the Walsh averages (Hollander, Wolfe and Chicken, *Nonparametric Statistical Methods*, 3rd ed., 3.1-3.3):
