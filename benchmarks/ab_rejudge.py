@@ -1,0 +1,118 @@
+"""Re-judge kept `ab_power.py` comparisons with other per-session figures, offline, on the same sessions.
+
+For each comparison kept by ``ab_power.py --out FILE --sessions DIR``, every pair's two sessions are read back;
+the pair is left out by the engine's own rule (a contended session, or canaries that differ: cli/ab_engine.py)
+and judged by its own sequential boundary (core/paired.py), with each session's figure taken as its median, its
+lower quartile, its 10th percentile or its best sample. A comparison whose kept pairs run out before a figure
+decides (the live run had stopped earlier, on its own figure's decision) is counted as "ran out", not decided.
+
+    python benchmarks/ab_rejudge.py ab-power.json DIR
+
+Prints each comparison's verdict, judged pairs and pairs run per figure, then the counts per level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_gpuperf.cli.ab_engine import canaries_differ  # noqa: E402
+from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
+from pytest_gpuperf.machine.contention import MachineState, contention  # noqa: E402
+
+MAX_PAIRS_RUN = 32
+"""The engine's defaults: 16 judged pairs and up to 16 replacements."""
+
+
+def quantile(values: Sequence[float], share: float) -> float:
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * share
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+FIGURES: dict[str, Callable[[Sequence[float]], float]] = {
+    "median": statistics.median,
+    "lower quartile": lambda values: quantile(values, 0.25),
+    "10th percentile": lambda values: quantile(values, 0.10),
+    "best": min,  # the workload's metric is a time
+}
+
+Session = tuple[list[float], MachineState | None]
+
+
+def read_session(path: Path) -> Session:
+    [metric] = json.loads(path.read_text())["results"]
+    state = metric["context"].get("machine")
+    return metric["samples"], MachineState.from_dict(state) if state else None
+
+
+def kept_pairs(folder: Path) -> list[tuple[Session, Session]]:
+    pairs = []
+    for a in sorted((folder / "sessions").glob("*-A.json")):
+        b = a.with_name(a.name.replace("-A.json", "-B.json"))
+        if b.exists():
+            pairs.append((read_session(a), read_session(b)))
+    return pairs
+
+
+def rejudge(
+    pairs: list[tuple[Session, Session]], figure: Callable[[Sequence[float]], float], rules: PairedRules, boundary: Any
+) -> tuple[str, int, int]:
+    """(verdict or "ran out", judged pairs, pairs run) of one comparison under one session figure."""
+    ratios: list[float] = []
+    run = 0
+    for (a_samples, a_state), (b_samples, b_state) in pairs[:MAX_PAIRS_RUN]:
+        run += 1
+        left_out = any(state is not None and contention(state) for state in (a_state, b_state))
+        if left_out or canaries_differ(a_state, b_state):
+            continue
+        ratios.append(log_ratio(figure(a_samples), figure(b_samples), higher_is_better=False))
+        verdict = judge(ratios, rules, boundary).verdict.value
+        if verdict != "AMBIGUOUS" or len(ratios) >= rules.max_pairs:
+            return verdict, len(ratios), run
+    return ("AMBIGUOUS" if run >= MAX_PAIRS_RUN else "ran out"), len(ratios), run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trials", type=Path, help="the --out file of ab_power.py")
+    parser.add_argument("sessions", type=Path, help="the --sessions folder of the same run")
+    args = parser.parse_args()
+    rules = PairedRules(threshold=0.02)
+    boundary = rules.boundary()
+    trials = json.loads(args.trials.read_text())["trials"]
+    folders = sorted(args.sessions.glob("trial-*"))
+    if len(folders) != len(trials):
+        print(f"{args.sessions}: {len(folders)} comparison folders for {len(trials)} trials", file=sys.stderr)
+        return 2
+    outcomes: dict[tuple[float, str], list[tuple[str, int, int]]] = {}
+    for trial, folder in zip(trials, folders, strict=True):
+        pairs = kept_pairs(folder)
+        row = {name: rejudge(pairs, figure, rules, boundary) for name, figure in FIGURES.items()}
+        for name, outcome in row.items():
+            outcomes.setdefault((trial["level"], name), []).append(outcome)
+        print(
+            f"{folder.name} {trial['level']:.0%} hog {'on' if trial['hog'] else 'off'} live {trial['verdict']}: {row}"
+        )
+    for (level, name), rows in sorted(outcomes.items()):
+        counts = dict(Counter(verdict for verdict, _, _ in rows))
+        print(
+            f"{level:.0%} {name}: {counts}; judged pairs max {max(n for _, n, _ in rows)}, "
+            f"pairs run max {max(r for _, _, r in rows)}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
