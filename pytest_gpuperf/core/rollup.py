@@ -192,9 +192,7 @@ def machine_note(current: Mapping[str, Any] | None, baseline: Sequence[Mapping[s
     notes = []
     for canary in CANARIES:  # the judged ones: the copy canary is too noisy to tell anything
         now_canary = _canary(now, canary.name)
-        same_build = [
-            s for s in before if canary.name == "python" or s.get("kernel_library") == now.get("kernel_library")
-        ]
+        same_build = [state for state in before if canary.build(state) == canary.build(now)]
         base_canaries = [c for c in (_canary(state, canary.name) for state in same_build) if c]
         if now_canary and base_canaries:
             ratio = statistics.median(base_canaries) / now_canary

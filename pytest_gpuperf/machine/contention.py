@@ -75,11 +75,12 @@ __all__ = [
 ]
 
 CANARY_VERSION = "py-int-loop-20000-v1"
-"""The canary taken after the window. One taken between the timed calls carries BETWEEN_CALLS appended: the two
-are never compared, because where it runs moves it (between 128x128 matmuls the Python loop ran ~3% slower and
-the sgemm ~3% slower than right after them, on a quiet machine: cold caches), as much as its noise prior."""
-BETWEEN_CALLS = "+between-calls"
 """Names the canary's workload; canaries of another version (or another Python) are never compared."""
+BETWEEN_CALLS = "+between-calls"
+"""Appended to both canary versions when the canaries were taken between a window's timed calls, not after it:
+the two are never compared, because where they run moves them (between 128x128 matmuls the Python loop ran ~3%
+slower and the sgemm ~3% slower than right after them, on a quiet machine: cold caches), as much as their noise
+prior."""
 CANARY_ITERATIONS = 20_000
 """~1 ms per call on a 2.x GHz x86 core under CPython 3.11: cheap enough to take after every measurement round."""
 CANARY_SAMPLES = 5
@@ -612,12 +613,19 @@ class Canary:
         values = state.canary_s if self.name == "python" else state.kernel_canary_s.get(self.name)
         return statistics.median(values) if values else None
 
+    def build(self, state: MachineState | Mapping[str, Any]) -> tuple[Any, Any]:
+        """What two states must share for their timings of this canary to be compared: its version (the workload,
+        and whether it ran between the calls) and the Python or numpy build it ran on. Reads a stored state's plain
+        dict too (the roll-up's notes), where a missing version is the first one."""
+        field_of = state.get if isinstance(state, Mapping) else functools.partial(getattr, state)
+        if self.name == "python":
+            return field_of("canary_version", CANARY_VERSION), field_of("python", None)
+        return field_of("kernel_canary_version", KERNEL_CANARY_VERSION), field_of("kernel_library", None)
+
     def comparable(self, a: MachineState, b: MachineState) -> bool:
         if self.median(a) is None or self.median(b) is None:
             return False
-        if self.name == "python":
-            return a.canary_version == b.canary_version and a.python == b.python
-        return a.kernel_canary_version == b.kernel_canary_version and a.kernel_library == b.kernel_library
+        return self.build(a) == self.build(b)
 
 
 PYTHON_CANARY = Canary("python", "canary", "the reference canary", CANARY_PRIOR)
