@@ -1,7 +1,7 @@
 """Re-judge kept `ab_power.py` comparisons with other per-session figures, offline, on the same sessions.
 
 For each comparison kept by ``ab_power.py --out FILE --sessions DIR``, every pair's two sessions are read back;
-the pair is left out by the engine's own rule (a contended session, or canaries that differ: cli/ab_engine.py)
+the pair is left out by the engine's own rule (``why_left_out``: a contended session, or canaries that differ)
 and judged by its own sequential boundary (core/paired.py), with each session's figure taken as its median, its
 lower quartile, its 10th percentile or its best sample. A comparison whose kept pairs run out before a figure
 decides (the live run had stopped earlier, on its own figure's decision) is counted as "ran out", not decided.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,9 +25,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.cli.ab_engine import canaries_differ  # noqa: E402
+from pytest_gpuperf.cli.ab_engine import session_figure, why_left_out  # noqa: E402
 from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
-from pytest_gpuperf.machine.contention import MachineState, contention  # noqa: E402
+from pytest_gpuperf.machine.contention import MachineState  # noqa: E402
 
 MAX_PAIRS_RUN = 32
 """The engine's defaults: 16 judged pairs and up to 16 replacements."""
@@ -41,11 +40,11 @@ def quantile(values: Sequence[float], share: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-FIGURES: dict[str, Callable[[Sequence[float]], float]] = {
-    "median": statistics.median,
+FIGURES: dict[str, Callable[[Sequence[float]], float]] = {  # the workload's metric is a time: lower is better
+    "median": lambda values: session_figure(values, higher_is_better=False, figure="median"),
     "lower quartile": lambda values: quantile(values, 0.25),
     "10th percentile": lambda values: quantile(values, 0.10),
-    "best": min,  # the workload's metric is a time
+    "best": lambda values: session_figure(values, higher_is_better=False, figure="best"),
 }
 
 Session = tuple[list[float], MachineState | None]
@@ -74,8 +73,7 @@ def rejudge(
     run = 0
     for (a_samples, a_state), (b_samples, b_state) in pairs[:MAX_PAIRS_RUN]:
         run += 1
-        left_out = any(state is not None and contention(state) for state in (a_state, b_state))
-        if left_out or canaries_differ(a_state, b_state):
+        if why_left_out(a_state, b_state):
             continue
         ratios.append(log_ratio(figure(a_samples), figure(b_samples), higher_is_better=False))
         verdict = judge(ratios, rules, boundary).verdict.value

@@ -583,10 +583,6 @@ class SessionMetric:
     state: MachineState | None
     """The machine's state while it was measured (None where the session recorded none)."""
 
-    @property
-    def contended(self) -> str | None:
-        return contention(self.state) if self.state is not None else None
-
 
 def session_figure(samples: Sequence[float], *, higher_is_better: bool, figure: str) -> float:
     """One session's figure for a metric: "best" (the lowest time, the highest rate) or "median"."""
@@ -629,6 +625,16 @@ def canaries_differ(a: MachineState | None, b: MachineState | None) -> str | Non
     return None
 
 
+def why_left_out(a: MachineState | None, b: MachineState | None) -> str | None:
+    """Why a pair is left out of a metric, from the machine's states while its two sessions measured it: a
+    contended session ("B: steal 20.0% ..."), else canaries that differ (``canaries_differ``); None to judge it.
+    Reads only the machine's state, never the metric's figures, and treats A and B alike."""
+    busy = [
+        f"{side}: {why}" for side, state in (("A", a), ("B", b)) if state is not None and (why := contention(state))
+    ]
+    return "; ".join(busy) if busy else canaries_differ(a, b)
+
+
 def _add_pair(pair: PairRecord, result: AbResult) -> None:
     figure = result.plan.session_figure
     a = _session_metrics(pair.side("A").document or {}, figure)
@@ -647,11 +653,9 @@ def _add_pair(pair: PairRecord, result: AbResult) -> None:
             metric.missing = None
             if metric.decided or (result.rules is not None and len(metric.log_ratios) >= result.rules.max_pairs):
                 continue  # decided, or its last look taken: AMBIGUOUS stays AMBIGUOUS
-            busy = [f"{side}: {why}" for side, measured in (("A", a), ("B", b)) if (why := measured[key].contended)]
-            if not busy and (apart := canaries_differ(a[key].state, b[key].state)):
-                busy = [apart]
-            if busy:
-                metric.contended.append(f"pair {pair.index}: " + "; ".join(busy))
+            left_out = why_left_out(a[key].state, b[key].state)
+            if left_out:
+                metric.contended.append(f"pair {pair.index}: {left_out}")
                 continue
             metric.a_figures.append(a[key].figure)
             metric.b_figures.append(b[key].figure)
