@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from pytest_gpuperf.cli.ab_engine import AB_SCHEMA
 from pytest_gpuperf.cli.history import order_runs
 from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
 from pytest_gpuperf.cli.output import emit, printable
@@ -397,7 +398,7 @@ def pareto_section(runs: list[Run], labels: dict[Path, str]) -> str:
     return "<h2>Inference Pareto fronts</h2>" + "".join(parts)
 
 
-AB_SCHEMAS = ("gpuperf-ab/1", "gpuperf-ab/2")
+AB_SCHEMAS = ("gpuperf-ab/1", AB_SCHEMA)
 """The ab.json schemas this report draws: /2 names each session's figures a_figures/b_figures (/1: a_medians,
 always medians); the report reads neither list, only the medians of them and the verdicts, which both hold."""
 
