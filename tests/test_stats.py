@@ -243,3 +243,22 @@ def test_a_change_whose_interval_holds_no_change_is_not_flagged(
     monkeypatch.setattr(stats, "ratio_interval", lambda *args, **kwargs: (0.985, 1.15))
     straddling = compare(fast, slow, higher_is_better=higher_is_better, rules=RULES)
     assert straddling.p_better < RULES.alpha and straddling.verdict is Verdict.AMBIGUOUS
+
+
+def test_a_time_and_the_rate_of_the_same_samples_share_one_spread_and_one_verdict() -> None:
+    """Step times with a tail of slow steps (a loaded machine) and the tokens/s computed from them: IQR / median
+    of the times is above the noise limit and of the rates below it, which made the same steps NOISY as a time
+    and REGRESSED as a rate. The spread the NOISY rule reads (log Q3/Q1) is the same for both."""
+    rng = np.random.default_rng(7)
+    times = list(4.0 * np.exp(np.abs(rng.normal(0.0, 0.35, size=30))))  # 4x slower, skewed to the slow side
+    rates = [1.0 / t for t in times]
+    base_times = runs_of(rng, 1.0, runs=3)
+    base_rates = [[1.0 / t for t in run] for run in base_times]
+    raw_times, raw_rates = (float(np.subtract(*np.percentile(x, [75, 25])) / np.median(x)) for x in (times, rates))
+    rules = Rules(delta=0.10, run_noise=0.015, noise_limit=(raw_times + raw_rates) / 2)
+    assert raw_rates < rules.noise_limit < raw_times  # the figure the rule read before parted the two
+    assert summarize(times).spread == pytest.approx(summarize(rates).spread, rel=1e-9)
+    as_time = compare(times, base_times, higher_is_better=False, rules=rules)
+    as_rate = compare(rates, base_rates, higher_is_better=True, rules=rules)
+    assert as_time.verdict is as_rate.verdict is Verdict.REGRESSED
+    assert as_time.ratio == pytest.approx(as_rate.ratio, rel=1e-3)  # an even count: a median averages two samples

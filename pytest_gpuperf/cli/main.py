@@ -407,7 +407,7 @@ def _add_rules(parser: argparse.ArgumentParser) -> None:
         type=percentage,
         default=None,
         metavar="PCT",
-        help="NOISY above this IQR/median (default: BASE's setting, else 10%%)",
+        help="NOISY above this spread, log Q3/Q1 of the samples (default: BASE's setting, else 10%%)",
     )
     parser.add_argument(
         "--run-noise",

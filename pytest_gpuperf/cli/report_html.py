@@ -133,7 +133,7 @@ def summary_section(runs: list[Run], labels: dict[Path, str]) -> str:
                 run.label,
             ]
         )
-    columns = ["test", "metric", "median", "IQR/median", "ratio", "verdict", "runs", "latest run"]
+    columns = ["test", "metric", "median", "spread (log Q3/Q1)", "ratio", "verdict", "runs", "latest run"]
     tables = "".join(
         f"<h3>{html.escape(suite)}</h3>" + html_table(columns, rows).replace("<table>", '<table class="sortable">', 1)
         for suite, rows in sorted(by_suite.items())

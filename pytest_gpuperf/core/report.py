@@ -29,13 +29,13 @@ def describe(result: MetricResult) -> str:
     comparison = result.comparison
     lines = [f"{result.metric}: {comparison.verdict.value} - {comparison.reason}"]
     lines.append(
-        f"  now:      median {format_value(now.median, result.unit)}, IQR {now.spread:.1%} of median, n={now.n}"
+        f"  now:      median {format_value(now.median, result.unit)}, spread {now.spread:.1%} (log Q3/Q1), n={now.n}"
     )
     if result.baseline_runs:
         pooled = summarize([value for run in result.baseline_runs for value in run])
         lines.append(
             f"  baseline: median {format_value(rollup.baseline_median(result.baseline_runs), result.unit)} "
-            f"(of the run medians), IQR {pooled.spread:.1%} of median, "
+            f"(of the run medians), spread {pooled.spread:.1%} (log Q3/Q1), "
             f"n={pooled.n} in {len(result.baseline_runs)} run(s)"
         )
     if comparison.ratio is not None:

@@ -247,7 +247,7 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
     ),
     OptionSpec(
         name="noise-limit",
-        help="largest robust spread (IQR/median) still judged, in percent (default 10 on CPU, 5 on GPU)",
+        help="largest robust spread (log Q3/Q1 of the samples) still judged, in percent (10 on CPU, 5 on GPU)",
         parse=parse_percentage,
         default=None,
         metavar="PCT",

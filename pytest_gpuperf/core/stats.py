@@ -58,7 +58,7 @@ class Rules:
     confidence: float = 0.95
     """Coverage of the bootstrap interval of the ratio that decides PASS."""
     noise_limit: float = 0.10
-    """Largest robust spread (IQR / median) of either side that is still judged; above it, NOISY."""
+    """Largest robust spread (``Summary.spread``, log Q3/Q1) of either side that is still judged; above it, NOISY."""
     run_noise: float = 0.01
     """Prior for the between-run relative standard deviation (log scale) of a run's median."""
     prior_runs: float = 4.0
@@ -96,7 +96,11 @@ class Summary:
     median: float
     iqr: float
     spread: float
-    """IQR / |median|: the robust relative spread used by the NOISY rule."""
+    """log(Q3 / Q1), the interquartile range of the samples' logs: the robust relative spread the NOISY rule
+    reads. For a small spread it is IQR / median; unlike IQR / median it is the same for a time and for the
+    rate computed from it (1/x only mirrors the logs), so a step time and the tokens/s of the same steps are
+    NOISY together or not at all. IQR / median is not: a tail of slow steps spreads the times far more than the
+    rates, and the two verdicts of the same steps parted (a 6x slower step's time NOISY, then unconfirmed)."""
     mean: float
     minimum: float
     maximum: float
@@ -116,12 +120,12 @@ class Summary:
 def summarize(samples: Sequence[float] | np.ndarray) -> Summary:
     values = _as_array(samples, "samples")
     q25, median, q75 = (float(q) for q in np.percentile(values, [25, 50, 75]))
-    iqr = q75 - q25
+    log_q25, log_q75 = (float(q) for q in np.percentile(np.log(values), [25, 75]))
     return Summary(
         n=int(values.size),
         median=median,
-        iqr=iqr,
-        spread=iqr / abs(median) if median != 0 else math.inf,
+        iqr=q75 - q25,
+        spread=log_q75 - log_q25,
         mean=float(values.mean()),
         minimum=float(values.min()),
         maximum=float(values.max()),
@@ -235,7 +239,7 @@ def compare(
         spread = max(now_spread, base_spread)
         return Comparison(
             verdict=Verdict.NOISY,
-            reason=f"{side} spread IQR/median {spread:.1%} exceeds the noise limit {rules.noise_limit:.1%}",
+            reason=f"{side} spread {spread:.1%} (log Q3/Q1) exceeds the noise limit {rules.noise_limit:.1%}",
             **figures,
         )
     # The tests and the interval must agree: a change whose interval still holds "no change" (a rate point of
