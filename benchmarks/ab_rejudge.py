@@ -25,12 +25,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.cli.ab_engine import session_figure, why_left_out  # noqa: E402
+from pytest_gpuperf.cli.ab_engine import AbPlan, session_figure, why_left_out  # noqa: E402
 from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
+from pytest_gpuperf.core.settings import DEVICE_DEFAULTS  # noqa: E402
 from pytest_gpuperf.machine.contention import MachineState  # noqa: E402
 
-MAX_PAIRS_RUN = 32
-"""The engine's defaults: 16 judged pairs and up to 16 replacements."""
+ENGINE = AbPlan(cmd_a=(), cmd_b=(), pytest_args=(), out_dir=Path())
+"""The engine's defaults, which ab_power.py runs with: the CPU sessions' threshold, its alpha and looks."""
+RULES = PairedRules(threshold=DEVICE_DEFAULTS["cpu"]["threshold"], alpha=ENGINE.alpha, min_pairs=ENGINE.min_pairs,
+                    max_pairs=ENGINE.max_pairs)  # fmt: skip
+assert ENGINE.max_left_out is None  # None: as many replacement pairs as judged ones
+MAX_PAIRS_RUN = 2 * ENGINE.max_pairs
 
 
 def quantile(values: Sequence[float], share: float) -> float:
@@ -87,7 +92,7 @@ def main() -> int:
     parser.add_argument("trials", type=Path, help="the --out file of ab_power.py")
     parser.add_argument("sessions", type=Path, help="the --sessions folder of the same run")
     args = parser.parse_args()
-    rules = PairedRules(threshold=0.02)
+    rules = RULES
     boundary = rules.boundary()
     trials = json.loads(args.trials.read_text())["trials"]
     folders = sorted(args.sessions.glob("trial-*"))
