@@ -114,10 +114,10 @@ def test_steps_four_times_as_long_are_regressed(recorded: Path) -> None:
     assert code == 1, out[-3000:]
     # same numerics: only the speed changed
     assert not re.search(r"(final_loss|steps_to_target):? REGRESSED", out), out[-3000:]
-    # tokens/s and step_time are the same clock per step, so they share one verdict: a burst of load on a shared
-    # 2-core machine could once spread the times past the noise limit while the rates stayed inside it (seen with
-    # two busy loops beside it: step_time NOISY, then unconfirmed and AMBIGUOUS, while tokens_per_s REGRESSED);
-    # the NOISY rule now reads log Q3/Q1, the same for a time and its rate
+    # tokens/s and step_time are the same clock per step, so they share one verdict. With two busy loops beside
+    # it step_time once read AMBIGUOUS while tokens_per_s REGRESSED: by the code, a tail of slow steps spread the
+    # times past the noise limit (IQR/median) but not the rates, so step_time was NOISY in the first attempt and
+    # its REGRESSED in the second unconfirmed. The NOISY rule now reads log Q3/Q1, the same for a time and its rate
     assert "tokens_per_s: REGRESSED" in out, out[-3000:]
     # the summary shortens long test ids in the middle to fit 120 columns: match the row by its end and metric
     assert re.search(r"pretrain\[tiny-llama\]\s+step_time\s.*\sREGRESSED\s", out), out[-3000:]

@@ -100,7 +100,8 @@ class Summary:
     reads. For a small spread it is IQR / median; unlike IQR / median it is the same for a time and for the
     rate computed from it (1/x only mirrors the logs), so a step time and the tokens/s of the same steps are
     NOISY together or not at all. IQR / median is not: a tail of slow steps spreads the times far more than the
-    rates, and the two verdicts of the same steps parted (a 6x slower step's time NOISY, then unconfirmed)."""
+    rates, and the same steps once read AMBIGUOUS as step times (NOISY in the first attempt, so the second's
+    REGRESSED stood unconfirmed) and REGRESSED as tokens/s."""
     mean: float
     minimum: float
     maximum: float
