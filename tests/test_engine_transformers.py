@@ -19,13 +19,14 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from served_engines import MODEL, VOCAB, assert_closed_loop_gets_every_token_in_order, module_pool  # noqa: E402
+
 from pytest_gpuperf.inference.arrivals import Arrivals, schedule  # noqa: E402
 from pytest_gpuperf.inference.engine import make_prompts  # noqa: E402
 from pytest_gpuperf.inference.metrics import e2e_of, run_metrics, ttft_of  # noqa: E402
 from pytest_gpuperf.inference.openai import OpenAIEngine  # noqa: E402
 from pytest_gpuperf.inference.requests import Request  # noqa: E402
 from pytest_gpuperf.inference.servers import (  # noqa: E402
-    EngineChoice,
     EngineError,
     ServerPool,
     attach,
@@ -33,17 +34,10 @@ from pytest_gpuperf.inference.servers import (  # noqa: E402
     parse_engine,
 )
 
-MODEL = "tiny-llama"
-VOCAB = 256
-
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
-    pool = ServerPool(choice=EngineChoice("transformers"), workdir=tmp_path_factory.mktemp("serve"))
-    try:
-        yield pool
-    finally:
-        pool.close()
+    yield from module_pool("transformers", tmp_path_factory.mktemp("serve"))
 
 
 @pytest.fixture(scope="module")
@@ -52,19 +46,7 @@ def served(pool: ServerPool) -> OpenAIEngine:
 
 
 def test_closed_loop_on_transformers_serve_gets_every_token_in_order(served: OpenAIEngine) -> None:
-    prompts = make_prompts(count=6, length=24, vocab_size=VOCAB, seed=3)
-    requests = [Request(id=i, prompt=p, max_new_tokens=10 + i) for i, p in enumerate(prompts)]
-    done = served.generate(requests, concurrency=2)
-    for request, completion in zip(requests, done):
-        # no error also says the server's usage agreed: 24 prompt tokens read from the text, all tokens streamed
-        assert completion.error is None, completion.error
-        assert completion.output_tokens == len(completion.tokens) == request.max_new_tokens
-        assert all(0 <= token < VOCAB for token in completion.tokens)
-        times = [completion.sent, *completion.token_times]
-        assert times == sorted(times)
-    metrics = run_metrics(done)
-    assert metrics.output_tokens == sum(r.max_new_tokens for r in requests) and metrics.prompt_tokens == 6 * 24
-    assert metrics.latency["ttft"][50].value > 0 and metrics.output_tok_s > 0
+    assert_closed_loop_gets_every_token_in_order(served, concurrency=2)
 
 
 def test_served_tokens_are_the_models_greedy_tokens(served: OpenAIEngine, pool: ServerPool) -> None:

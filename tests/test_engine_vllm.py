@@ -22,13 +22,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
+from served_engines import MODEL, VOCAB, assert_closed_loop_gets_every_token_in_order, module_pool  # noqa: E402
+
 from pytest_gpuperf.inference.arrivals import Arrivals, schedule  # noqa: E402
 from pytest_gpuperf.inference.engine import make_prompts  # noqa: E402
-from pytest_gpuperf.inference.metrics import run_metrics, ttft_of  # noqa: E402
+from pytest_gpuperf.inference.metrics import ttft_of  # noqa: E402
 from pytest_gpuperf.inference.openai import OpenAIEngine  # noqa: E402
 from pytest_gpuperf.inference.requests import Request  # noqa: E402
 from pytest_gpuperf.inference.servers import (  # noqa: E402
-    EngineChoice,
     ServerPool,
     attach,
     engine_stack,
@@ -37,17 +38,10 @@ from pytest_gpuperf.inference.servers import (  # noqa: E402
     probe,
 )
 
-MODEL = "tiny-llama"
-VOCAB = 256
-
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
-    pool = ServerPool(choice=EngineChoice("vllm"), workdir=tmp_path_factory.mktemp("vllm"))
-    try:
-        yield pool
-    finally:
-        pool.close()
+    yield from module_pool("vllm", tmp_path_factory.mktemp("vllm"))
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +61,7 @@ def test_vllm_accepts_the_launch_command_and_its_version_is_recorded(served: Ope
 
 
 def test_closed_loop_on_vllm_gets_every_token_asked_for_in_order(served: OpenAIEngine) -> None:
-    prompts = make_prompts(count=6, length=24, vocab_size=VOCAB, seed=3)
-    requests = [Request(id=i, prompt=p, max_new_tokens=10 + i) for i, p in enumerate(prompts)]
-    done = served.generate(requests, concurrency=3)
-    for request, completion in zip(requests, done):
-        # no error also says the server's usage agreed: 24 prompt tokens, every asked-for token streamed
-        assert completion.error is None, completion.error
-        assert completion.prompt_tokens == 24
-        assert completion.output_tokens == len(completion.tokens) == request.max_new_tokens
-        assert all(0 <= token < VOCAB for token in completion.tokens)
-        times = [completion.sent, *completion.token_times]
-        assert times == sorted(times)
-    metrics = run_metrics(done)
-    assert metrics.output_tokens == sum(r.max_new_tokens for r in requests) and metrics.prompt_tokens == 6 * 24
-    assert metrics.latency["ttft"][50].value > 0 and metrics.output_tok_s > 0
+    assert_closed_loop_gets_every_token_in_order(served, concurrency=3)
 
 
 def test_an_open_loop_on_vllm_times_from_the_schedule(served: OpenAIEngine) -> None:
