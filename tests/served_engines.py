@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from pytest_gpuperf.inference.engine import make_prompts
 from pytest_gpuperf.inference.metrics import run_metrics
 from pytest_gpuperf.inference.openai import OpenAIEngine
@@ -41,3 +43,10 @@ def assert_closed_loop_gets_every_token_in_order(served: OpenAIEngine, *, concur
     metrics = run_metrics(done)
     assert metrics.output_tokens == sum(r.max_new_tokens for r in requests) and metrics.prompt_tokens == 6 * 24
     assert metrics.latency["ttft"][50].value > 0 and metrics.output_tok_s > 0
+
+
+def session_flags(pytester: pytest.Pytester, results: Path | None = None) -> list[str]:
+    """The inner session's own folders, no machine check (the figures are not judged here), no cache, quiet."""
+    written = [f"--gpuperf-results={results}"] if results is not None else []
+    return [*written, f"--gpuperf-baselines={pytester.path / 'baselines'}", "--gpuperf-machine-check=off",
+            "-p", "no:cacheprovider", "-W", "ignore"]  # fmt: skip

@@ -25,6 +25,8 @@ pytest.importorskip("uvicorn")
 # torch.distributed's operator library (which transformers' model code imports) cannot be imported twice.
 pytest.importorskip("transformers.modeling_utils")
 
+from served_engines import session_flags  # noqa: E402
+
 from pytest_gpuperf.inference.servers import EngineChoice, ServerPool, launch_command  # noqa: E402
 from pytest_gpuperf.models.hf import get_hf_spec  # noqa: E402
 
@@ -101,13 +103,12 @@ def test_the_inference_suite_serves_an_hf_model_on_transformers_serve(pytester: 
     pytester.makepyfile(test_served_hf=textwrap.dedent(SERVED_TESTS))
     results = pytester.path / "results.json"
     result = pytester.runpytest_inprocess(
-        str(SUITE), "test_served_hf.py", "-v", "-p", "no:cacheprovider", "-W", "ignore",
+        str(SUITE), "test_served_hf.py", "-v",
         "-k", "(open_loop and cpu) or served_hf",
         "--gpuperf-models", MODEL, "--gpuperf-engine", "transformers",
         "--gpuperf-request-rate", "8", "--gpuperf-load-requests", "6",
         "--gpuperf-load-warmup", "0", "--gpuperf-load-cooldown", "0",
-        f"--gpuperf-results={results}", f"--gpuperf-baselines={pytester.path / 'baselines'}",
-        "--gpuperf-machine-check=off",
+        *session_flags(pytester, results),
     )  # fmt: skip
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 4 and result.ret == 0, result.stdout.str()

@@ -19,7 +19,13 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from served_engines import MODEL, VOCAB, assert_closed_loop_gets_every_token_in_order, module_pool  # noqa: E402
+from served_engines import (  # noqa: E402
+    MODEL,
+    VOCAB,
+    assert_closed_loop_gets_every_token_in_order,
+    module_pool,
+    session_flags,
+)
 
 from pytest_gpuperf.inference.arrivals import Arrivals, schedule  # noqa: E402
 from pytest_gpuperf.inference.engine import make_prompts  # noqa: E402
@@ -152,13 +158,6 @@ OPEN_LOOP = [
     "--gpuperf-load-cooldown=0",
     "--gpuperf-inference-runs=3",
 ]
-
-
-def session_flags(pytester: pytest.Pytester, results: Path | None = None) -> list[str]:
-    """The inner session's own folders, no machine check (the figures are not judged here), no cache, quiet."""
-    written = [f"--gpuperf-results={results}"] if results is not None else []
-    return [*written, f"--gpuperf-baselines={pytester.path / 'baselines'}", "--gpuperf-machine-check=off",
-            "-p", "no:cacheprovider", "-W", "ignore"]  # fmt: skip
 
 
 def test_the_plugin_launches_transformers_serve_and_records_it_in_the_stack(pytester: pytest.Pytester) -> None:

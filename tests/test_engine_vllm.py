@@ -22,7 +22,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
-from served_engines import MODEL, VOCAB, assert_closed_loop_gets_every_token_in_order, module_pool  # noqa: E402
+from served_engines import (  # noqa: E402
+    MODEL,
+    VOCAB,
+    assert_closed_loop_gets_every_token_in_order,
+    module_pool,
+    session_flags,
+)
 
 from pytest_gpuperf.inference.arrivals import Arrivals, schedule  # noqa: E402
 from pytest_gpuperf.inference.engine import make_prompts  # noqa: E402
@@ -133,13 +139,12 @@ def test_the_suite_serves_an_hf_moe_on_vllm_with_the_in_process_weights(pytester
     pytester.makepyfile(test_served_hf=textwrap.dedent(SERVED_HF_TEST))
     results = pytester.path / "results.json"
     result = pytester.runpytest_subprocess(
-        str(SUITE), "test_served_hf.py", "-v", "-p", "no:cacheprovider", "-W", "ignore",
+        str(SUITE), "test_served_hf.py", "-v",
         "-k", "(open_loop and cpu) or served_hf",
         "--gpuperf-models", HF_MODEL, "--gpuperf-engine", "vllm",
         "--gpuperf-request-rate", "8", "--gpuperf-load-requests", "6",
         "--gpuperf-load-warmup", "0", "--gpuperf-load-cooldown", "0", "--gpuperf-inference-runs", "3",
-        f"--gpuperf-results={results}", f"--gpuperf-baselines={pytester.path / 'baselines'}",
-        "--gpuperf-machine-check=off",
+        *session_flags(pytester, results),
     )  # fmt: skip
     assert result.ret == 0 and result.parseoutcomes().get("passed") == 2, result.stdout.str()
     version = package_version("vllm")
