@@ -134,8 +134,9 @@ def test_the_micro_suite_skips_and_shrinks_by_the_machine_never_silently(pyteste
         [
             "*GpuperfSizingWarning: bf16 GEMM runs at 0.3 GFLOP/s here (no avx512_bf16/AMX): "
             "test_gemm[[]bf16-square[]] would take ~21 s > its budget 10 s; measured with 10 repeats (not 20)*",
-            "SKIPPED*bf16 GEMM runs at 0.3 GFLOP/s here (no avx512_bf16/AMX): test_gemm[[]bf16-llama3_8b_down[]] "
-            "would take ~601 s*> its budget 10 s (--gpuperf-sizing-budget)",
+            # A reference kernel is measured on the square shape only (the budget would skip it too: ~601 s).
+            "SKIPPED*bf16 GEMM runs at 0.3 GFLOP/s here (no avx512_bf16/AMX), 1/67 of fp32's 20 GFLOP/s (a "
+            "reference kernel): the CPU tier measures it on the square shape only",
         ]
     )
     [square] = json.loads((pytester.path / "run.json").read_text())["results"]
@@ -170,3 +171,33 @@ def test_every_training_precision_has_a_gemm_dtype_the_probe_measures() -> None:
     from pytest_gpuperf.training.tiers import GEMM_DTYPE
 
     assert set(PRECISIONS) <= set(GEMM_DTYPE) and set(GEMM_DTYPE.values()) <= set(capability.PROBE_DTYPES)
+
+
+SAPPHIRE = _machine("amx-bf16", fp32=139.0, bf16=531.0, fp16=149.0, fp8=0.065)
+"""The rates probed on cpu-intel-f6m167-amx-bf16: native bf16 (AMX) and fp16 (avx512_fp16), a reference fp8."""
+
+
+def test_a_dtype_far_below_fp32_is_on_a_slow_path_with_the_figures() -> None:
+    reason = capability.slow_path(SAPPHIRE, "fp8")
+    assert reason == (
+        "fp8 GEMM runs at 0.065 GFLOP/s here (no native fp8 GEMM), 1/2138 of fp32's 139 GFLOP/s (a reference kernel)"
+    )
+    assert capability.slow_path(AVX2, "bf16") is not None and "1/67 of fp32's 20 GFLOP/s" in str(
+        capability.slow_path(AVX2, "bf16")
+    )
+
+
+def test_a_native_low_precision_kernel_is_not_a_slow_path() -> None:
+    assert capability.slow_path(SAPPHIRE, "fp16") is None  # 149 GFLOP/s against fp32's 139
+    assert capability.slow_path(SAPPHIRE, "bf16") is None
+    assert capability.slow_path(ZEN4, "bf16") is None
+    share = capability.SLOW_PATH_SHARE
+    just_above = _machine("avx512", fp32=100.0, fp16=100.0 * share)
+    assert capability.slow_path(just_above, "fp16") is None
+    assert capability.slow_path(_machine("avx512", fp32=100.0, fp16=100.0 * share * 0.99), "fp16") is not None
+
+
+def test_without_both_rates_nothing_is_called_slow() -> None:
+    assert capability.slow_path(ZEN4, "fp8") is None  # no fp8 rate: the test's own call says what fails
+    assert capability.slow_path(_machine("avx512", bf16=1.0), "bf16") is None  # no fp32 rate to compare with
+    assert capability.slow_path(SAPPHIRE, "fp32") is None

@@ -187,6 +187,25 @@ def plan_run(capability: Capability, *, test: str, dtype: str, flops: float, bud
     )
 
 
+SLOW_PATH_SHARE = 0.25
+"""A dtype's GEMM runs a slow path here when the probe measures it below this share of fp32's rate. A native
+low-precision kernel runs at or above fp32's rate (bf16 on AMX 3.8x, fp16 with avx512_fp16 1.1x, on this project's
+CPUs); a reference kernel far below it (bf16 without avx512_bf16 ~1/400, fp16 without avx512_fp16 ~1/90, fp8
+_scaled_mm 1/8 to 1/2000)."""
+
+
+def slow_path(capability: Capability, dtype: str) -> str | None:
+    """Why ``dtype``'s GEMM is on a slow path here (its measured rate against fp32's), or None where it is not, or
+    where either rate is missing (the test's own call then says what fails)."""
+    rate, reference = capability.rates.get(dtype), capability.rates.get("fp32")
+    if dtype == "fp32" or rate is None or reference is None or rate.gflops >= SLOW_PATH_SHARE * reference.gflops:
+        return None
+    return (
+        f"{capability.describe(dtype)}, 1/{reference.gflops / rate.gflops:.0f} of fp32's "
+        f"{_figure(reference.gflops)} GFLOP/s (a reference kernel)"
+    )
+
+
 def _figure(value: float) -> str:
     return f"{value:.2g}" if value < 10 else f"{value:.0f}"
 

@@ -25,8 +25,10 @@ from typing import Any
 
 import pytest
 
+from pytest_gpuperf.core.sizing import machine_capability
 from pytest_gpuperf.core.stats import summarize
 from pytest_gpuperf.machine import peaks
+from pytest_gpuperf.machine.capability import slow_path
 
 pytestmark = [pytest.mark.perf, pytest.mark.micro, pytest.mark.gpu_tier]
 
@@ -41,10 +43,6 @@ GEMM_TOKENS = {"cpu": 64, "cuda": 8192}  # CPU: enough tokens to be compute-boun
 SQUARE = {"cpu": 512, "cuda": 8192}  # 512: ~3 ms per fp32 call on one CPU thread, long enough to time
 # The 4096 x 28672 weight is 470 MB in fp32: a GPU-tier shape only.
 CPU_SHAPES = frozenset({"square", "llama3_8b_qkv", "llama3_8b_o", "llama3_8b_down"})
-# Without avx512_fp16/AMX, torch's CPU fp16 GEMM and fp8 _scaled_mm run reference kernels: measured on this
-# project's 2-core CPU, 16x4096x6144 took ~4 s per call in fp16 (46 ms in fp32), ~0.36 s in fp8.
-CPU_SLOWDOWN = {"fp16": "~90x slower", "fp8": "~8x slower"}
-CPU_SLOW_PRECISIONS = frozenset(CPU_SLOWDOWN)
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 SHAPES = ("square", *LLAMA3_8B)
@@ -111,11 +109,11 @@ def _skip_or_shape(perf: Any, precision: str, shape: str) -> tuple[int, int, int
         pytest.skip(f"tf32 is a CUDA tensor-core mode; fp32 matmuls on {device} have no TF32 path")
     if device == "cpu" and shape not in CPU_SHAPES:
         pytest.skip(f"{shape} ({LLAMA3_8B[shape][0]}x{LLAMA3_8B[shape][1]} weight) is GPU tier only")
-    if device == "cpu" and precision in CPU_SLOW_PRECISIONS and shape != "square":
-        pytest.skip(
-            f"{precision} GEMM on cpu runs a reference kernel ({CPU_SLOWDOWN[precision]} than fp32 on "
-            "a 2-core CPU without avx512_fp16/AMX): the CPU tier measures it on the square shape only"
-        )
+    if device == "cpu" and shape != "square" and (slow := slow_path(machine_capability(), precision)):
+        # A CPU without a native kernel for the dtype (fp16 without avx512_fp16: 16x4096x6144 took ~4 s a call
+        # against 46 ms in fp32; fp8 _scaled_mm everywhere so far) measures it on the square shape only; one that
+        # has one (fp16 with avx512_fp16, bf16 with avx512_bf16/AMX) measures every CPU shape.
+        pytest.skip(f"{slow}: the CPU tier measures it on the square shape only")
     if shape == "square":
         return SQUARE[device], SQUARE[device], SQUARE[device]
     k, n = LLAMA3_8B[shape]
