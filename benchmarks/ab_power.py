@@ -6,7 +6,8 @@ that does more work. The workload is exact work, as in detection_power.py: a fix
 matmuls per call, and a slowdown of s adds round(PRODUCTS * s) products. In half the trials a CPU hog runs: a busy
 loop pinned to one core, switching on and off every 20-60 s (seeded), the kind of neighbour a shared CI runner has.
 
-    python benchmarks/ab_power.py --trials 20 [--levels 0,1,2,3,5] [--out ab-power.json] [--sessions DIR]
+    python benchmarks/ab_power.py --trials 20 [--levels 0,1,2,3,5] [--max-pairs 16] [--out ab-power.json]
+                                  [--sessions DIR]
     python benchmarks/ab_power.py --rejudge ab-power.json
 
 Prints, per level and hog condition: the share flagged (REGRESSED or IMPROVED), the share SAME (PASS),
@@ -68,7 +69,7 @@ while True:
 SESSION_FLAGS = ("-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist")
 
 
-def one_trial(folder: Path, level: float, hog: bool, seed: int) -> dict[str, Any]:
+def one_trial(folder: Path, level: float, hog: bool, seed: int, max_pairs: int = 16) -> dict[str, Any]:
     python = shlex.quote(sys.executable)
     extra = round(PRODUCTS * (1 + level))
     out = folder / f"trial-{seed:03d}"
@@ -79,6 +80,7 @@ def one_trial(folder: Path, level: float, hog: bool, seed: int) -> dict[str, Any
         out_dir=out,
         seed=seed,
         cwd=folder,
+        max_pairs=max_pairs,
     )
     hog_process = subprocess.Popen([sys.executable, "-c", HOG, str(seed)]) if hog else None
     started = time.monotonic()
@@ -153,6 +155,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20, help="comparisons per level (half of them with the hog)")
     parser.add_argument("--levels", default="0,1,2,3,5", help="injected slowdowns in percent")
+    parser.add_argument(
+        "--max-pairs", type=int, default=16, help="the engine's last look (its default 16; `gpuperf ab --max-pairs`)"
+    )
     parser.add_argument("--out", type=Path, help="keep every trial here (JSON)")
     parser.add_argument("--rejudge", type=Path, help="print the table of trials kept by --out")
     parser.add_argument(
@@ -175,11 +180,11 @@ def main() -> int:
                 seed += 1
                 # The hog alternates from trial to trial (levels x rounds): every level has it in half its trials,
                 # and a run stopped early still has both conditions.
-                trial = one_trial(folder, level, hog=(round_index + levels.index(level)) % 2 == 1, seed=seed)
+                hog = (round_index + levels.index(level)) % 2 == 1
+                trial = one_trial(folder, level, hog=hog, seed=seed, max_pairs=args.max_pairs)
                 trials.append(trial)
-                hog = "on" if trial["hog"] else "off"
                 print(
-                    f"trial {len(trials)}/{args.trials * len(levels)}: {level:.0%} hog {hog}"
+                    f"trial {len(trials)}/{args.trials * len(levels)}: {level:.0%} hog {'on' if hog else 'off'}"
                     f" -> {trial['verdict']} after {trial['pairs']} pairs ({trial['wall_s']:.0f} s; "
                     f"{(time.monotonic() - started) / 60:.0f} min so far)",
                     flush=True,

@@ -1,14 +1,16 @@
-"""Re-judge kept `ab_power.py` comparisons with other per-session figures, offline, on the same sessions.
+"""Re-judge kept `ab_power.py` comparisons with other per-session figures and leave-out rules, offline.
 
 For each comparison kept by ``ab_power.py --out FILE --sessions DIR``, every pair's two sessions are read back;
-the pair is left out by the engine's own rule (``why_left_out``: a contended session, or canaries that differ)
-and judged by its own sequential boundary (core/paired.py), with each session's figure taken as its median, its
-lower quartile, its 10th percentile or its best sample. A comparison whose kept pairs run out before a figure
-decides (the live run had stopped earlier, on its own figure's decision) is counted as "ran out", not decided.
+the pair is left out by a leave-out rule (``engine``, the engine's own ``why_left_out``: a contended session, or
+canaries that differ; ``canaries``: only canaries that differ; ``contention``: only a contended session; ``none``:
+every pair judged) and judged by the engine's sequential boundary (core/paired.py), with each session's figure
+taken as its median, its lower quartile, its 10th percentile or its best sample. A comparison whose kept pairs
+run out before a figure decides (the live run had stopped earlier, on its own figure's decision) is counted as
+"ran out", not decided.
 
-    python benchmarks/ab_rejudge.py ab-power.json DIR
+    python benchmarks/ab_rejudge.py ab-power.json DIR [--figures best,median] [--rules engine,none]
 
-Prints each comparison's verdict, judged pairs and pairs run per figure, then the counts per level.
+Prints each comparison's verdict, judged pairs and pairs run per figure and rule, then the counts per level.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -25,10 +28,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.cli.ab_engine import AbPlan, session_figure, why_left_out  # noqa: E402
+from pytest_gpuperf.cli.ab_engine import AbPlan, canaries_differ, session_figure, why_left_out  # noqa: E402
 from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.machine.contention import MachineState  # noqa: E402
+from pytest_gpuperf.machine.contention import MachineState, contention  # noqa: E402
 
 ENGINE = AbPlan(cmd_a=(), cmd_b=(), pytest_args=(), out_dir=Path())
 """The engine's defaults, which ab_power.py runs with: the CPU sessions' threshold, its alpha and looks."""
@@ -45,14 +48,57 @@ def quantile(values: Sequence[float], share: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-FIGURES: dict[str, Callable[[Sequence[float]], float]] = {  # the workload's metric is a time: lower is better
-    "median": lambda values: session_figure(values, higher_is_better=False, figure="median"),
-    "lower quartile": lambda values: quantile(values, 0.25),
-    "10th percentile": lambda values: quantile(values, 0.10),
-    "best": lambda values: session_figure(values, higher_is_better=False, figure="best"),
+Figure = Callable[[Sequence[float], MachineState | None], float]
+
+
+Pick = Callable[[Sequence[float]], float]
+
+
+def per_canary(figure: Pick, canary: str, pick: Pick) -> Figure:
+    """A session's figure divided by its own canary's (``pick`` of its samples): the canary-adjusted figure whose A/A
+    error has to be shown before the engine could use it. Raises LookupError where the session has no such canary."""
+
+    def adjusted(values: Sequence[float], state: MachineState | None) -> float:
+        if state is None:
+            raise LookupError("no machine state")
+        samples = state.canary_s if canary == "python" else state.kernel_canary_s.get(canary)
+        if not samples:
+            raise LookupError(f"no {canary} canary")
+        return figure(values) / pick(samples)
+
+    return adjusted
+
+
+def _best(values: Sequence[float]) -> float:
+    return session_figure(values, higher_is_better=False, figure="best")
+
+
+FIGURES: dict[str, Figure] = {  # the workload's metric is a time: lower is better
+    "median": lambda values, state: session_figure(values, higher_is_better=False, figure="median"),
+    "lower quartile": lambda values, state: quantile(values, 0.25),
+    "10th percentile": lambda values, state: quantile(values, 0.10),
+    "best": lambda values, state: _best(values),
+    "best/sgemm median": per_canary(_best, "sgemm", statistics.median),
+    "best/sgemm best": per_canary(_best, "sgemm", min),
+    "best/python median": per_canary(_best, "python", statistics.median),
 }
+"""The default figures are the first four; the canary-adjusted ones are asked for by name (--figures)."""
+DEFAULT_FIGURES = ("median", "lower quartile", "10th percentile", "best")
 
 Session = tuple[list[float], MachineState | None]
+LeaveOut = Callable[[MachineState | None, MachineState | None], str | None]
+
+
+def contended(a: MachineState | None, b: MachineState | None) -> str | None:
+    return next((why for state in (a, b) if state is not None and (why := contention(state))), None)
+
+
+RULES_LEFT_OUT: dict[str, LeaveOut] = {
+    "engine": why_left_out,
+    "canaries": canaries_differ,
+    "contention": contended,
+    "none": lambda a, b: None,
+}
 
 
 def read_session(path: Path) -> Session:
@@ -71,16 +117,23 @@ def kept_pairs(folder: Path) -> list[tuple[Session, Session]]:
 
 
 def rejudge(
-    pairs: list[tuple[Session, Session]], figure: Callable[[Sequence[float]], float], rules: PairedRules, boundary: Any
+    pairs: list[tuple[Session, Session]],
+    figure: Figure,
+    rules: PairedRules,
+    boundary: Any,
+    left_out: LeaveOut = why_left_out,
 ) -> tuple[str, int, int]:
-    """(verdict or "ran out", judged pairs, pairs run) of one comparison under one session figure."""
+    """(verdict or "ran out", judged pairs, pairs run) of one comparison under one session figure and rule."""
     ratios: list[float] = []
     run = 0
     for (a_samples, a_state), (b_samples, b_state) in pairs[:MAX_PAIRS_RUN]:
         run += 1
-        if why_left_out(a_state, b_state):
+        if left_out(a_state, b_state):
             continue
-        ratios.append(log_ratio(figure(a_samples), figure(b_samples), higher_is_better=False))
+        try:
+            ratios.append(log_ratio(figure(a_samples, a_state), figure(b_samples, b_state), higher_is_better=False))
+        except LookupError:
+            continue  # a session without the canary this figure divides by
         verdict = judge(ratios, rules, boundary).verdict.value
         if verdict != "AMBIGUOUS" or len(ratios) >= rules.max_pairs:
             return verdict, len(ratios), run
@@ -91,7 +144,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trials", type=Path, help="the --out file of ab_power.py")
     parser.add_argument("sessions", type=Path, help="the --sessions folder of the same run")
+    names = ", ".join(FIGURES)
+    parser.add_argument("--figures", default=",".join(DEFAULT_FIGURES), help=f"session figures, of {names}")
+    parser.add_argument("--rules", default="engine", help=f"leave-out rules, of {', '.join(RULES_LEFT_OUT)}")
     args = parser.parse_args()
+    try:
+        figures = {name: FIGURES[name] for name in args.figures.split(",")}
+        left_out = {name: RULES_LEFT_OUT[name] for name in args.rules.split(",")}
+    except KeyError as error:
+        print(f"--figures/--rules: no such figure or rule {error}; see --help for the names", file=sys.stderr)
+        return 2
     rules = RULES
     boundary = rules.boundary()
     trials = json.loads(args.trials.read_text())["trials"]
@@ -99,20 +161,26 @@ def main() -> int:
     if len(folders) != len(trials):
         print(f"{args.sessions}: {len(folders)} comparison folders for {len(trials)} trials", file=sys.stderr)
         return 2
-    outcomes: dict[tuple[float, str], list[tuple[str, int, int]]] = {}
+    outcomes: dict[tuple[float, str, str], list[tuple[str, int, int]]] = {}
     for trial, folder in zip(trials, folders, strict=True):
         pairs = kept_pairs(folder)
-        row = {name: rejudge(pairs, figure, rules, boundary) for name, figure in FIGURES.items()}
+        row = {
+            f"{name}/{rule}": rejudge(pairs, figure, rules, boundary, leave_out)
+            for name, figure in figures.items()
+            for rule, leave_out in left_out.items()
+        }
         for name, outcome in row.items():
-            outcomes.setdefault((trial["level"], name), []).append(outcome)
+            for hog in ("on" if trial["hog"] else "off", "all"):
+                outcomes.setdefault((trial["level"], name, hog), []).append(outcome)
         print(
             f"{folder.name} {trial['level']:.0%} hog {'on' if trial['hog'] else 'off'} live {trial['verdict']}: {row}"
         )
-    for (level, name), rows in sorted(outcomes.items()):
+    for (level, name, hog), rows in sorted(outcomes.items()):
         counts = dict(Counter(verdict for verdict, _, _ in rows))
+        run = sorted(r for _, _, r in rows)
         print(
-            f"{level:.0%} {name}: {counts}; judged pairs max {max(n for _, n, _ in rows)}, "
-            f"pairs run max {max(r for _, _, r in rows)}"
+            f"{level:.0%} {name} hog {hog}: {counts}; judged pairs max {max(n for _, n, _ in rows)}, "
+            f"pairs run median {run[len(run) // 2]}, max {run[-1]}, above 16 in {sum(r > 16 for r in run)}"
         )
     return 0
 
