@@ -28,10 +28,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.cli.ab_engine import AbPlan, canaries_differ, session_figure, why_left_out  # noqa: E402
+from pytest_gpuperf.cli.ab_engine import (  # noqa: E402
+    AbPlan,
+    canaries_differ,
+    session_figure,
+    sessions_contended,
+    why_left_out,
+)
 from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.machine.contention import MachineState, contention  # noqa: E402
+from pytest_gpuperf.machine.contention import MachineState  # noqa: E402
 
 ENGINE = AbPlan(cmd_a=(), cmd_b=(), pytest_args=(), out_dir=Path())
 """The engine's defaults, which ab_power.py runs with: the CPU sessions' threshold, its alpha and looks."""
@@ -89,14 +95,10 @@ Session = tuple[list[float], MachineState | None]
 LeaveOut = Callable[[MachineState | None, MachineState | None], str | None]
 
 
-def contended(a: MachineState | None, b: MachineState | None) -> str | None:
-    return next((why for state in (a, b) if state is not None and (why := contention(state))), None)
-
-
 RULES_LEFT_OUT: dict[str, LeaveOut] = {
     "engine": why_left_out,
     "canaries": canaries_differ,
-    "contention": contended,
+    "contention": sessions_contended,
     "none": lambda a, b: None,
 }
 

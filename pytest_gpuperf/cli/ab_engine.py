@@ -625,14 +625,19 @@ def canaries_differ(a: MachineState | None, b: MachineState | None) -> str | Non
     return None
 
 
-def why_left_out(a: MachineState | None, b: MachineState | None) -> str | None:
-    """Why a pair is left out of a metric, from the machine's states while its two sessions measured it: a
-    contended session ("B: steal 20.0% ..."), else canaries that differ (``canaries_differ``); None to judge it.
-    Reads only the machine's state, never the metric's figures, and treats A and B alike."""
+def sessions_contended(a: MachineState | None, b: MachineState | None) -> str | None:
+    """Which of a pair's sessions ran on a contended machine, and why ("B: steal 20.0% ..."), or None."""
     busy = [
         f"{side}: {why}" for side, state in (("A", a), ("B", b)) if state is not None and (why := contention(state))
     ]
-    return "; ".join(busy) if busy else canaries_differ(a, b)
+    return "; ".join(busy) or None
+
+
+def why_left_out(a: MachineState | None, b: MachineState | None) -> str | None:
+    """Why a pair is left out of a metric, from the machine's states while its two sessions measured it: a
+    contended session (``sessions_contended``), else canaries that differ (``canaries_differ``); None to judge it.
+    Reads only the machine's state, never the metric's figures, and treats A and B alike."""
+    return sessions_contended(a, b) or canaries_differ(a, b)
 
 
 def _add_pair(pair: PairRecord, result: AbResult) -> None:

@@ -20,6 +20,7 @@ from pytest_gpuperf.machine.capability import (
     plan_measure,
     plan_run,
     session_capability,
+    slow_path,
 )
 
 
@@ -105,6 +106,10 @@ class Sizing:
             pytest.skip(plan.skip)
         self.note = plan.note  # the latest plan is the one measured with
         return plan
+
+    def slow_path(self, dtype: str) -> str | None:
+        """Why ``dtype``'s GEMM is on a slow path on this CPU (machine/capability.py), or None (and always on a GPU)."""
+        return slow_path(machine_capability(), dtype) if self.active else None
 
     def run(self, dtype: str, *, flops: float) -> None:
         """Skip a workload of fixed size (training to a target) whose estimate exceeds the budget."""

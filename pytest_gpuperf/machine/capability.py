@@ -198,7 +198,7 @@ def slow_path(capability: Capability, dtype: str) -> str | None:
     """Why ``dtype``'s GEMM is on a slow path here (its measured rate against fp32's), or None where it is not, or
     where either rate is missing (the test's own call then says what fails)."""
     rate, reference = capability.rates.get(dtype), capability.rates.get("fp32")
-    if dtype == "fp32" or rate is None or reference is None or rate.gflops >= SLOW_PATH_SHARE * reference.gflops:
+    if rate is None or reference is None or rate.gflops >= SLOW_PATH_SHARE * reference.gflops:
         return None
     return (
         f"{capability.describe(dtype)}, 1/{reference.gflops / rate.gflops:.0f} of fp32's "

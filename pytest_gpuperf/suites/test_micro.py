@@ -25,10 +25,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.sizing import machine_capability
 from pytest_gpuperf.core.stats import summarize
 from pytest_gpuperf.machine import peaks
-from pytest_gpuperf.machine.capability import slow_path
 
 pytestmark = [pytest.mark.perf, pytest.mark.micro, pytest.mark.gpu_tier]
 
@@ -103,13 +101,13 @@ def attach_peak(perf: Any, metric: str, *, dtype: str | None) -> None:
     }
 
 
-def _skip_or_shape(perf: Any, precision: str, shape: str) -> tuple[int, int, int]:
+def _skip_or_shape(perf: Any, sizing: Any, precision: str, shape: str) -> tuple[int, int, int]:
     device = perf.device
     if precision == "tf32" and device != "cuda":
         pytest.skip(f"tf32 is a CUDA tensor-core mode; fp32 matmuls on {device} have no TF32 path")
     if device == "cpu" and shape not in CPU_SHAPES:
         pytest.skip(f"{shape} ({LLAMA3_8B[shape][0]}x{LLAMA3_8B[shape][1]} weight) is GPU tier only")
-    if device == "cpu" and shape != "square" and (slow := slow_path(machine_capability(), precision)):
+    if device == "cpu" and shape != "square" and (slow := sizing.slow_path(precision)):
         # A CPU without a native kernel for the dtype (fp16 without avx512_fp16: 16x4096x6144 took ~4 s a call
         # against 46 ms in fp32; fp8 _scaled_mm everywhere so far) measures it on the square shape only; one that
         # has one (fp16 with avx512_fp16, bf16 with avx512_bf16/AMX) measures every CPU shape.
@@ -181,7 +179,7 @@ def _gemm(precision: str, m: int, k: int, n: int, device: str) -> Any:
 def test_gemm(perf: Any, device_timer: Any, cpu_threads: None, gpuperf_sizing: Any, precision: str, shape: str) -> None:
     import torch
 
-    m, k, n = _skip_or_shape(perf, precision, shape)
+    m, k, n = _skip_or_shape(perf, gpuperf_sizing, precision, shape)
     flops = 2 * m * n * k
     gpuperf_sizing.measure(precision, flops_per_call=flops)  # skips what the probe says would run for minutes
     capability = torch.cuda.get_device_capability() if perf.device == "cuda" else None
