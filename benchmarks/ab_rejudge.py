@@ -2,11 +2,13 @@
 
 For each comparison kept by ``ab_power.py --out FILE --sessions DIR``, every pair's two sessions are read back;
 the pair is left out by a leave-out rule (``engine``, the engine's own ``why_left_out``: a contended session, or
-canaries that differ; ``canaries``: only canaries that differ; ``contention``: only a contended session; ``none``:
-every pair judged) and judged by the engine's sequential boundary (core/paired.py), with each session's figure
-taken as its median, its lower quartile, its 10th percentile or its best sample. A comparison whose kept pairs
-run out before a figure decides (the live run had stopped earlier, on its own figure's decision) is counted as
-"ran out", not decided.
+canaries that differ; ``canaries``: only canaries that differ; ``contention``: only a contended session; ``floor``:
+the engine's rule, and also a pair in which either session's canaries were beyond their noise band of the fastest
+that side's canary has run so far in the comparison, so that only pairs measured at the machine's clean state are
+judged; ``none``: every pair judged) and judged by the engine's sequential boundary (core/paired.py), with each
+session's figure taken as its median, its lower quartile, its 10th percentile or its best sample. A comparison
+whose kept pairs run out before a figure decides (the live run had stopped earlier, on its own figure's decision)
+is counted as "ran out", not decided.
 
     python benchmarks/ab_rejudge.py ab-power.json DIR [--figures best,median] [--rules engine,none]
 
@@ -37,7 +39,7 @@ from pytest_gpuperf.cli.ab_engine import (  # noqa: E402
 )
 from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.machine.contention import MachineState  # noqa: E402
+from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation  # noqa: E402
 
 ENGINE = AbPlan(cmd_a=(), cmd_b=(), pytest_args=(), out_dir=Path())
 """The engine's defaults, which ab_power.py runs with: the CPU sessions' threshold, its alpha and looks."""
@@ -95,12 +97,41 @@ Session = tuple[list[float], MachineState | None]
 LeaveOut = Callable[[MachineState | None, MachineState | None], str | None]
 
 
-RULES_LEFT_OUT: dict[str, LeaveOut] = {
-    "engine": why_left_out,
-    "canaries": canaries_differ,
-    "contention": sessions_contended,
-    "none": lambda a, b: None,
+class AtTheFloor:
+    """The ``floor`` rule, for one comparison (it keeps each side's fastest canary so far): the engine's rule, then
+    each session's canaries against the fastest of its own side's sessions up to now (a side's own, so a stack
+    that moves the canary itself is not left out for it). Reads only machine states, never the metric."""
+
+    def __init__(self) -> None:
+        self.fastest: dict[tuple[str, str], MachineState] = {}
+
+    def __call__(self, a: MachineState | None, b: MachineState | None) -> str | None:
+        why = why_left_out(a, b)
+        slow = []
+        for side, state in (("A", a), ("B", b)):
+            if state is None:
+                continue
+            for canary in CANARIES:
+                median = canary.median(state)
+                if median is None:
+                    continue
+                fastest = self.fastest.get((side, canary.name))
+                if fastest is None or median < (canary.median(fastest) or math.inf):
+                    self.fastest[side, canary.name] = fastest = state
+                deviation = canary_deviation(state, [fastest], canary)
+                if deviation is not None and deviation[0] > deviation[1]:
+                    slow.append(f"{side}'s {canary.short} {math.exp(deviation[0]) - 1:.0%} above its fastest")
+        return why or "; ".join(slow) or None
+
+
+RULES_LEFT_OUT: dict[str, Callable[[], LeaveOut]] = {
+    "engine": lambda: why_left_out,
+    "canaries": lambda: canaries_differ,
+    "contention": lambda: sessions_contended,
+    "floor": AtTheFloor,
+    "none": lambda: lambda a, b: None,
 }
+"""Each makes a comparison's rule (``floor`` keeps state over the comparison's pairs)."""
 
 
 def read_session(path: Path) -> Session:
@@ -167,9 +198,9 @@ def main() -> int:
     for trial, folder in zip(trials, folders, strict=True):
         pairs = kept_pairs(folder)
         row = {
-            f"{name}/{rule}": rejudge(pairs, figure, rules, boundary, leave_out)
+            f"{name}/{rule}": rejudge(pairs, figure, rules, boundary, make_rule())
             for name, figure in figures.items()
-            for rule, leave_out in left_out.items()
+            for rule, make_rule in left_out.items()
         }
         for name, outcome in row.items():
             for hog in ("on" if trial["hog"] else "off", "all"):
