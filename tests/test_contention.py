@@ -249,7 +249,7 @@ def test_a_vector_unit_slower_now_is_seen_where_the_python_canary_is_not() -> No
     assert same.conditions is None and "sgemm canary" in same.detail
     slower = judge_machine(with_kernels(clean(1.0), 1.45, 2.8), baseline)
     assert slower.current is not None and "the vector-math canary (a 64x64 float32 product) ran" in slower.current
-    assert slower.slower_now is not None and 1.28 < slower.slower_now < 1.33  # the factor a REGRESSED must exceed
+    assert slower.slower_now is not None and 1.28 < slower.slower_now < 1.33  # a REGRESSED must exceed its square
     faster = judge_machine(with_kernels(clean(1.0), 0.8, 2.8), baseline)
     assert faster.current is None and faster.baseline is not None and "vector-math canary" in faster.baseline
     assert faster.slower_then is not None and faster.slower_then > 1.3
