@@ -320,7 +320,10 @@ def test_canaries_taken_between_calls_are_compared_only_with_their_kind() -> Non
     assert inside is not None and outside is not None and none.state is not None
     assert len(inside.canary_s) == CANARY_SAMPLES and len(inside.kernel_canary_s["sgemm"]) == CANARY_SAMPLES
     assert len(inside.kernel_canary_s["copy"]) == CANARY_SAMPLES  # the copy always runs at the end
-    assert 0 < inside.canary_cpu_per_wall <= 1.01
+    # a share of wall time, read from two clocks: on KVM guests the thread CPU clock runs ahead of the wall clock
+    # by up to a few percent (committed baselines: 19 of 1189 states above 1.01 on cpu-intel-f6m207, max 1.011;
+    # max 1.040 on cpu-intel-f6m167), so the bound allows 5%
+    assert 0 < inside.canary_cpu_per_wall <= 1.05
     assert inside.canary_version == CANARY_VERSION + BETWEEN_CALLS
     assert inside.kernel_canary_version.endswith(BETWEEN_CALLS)
     assert outside.canary_version == CANARY_VERSION and not outside.kernel_canary_version.endswith(BETWEEN_CALLS)
