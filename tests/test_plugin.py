@@ -83,6 +83,49 @@ def test_save_rerun_unchanged_passes_then_slower_is_regressed(
     assert 'name="gpuperf.rate.verdict"' in junit
 
 
+# Six parameters of one test function whose every process lands at its own level, 5% apart (seeded per process
+# and parameter, GPUPERF_TEST_RUN), as the training steps of this project's 2-core VMs do; GPUPERF_TEST_SLOW
+# ("p0:1.12") slows one parameter. Known durations, as above.
+DRIFTING = """
+import os, random
+import pytest
+
+@pytest.mark.perf
+@pytest.mark.parametrize("p", [f"p{i}" for i in range(6)])
+def test_step(perf, p):
+    run = os.environ.get("GPUPERF_TEST_RUN")
+    level = 1.0 + (0.05 * random.Random(f"{run}-{p}").gauss(0, 1) if run else 0.0)
+    slow = dict(x.split(":") for x in os.environ.get("GPUPERF_TEST_SLOW", "").split(",") if x).get(p, "1")
+    rng = random.Random(p)
+    def known_timer(fn, repeats):
+        return [0.004 * level * float(slow) * rng.uniform(0.99, 1.01) for _ in range(repeats) if fn() is None]
+    perf.measure("step_time", lambda: None, repeats=15, warmup=1, timer=known_timer)
+"""
+
+
+def test_a_step_slower_by_what_its_sibling_parameters_drift_is_not_failed_a_large_change_is(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_drift=DRIFTING)
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    for run in ("1", "2", "3"):  # three baseline processes, each at its own level; every run kept
+        monkeypatch.setenv("GPUPERF_TEST_RUN", run)
+        saved = pytester.runpytest("-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-save", "--gpuperf-accept")
+        saved.assert_outcomes(passed=6)
+    monkeypatch.delenv("GPUPERF_TEST_RUN")
+
+    monkeypatch.setenv("GPUPERF_TEST_SLOW", "p0:1.12")
+    drifted = pytester.runpytest("-m", "perf", "--gpuperf-device", "cpu", "-v")
+    drifted.assert_outcomes(passed=6)
+    drifted.stdout.fnmatch_lines(["*test_step?p0?*step_time*AMBIGUOUS*"])
+    assert "REGRESSED" not in drifted.stdout.str()
+
+    monkeypatch.setenv("GPUPERF_TEST_SLOW", "p0:1.5")
+    slower = pytester.runpytest("-m", "perf", "--gpuperf-device", "cpu")
+    slower.assert_outcomes(passed=5, failed=1)
+    slower.stdout.fnmatch_lines(["*step_time: REGRESSED - worse by *"])
+
+
 def test_results_document(project: pytest.Pytester) -> None:
     project.runpytest("-m", "perf", "--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=2)
     # a quiet machine's run-noise prior: with one baseline run the CPU default (1.5%) leaves identical samples

@@ -7,7 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf.core.stats import Rules, Verdict, compare, pooled_run_noise, samples_needed, summarize
+from pytest_gpuperf.core.stats import (
+    Rules,
+    Verdict,
+    compare,
+    pooled_run_noise,
+    samples_needed,
+    sibling_run_noise,
+    summarize,
+)
 
 RULES = Rules(delta=0.02, run_noise=0.005, noise_limit=0.10)
 
@@ -205,6 +213,50 @@ def test_timings_still_shrink_toward_the_prior() -> None:
     result = compare(baseline[0], baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.015))
     assert result.run_noise is not None and result.run_noise > 0.005
     assert "exact figure" not in result.reason
+
+
+def test_sibling_run_noise_pools_the_siblings_that_can_lend_a_drift() -> None:
+    rng = np.random.default_rng(21)
+    drifting = [runs_of(rng, 1.0, runs=3, sd=0.01, run_sd=0.05) for _ in range(30)]
+    noise, dof = sibling_run_noise(drifting, RULES)
+    assert dof == 60
+    assert noise == pytest.approx(0.05, rel=0.2)
+    count = [[7.0] * 5, [7.0] * 5]  # an exact figure: no drift to lend
+    noisy = [list(np.exp(rng.normal(0, 0.5, 20))), list(np.exp(rng.normal(0.3, 0.5, 20)))]  # NOISY by spread
+    one_run = [[1.0, 1.01]]
+    assert sibling_run_noise([count, noisy, one_run], RULES) == (0.0, 0.0)
+    assert sibling_run_noise([*drifting, count, noisy, one_run], RULES) == (noise, dof)
+
+
+def test_the_prior_is_raised_by_noisy_siblings_and_never_lowered_by_quiet_ones() -> None:
+    rules = Rules(delta=0.02, run_noise=0.015, prior_runs=4)
+    assert rules.prior_noise == 0.015
+    raised = Rules(delta=0.02, run_noise=0.015, prior_runs=4, sibling_noise=0.05, sibling_dof=36)
+    assert raised.prior_noise == pytest.approx(math.sqrt((4 * 0.015**2 + 36 * 0.05**2) / 40))
+    assert Rules(delta=0.02, run_noise=0.015, sibling_noise=0.002, sibling_dof=400).prior_noise == 0.015
+    thin = Rules(delta=0.02, run_noise=0.015, prior_runs=4, sibling_noise=0.05, sibling_dof=1)
+    assert 0.015 < thin.prior_noise < 0.03  # one sibling degree of freedom moves it a little, not to 5%
+    with pytest.raises(ValueError):
+        Rules(delta=0.02, sibling_dof=-1)
+
+
+def test_a_run_slower_by_what_its_siblings_drift_is_not_regressed_and_a_large_change_still_is() -> None:
+    """The newest VM's case: a training step's two baseline runs agreed within 3%, the next process read it 11%
+    slower, confirmed, with nothing changed; its siblings' baseline runs drifted ~5% between processes."""
+    rng = np.random.default_rng(22)
+    baseline = [list(m * np.exp(rng.normal(0, 0.01, 10))) for m in (1.0, 1.03)]
+    slower = list(1.13 * np.exp(rng.normal(0, 0.01, 10)))
+    alone = Rules(delta=0.02, run_noise=0.015)
+    assert compare(slower, baseline, higher_is_better=False, rules=alone).verdict is Verdict.REGRESSED
+    siblings = [runs_of(rng, 1.0, runs=3, sd=0.01, run_sd=0.05) for _ in range(12)]
+    noise, dof = sibling_run_noise(siblings, alone)
+    moderated = Rules(delta=0.02, run_noise=0.015, sibling_noise=noise, sibling_dof=dof)
+    result = compare(slower, baseline, higher_is_better=False, rules=moderated)
+    assert result.verdict is Verdict.AMBIGUOUS
+    assert "other parameters vary" in result.reason and "gpuperf ab" in result.reason
+    assert result.run_noise is not None and result.run_noise > 0.03
+    much_slower = list(1.5 * np.exp(rng.normal(0, 0.01, 10)))
+    assert compare(much_slower, baseline, higher_is_better=False, rules=moderated).verdict is Verdict.REGRESSED
 
 
 def test_rules_for_looks_spend_alpha_and_coverage() -> None:

@@ -67,6 +67,26 @@ def test_save_then_read_back(tmp_path: Path) -> None:
     assert text == json.dumps(json.loads(text), indent=1, sort_keys=True) + "\n"  # diffable: sorted, indented
 
 
+def test_sibling_runs_are_the_same_metric_of_the_test_function_s_other_parameters(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path, "cpu-x", KEY)
+    store.save(
+        [
+            new_metric("m.py::test_gemm[bf16]", "tflops", [1.0, 1.1]),
+            new_metric("m.py::test_gemm[fp32]", "tflops", [2.0, 2.1]),
+            new_metric("m.py::test_gemm[fp32]", "time", [5.0]),  # another metric
+            new_metric("m.py::test_gemm_other[fp32]", "tflops", [6.0]),  # another function
+            new_metric("n.py::test_gemm[fp8]", "tflops", [7.0]),  # another module
+        ],
+        [],
+        keep_runs=3,
+    )
+    store.save([new_metric("m.py::test_gemm[fp32]", "tflops", [2.2, 2.3])], [], keep_runs=3)
+    assert store.sibling_runs("m.py::test_gemm[bf16]", "tflops") == [[[2.0, 2.1], [2.2, 2.3]]]
+    assert store.sibling_runs("m.py::test_gemm[fp32]", "tflops") == [[[1.0, 1.1]]]
+    assert store.sibling_runs("m.py::test_gemm[fp16]", "tflops") == [[[1.0, 1.1]], [[2.0, 2.1], [2.2, 2.3]]]
+    assert store.sibling_runs("m.py::test_gemm[fp32]", "missing") == []
+
+
 def test_same_stack_appends_runs_up_to_the_limit_new_stack_replaces(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path, "cpu-x", KEY)
     for value in (1.0, 2.0, 3.0):

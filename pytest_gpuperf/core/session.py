@@ -21,7 +21,7 @@ from pytest_gpuperf.core.results import MetricResult
 from pytest_gpuperf.core.rollup import machine_note
 from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
-from pytest_gpuperf.core.stats import Rules, Verdict, summarize
+from pytest_gpuperf.core.stats import Rules, Verdict, sibling_run_noise, summarize
 from pytest_gpuperf.core.store import (
     BaselineStore,
     Curve,
@@ -30,6 +30,7 @@ from pytest_gpuperf.core.store import (
     NewMetric,
     NotStorable,
     SaveError,
+    entry_key,
     os_reason,
     write_atomic,
 )
@@ -71,6 +72,7 @@ class GpuperfSession:
         self._device: str | None = None
         self._fingerprint: LazyFingerprint | None = None
         self._store: BaselineStore | None = None
+        self._sibling_rules: dict[tuple[Path, str, str], Rules] = {}
         self.results: list[MetricResult] = []
         self.curves: list[dict[str, Any]] = []
         self._to_save: list[NewMetric] = []
@@ -145,6 +147,15 @@ class GpuperfSession:
             run_noise=self.settings.for_device(self.device, "run_noise"),
         )
 
+    def sibling_rules(self, nodeid: str, name: str) -> Rules:
+        """The rules for one metric: the device's, with the between-run noise its sibling baselines show here."""
+        key = (self.store.path_for(nodeid), entry_key(nodeid).split("[", 1)[0], name)
+        if key not in self._sibling_rules:
+            rules = self.rules()
+            noise, dof = sibling_run_noise(self.store.sibling_runs(nodeid, name), rules)
+            self._sibling_rules[key] = replace(rules, sibling_noise=noise, sibling_dof=dof)
+        return self._sibling_rules[key]
+
     def new_perf(self, nodeid: str) -> Perf:
         return Perf(
             nodeid=nodeid,
@@ -174,7 +185,7 @@ class GpuperfSession:
 
     def evaluate_metric(self, nodeid: str, metric: MetricRecord) -> MetricResult:
         """The verdict on one metric (also asked mid-measurement, by sequential sampling), remembering nothing."""
-        rules = self.rules().for_looks(metric.looks)
+        rules = self.sibling_rules(nodeid, metric.name).for_looks(metric.looks)
         stack = self.fingerprint.stack
         baseline = self.store.metric(nodeid, metric.name)
         runs = [run.samples for run in baseline.runs] if baseline else []

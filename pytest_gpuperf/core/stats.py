@@ -9,7 +9,14 @@ runs of the same test on the same hardware key. Two sources of noise matter and 
   thread placement, clocks). On a quiet 2-core machine it is ~1% of a torch matmul, larger than the
   within-run standard error, so a rule built on within-run samples alone flags unchanged runs (see
   ../shared/CPU-FACTS.md). It is estimated from the baseline's run medians, shrunk toward a prior
-  (``Rules.run_noise``) when the baseline holds few runs, and it widens both the test and the interval.
+  (``Rules.prior_noise``) when the baseline holds few runs, and it widens both the test and the interval.
+  The prior is the configured ``Rules.run_noise``, raised toward what the test's sibling baselines show on
+  this machine (``sibling_run_noise``): the other parameters of the same test function, same metric, pooled.
+  A baseline of two or three runs recorded minutes apart sees too little of a machine's drift; its siblings
+  together hold tens of degrees of freedom of it. Every committed CPU baseline (four VMs) showed 3.5-9% between
+  runs of a training step or a GEMM where the prior said 1.5%, and on the newest VM the main job read training
+  steps 9-13% slower, confirmed REGRESSED, with nothing changed. This is the moderated variance of Smyth's
+  empirical Bayes (limma, 2004) with the configured prior as a floor: back-to-back runs never lower it.
 
 REGRESSED needs both tests to agree, the change to exceed the threshold and the interval of the ratio to exclude
 no change (so the verdict never contradicts the interval printed beside it); PASS needs the whole confidence
@@ -63,6 +70,10 @@ class Rules:
     """Prior for the between-run relative standard deviation (log scale) of a run's median."""
     prior_runs: float = 4.0
     """Weight of that prior, in degrees of freedom: a baseline of many runs outweighs it."""
+    sibling_noise: float = 0.0
+    """Pooled between-run sd (log scale) of the sibling metrics' baseline runs (``sibling_run_noise``)."""
+    sibling_dof: float = 0.0
+    """Its degrees of freedom; 0 when no sibling holds two judged runs, and the prior is ``run_noise`` alone."""
     resamples: int = 2000
     """Bootstrap resamples for the interval."""
     seed: int = 0
@@ -77,6 +88,19 @@ class Rules:
             raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence!r}")
         if self.noise_limit <= 0 or self.run_noise < 0 or self.prior_runs < 0:
             raise ValueError("noise_limit must be > 0, run_noise and prior_runs >= 0")
+        if self.sibling_noise < 0 or self.sibling_dof < 0:
+            raise ValueError("sibling_noise and sibling_dof must be >= 0")
+
+    @property
+    def prior_noise(self) -> float:
+        """The prior for a metric's between-run sd: ``run_noise`` at ``prior_runs`` degrees of freedom pooled
+        with the siblings' evidence, never below ``run_noise`` (siblings recorded back to back understate drift
+        as much as the metric's own runs do; they may say the machine is noisier, not quieter)."""
+        if self.sibling_dof <= 0:
+            return self.run_noise
+        weight = self.prior_runs + self.sibling_dof
+        var = (self.prior_runs * self.run_noise**2 + self.sibling_dof * self.sibling_noise**2) / weight
+        return max(self.run_noise, math.sqrt(var))
 
     def for_looks(self, looks: int) -> Rules:
         """The rules for the last of ``looks`` sequential looks at one measurement: alpha and the interval's
@@ -270,6 +294,12 @@ def compare(
     needed = samples_needed(rules, pooled.size)
     if now.size < needed:
         reason += f" ({now.size} samples against {pooled.size} cannot reach p < {rules.alpha}: take >= {needed})"
+    if not exact and rules.prior_noise > rules.run_noise:
+        reason += (
+            f" (between-run noise {run_sd:.1%}: this test's other parameters vary {rules.sibling_noise:.1%} "
+            f"between baseline runs on this machine, over {rules.sibling_dof:.0f} degrees of freedom, against the "
+            f"configured {rules.run_noise:.1%}; `gpuperf ab` compares two stacks paired, in one session)"
+        )
     return Comparison(verdict=Verdict.AMBIGUOUS, reason=reason, **figures)
 
 
@@ -309,8 +339,31 @@ def pooled_run_noise(log_run_medians: np.ndarray, rules: Rules, *, own_only: boo
     dof = sample_dof + rules.prior_runs
     if dof == 0:
         return 0.0, 1.0
-    var = (sample_dof * sample_var + rules.prior_runs * rules.run_noise**2) / dof
+    var = (sample_dof * sample_var + rules.prior_runs * rules.prior_noise**2) / dof
     return math.sqrt(var), dof
+
+
+def sibling_run_noise(siblings: Sequence[Sequence[Sequence[float]]], rules: Rules) -> tuple[float, float]:
+    """Pooled between-run sd (log scale) of sibling metrics, each given as its baseline runs' samples; returns
+    (sd, degrees of freedom), (0, 0) when none counts.
+
+    A sibling counts with k - 1 degrees of freedom when it holds k >= 2 runs, its runs' medians are not all one
+    figure (a count or a loss value has no drift to lend), and no run is NOISY by spread (``Rules.noise_limit``:
+    a metric never judged would lend the others a noise they do not have). The pool is the plain pooled
+    variance, sum((k - 1) s^2) / sum(k - 1): unbiased where the siblings share one noise, and where they do not
+    it errs toward wider (AMBIGUOUS), never toward a false flag.
+    """
+    total, dof = 0.0, 0
+    for runs in siblings:
+        arrays = [np.asarray(run, dtype=float) for run in runs if len(run) > 0]
+        if len(arrays) < 2 or any(a.ndim != 1 or not np.all(np.isfinite(a)) or np.any(a <= 0) for a in arrays):
+            continue
+        log_medians = np.log([np.median(a) for a in arrays])
+        if np.ptp(log_medians) == 0 or any(summarize(a).spread > rules.noise_limit for a in arrays):
+            continue
+        total += float(np.var(log_medians, ddof=1)) * (len(arrays) - 1)
+        dof += len(arrays) - 1
+    return (math.sqrt(total / dof), float(dof)) if dof else (0.0, 0.0)
 
 
 def ratio_interval(

@@ -178,6 +178,20 @@ class BaselineStore:
             runs=[MetricRun(**{**run, "stack": schema.stack(run["stack"], nodeid)}) for run in entry["runs"]],
         )
 
+    def sibling_runs(self, nodeid: str, name: str) -> list[list[list[float]]]:
+        """Each sibling metric's baseline runs (their samples): the metric ``name`` of the other parameters of the
+        same test function in the same file ('test_gemm[bf16]' for 'test_gemm[fp32]'), the test itself left out."""
+        own = entry_key(nodeid)
+        function = own.split("[", 1)[0]
+        siblings = []
+        for key, entry in self._document(self.path_for(nodeid))["tests"].items():
+            if key == own or key.split("[", 1)[0] != function:
+                continue
+            metric = entry.get("metrics", {}).get(name)
+            if metric is not None:
+                siblings.append([list(run["samples"]) for run in metric["runs"]])
+        return siblings
+
     def curves(self, nodeid: str, name: str) -> list[Curve]:
         entry = self._document(self.path_for(nodeid))["tests"].get(entry_key(nodeid), {}).get("curves", {}).get(name)
         return [Curve(**{**run, "stack": schema.stack(run["stack"], nodeid)}) for run in entry["runs"]] if entry else []
