@@ -358,3 +358,27 @@ def test_measure_s_own_timer_takes_the_canaries_between_its_calls_and_a_custom_t
     own, custom = (metric.context["machine"] for metric in perf.metrics)
     assert own["canary_version"] == CANARY_VERSION + BETWEEN_CALLS and len(own["canary_s"]) == 5
     assert custom["canary_version"] == CANARY_VERSION and len(custom["canary_s"]) == 5
+
+
+def test_each_parameter_leaves_itself_out_of_its_siblings_prior(tmp_path: Path) -> None:
+    """The sibling prior is per test, not per test function: t[b]'s comes from t[a]'s drifting runs and t[a]'s from
+    t[b]'s steady ones, whichever is judged first in the session."""
+    session = GpuperfSession(cpu_settings(tmp_path))
+    stack = session.fingerprint.stack
+
+    def metric(test: str, level: float) -> NewMetric:
+        samples = [level * v for v in (1.0, 1.01, 0.99, 1.005, 0.995)]
+        return NewMetric(
+            test=test,
+            name="loop",
+            unit="s",
+            higher_is_better=False,
+            run=MetricRun(samples=samples, stack=stack, date="d", summary={}, context={}),
+        )
+
+    for drifting, steady in ((1.0, 1.0), (1.1, 1.001), (0.92, 0.999)):
+        session.store.save([metric("m.py::t[a]", drifting), metric("m.py::t[b]", steady)], [], keep_runs=5)
+    of_a = session.sibling_rules("m.py::t[a]", "loop")
+    of_b = session.sibling_rules("m.py::t[b]", "loop")
+    assert of_a.prior_noise == of_a.run_noise  # its sibling agrees with itself: the configured prior stands
+    assert of_b.prior_noise > 2 * of_b.run_noise, of_b  # its sibling's runs are ~9% apart

@@ -19,7 +19,7 @@ from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core import rollup
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
-from pytest_gpuperf.core.stats import Rules, Verdict, summarize
+from pytest_gpuperf.core.stats import Rules, Verdict, summarize, with_siblings
 from pytest_gpuperf.core.verdict import judge_on_machine
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
@@ -126,7 +126,7 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
                     context=latest.context,
                     unit=sample.unit,
                     higher_is_better=sample.higher_is_better,
-                    rules=rules,
+                    rules=with_siblings(rules, base.sibling_samples(key)),  # the session's prior
                     conditions=session_conditions(latest.context),
                     machine_check=machine_checked(new),
                 ).comparison

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from pytest_gpuperf.cli.loading import InputError, MetricData, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core.stats import Rules, pooled_run_noise, ratio_interval
+from pytest_gpuperf.core.stats import Rules, pooled_run_noise, ratio_interval, with_siblings
 
 CONFIDENCE = 0.90
 Z = 1.6448536269514722  # standard normal 95% quantile: the 90% two-sided interval's half-width in sds
@@ -37,11 +38,18 @@ COLUMNS = (
 
 
 def equivalence(
-    reference: list[MetricData], submission: list[MetricData], *, tolerance: float, run_noise: float
+    reference: list[MetricData],
+    submission: list[MetricData],
+    *,
+    tolerance: float,
+    run_noise: float,
+    siblings: Sequence[Sequence[Sequence[float]]] = (),
 ) -> dict[str, Any]:
-    """PASS / FAIL / INCONCLUSIVE for one workload, with the ratio (< 1 worse), interval and what would decide."""
+    """PASS / FAIL / INCONCLUSIVE for one workload, with the ratio (< 1 worse), interval and what would decide.
+    ``siblings``: the reference's other parameters of the same test, whose between-run spread raises the noise
+    prior as it does in a session (``stats.with_siblings``)."""
     higher = reference[0].higher_is_better
-    rules = Rules(delta=tolerance, confidence=CONFIDENCE, run_noise=run_noise)
+    rules = with_siblings(Rules(delta=tolerance, confidence=CONFIDENCE, run_noise=run_noise), siblings)
     ref_runs = [np.asarray(run.samples, dtype=float) for run in reference]
     current = np.asarray([v for run in submission for v in run.samples], dtype=float)
     medians = np.array([np.median(run) for run in ref_runs])
@@ -130,7 +138,15 @@ def evaluate(reference: Side, submissions: list[Side], *, tolerance: float, run_
             else:
                 try:
                     with np.errstate(over="raise", invalid="raise"):
-                        row.update(equivalence(ref_runs, sub_runs, tolerance=tolerance, run_noise=run_noise))
+                        row.update(
+                            equivalence(
+                                ref_runs,
+                                sub_runs,
+                                tolerance=tolerance,
+                                run_noise=run_noise,
+                                siblings=reference.sibling_samples(key),
+                            )
+                        )
                 except (OverflowError, ValueError, FloatingPointError) as error:  # math range or domain errors
                     raise InputError(
                         f"{submission.source}: test {quote(row['test'])} metric {quote(row['metric'])}: its samples "

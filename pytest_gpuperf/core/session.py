@@ -21,7 +21,7 @@ from pytest_gpuperf.core.results import MetricResult
 from pytest_gpuperf.core.rollup import machine_note
 from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
-from pytest_gpuperf.core.stats import Rules, Verdict, sibling_run_noise, summarize
+from pytest_gpuperf.core.stats import Rules, Verdict, summarize, with_siblings
 from pytest_gpuperf.core.store import (
     BaselineStore,
     Curve,
@@ -149,11 +149,9 @@ class GpuperfSession:
 
     def sibling_rules(self, nodeid: str, name: str) -> Rules:
         """The rules for one metric: the device's, with the between-run noise its sibling baselines show here."""
-        key = (self.store.path_for(nodeid), entry_key(nodeid).split("[", 1)[0], name)
+        key = (self.store.path_for(nodeid), entry_key(nodeid), name)  # each test leaves itself out of its siblings
         if key not in self._sibling_rules:
-            rules = self.rules()
-            noise, dof = sibling_run_noise(self.store.sibling_runs(nodeid, name), rules)
-            self._sibling_rules[key] = replace(rules, sibling_noise=noise, sibling_dof=dof)
+            self._sibling_rules[key] = with_siblings(self.rules(), self.store.sibling_runs(nodeid, name))
         return self._sibling_rules[key]
 
     def new_perf(self, nodeid: str) -> Perf:

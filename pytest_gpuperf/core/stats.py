@@ -366,6 +366,13 @@ def sibling_run_noise(siblings: Sequence[Sequence[Sequence[float]]], rules: Rule
     return (math.sqrt(total / dof), float(dof)) if dof else (0.0, 0.0)
 
 
+def with_siblings(rules: Rules, siblings: Sequence[Sequence[Sequence[float]]]) -> Rules:
+    """``rules`` with the prior raised by what the sibling metrics' baseline runs show (``sibling_run_noise``):
+    the one place the session, `gpuperf compare` and `gpuperf variance` form a metric's rules from its siblings."""
+    noise, dof = sibling_run_noise(siblings, rules)
+    return replace(rules, sibling_noise=noise, sibling_dof=dof)
+
+
 def ratio_interval(
     current: np.ndarray,
     runs: Sequence[np.ndarray],

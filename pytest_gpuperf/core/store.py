@@ -154,6 +154,12 @@ def entry_key(nodeid: str) -> str:
     return nodeid.split("::", 1)[1] if "::" in nodeid else nodeid
 
 
+def test_function(test_id: str) -> str:
+    """The test function a test id belongs to, its parameters left off: 'test_gemm' of 'test_gemm[bf16]' (the same
+    for a node id, an entry key or a JUnit address). Tests of one function are siblings."""
+    return test_id.split("[", 1)[0]
+
+
 class BaselineStore:
     """Baselines of one hardware key."""
 
@@ -182,10 +188,9 @@ class BaselineStore:
         """Each sibling metric's baseline runs (their samples): the metric ``name`` of the other parameters of the
         same test function in the same file ('test_gemm[bf16]' for 'test_gemm[fp32]'), the test itself left out."""
         own = entry_key(nodeid)
-        function = own.split("[", 1)[0]
         siblings = []
         for key, entry in self._document(self.path_for(nodeid))["tests"].items():
-            if key == own or key.split("[", 1)[0] != function:
+            if key == own or test_function(key) != test_function(own):
                 continue
             metric = entry.get("metrics", {}).get(name)
             if metric is not None:
