@@ -1,14 +1,15 @@
 """Re-judge kept `ab_power.py` comparisons with other per-session figures and leave-out rules, offline.
 
-For each comparison kept by ``ab_power.py --out FILE --sessions DIR``, every pair's two sessions are read back;
-the pair is left out by a leave-out rule (``engine``, the engine's own ``why_left_out``: a contended session, or
+For each comparison kept by ``ab_power.py --out FILE --sessions DIR``, every pair's two sessions are read back; the
+pair is left out by a leave-out rule (``engine``, the engine's own ``why_left_out``: a contended session, or
 canaries that differ; ``canaries``: only canaries that differ; ``contention``: only a contended session; ``floor``:
 the engine's rule, and also a pair in which either session's canaries were beyond their noise band of the fastest
 that side's canary has run so far in the comparison, so that only pairs measured at the machine's clean state are
-judged; ``none``: every pair judged) and judged by the engine's sequential boundary (core/paired.py), with each
-session's figure taken as its median, its lower quartile, its 10th percentile or its best sample. A comparison
-whose kept pairs run out before a figure decides (the live run had stopped earlier, on its own figure's decision)
-is counted as "ran out", not decided.
+judged; ``any-contention``: the engine's rule before 2026-12-03, which also left out a pair whose two sessions
+shared one neighbour alike; ``none``: every pair judged) and judged by the engine's sequential boundary
+(core/paired.py), with each session's figure taken as its median, its lower quartile, its 10th percentile or its
+best sample. A comparison whose kept pairs run out before a figure decides (the live run had stopped earlier, on its
+own figure's decision) is counted as "ran out", not decided.
 
     python benchmarks/ab_rejudge.py ab-power.json DIR [--figures best,median] [--rules engine,none]
 
@@ -39,7 +40,7 @@ from pytest_gpuperf.cli.ab_engine import (  # noqa: E402
 )
 from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation  # noqa: E402
+from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation, contention  # noqa: E402
 
 ENGINE = AbPlan(cmd_a=(), cmd_b=(), pytest_args=(), out_dir=Path())
 """The engine's defaults, which ab_power.py runs with: the CPU sessions' threshold, its alpha and looks."""
@@ -124,8 +125,16 @@ class AtTheFloor:
         return why or "; ".join(slow) or None
 
 
+def any_contention(a: MachineState | None, b: MachineState | None) -> str | None:
+    """The engine's rule before it kept pairs whose sessions shared a neighbour alike: any contended session."""
+    sides = (("A", a), ("B", b))
+    busy = [f"{side}: {why}" for side, state in sides if state is not None and (why := contention(state))]
+    return "; ".join(busy) or canaries_differ(a, b)
+
+
 RULES_LEFT_OUT: dict[str, Callable[[], LeaveOut]] = {
     "engine": lambda: why_left_out,
+    "any-contention": lambda: any_contention,
     "canaries": lambda: canaries_differ,
     "contention": lambda: sessions_contended,
     "floor": AtTheFloor,

@@ -54,7 +54,13 @@ from typing import Any, Protocol
 from pytest_gpuperf.core.paired import PairedJudgement, PairedRules, judge, log_ratio
 from pytest_gpuperf.core.stats import Verdict
 from pytest_gpuperf.core.verdict import machine_state
-from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation, contention
+from pytest_gpuperf.machine.contention import (
+    CANARIES,
+    MachineState,
+    canary_deviation,
+    contention_reasons,
+    others_limit,
+)
 from pytest_gpuperf.machine.fingerprint import hardware_slug, stack_changes
 
 AB_SCHEMA = "gpuperf-ab/2"
@@ -625,17 +631,37 @@ def canaries_differ(a: MachineState | None, b: MachineState | None) -> str | Non
     return None
 
 
+def shared_neighbour(a: MachineState | None, b: MachineState | None) -> bool:
+    """Whether other processes kept both sessions of a pair busy alike: each at or above the limit, the two within
+    the limit of each other. Such a neighbour (a steady job on the other core, the same through both sessions)
+    slows A and B by one factor, which the pair's ratio cancels: that is what pairing is for. A neighbour in one
+    session only, or one that changed between the two, does not cancel."""
+    if a is None or b is None or a.others_cores is None or b.others_cores is None or not a.cpus:
+        return False
+    limit = others_limit(a.cpus)
+    both = a.others_outside_tree and b.others_outside_tree and min(a.others_cores, b.others_cores) >= limit
+    return bool(both) and abs(a.others_cores - b.others_cores) < limit
+
+
 def sessions_contended(a: MachineState | None, b: MachineState | None) -> str | None:
-    """Which of a pair's sessions ran on a contended machine, and why ("B: steal 20.0% ..."), or None."""
-    busy = [
-        f"{side}: {why}" for side, state in (("A", a), ("B", b)) if state is not None and (why := contention(state))
-    ]
+    """Which of a pair's sessions ran on a contended machine, and why ("B: steal 20.0% ..."), or None. Other
+    processes' load that both sessions shared alike (``shared_neighbour``) does not count; steal, run-queue wait
+    and a descheduled canary always do (they come in bursts of seconds, which two sessions never share alike)."""
+    shared = shared_neighbour(a, b)
+    busy = []
+    for side, state in (("A", a), ("B", b)):
+        reasons = contention_reasons(state) if state is not None else {}
+        if shared:
+            reasons.pop("others", None)
+        if reasons:
+            busy.append(f"{side}: {'; '.join(reasons.values())}")
     return "; ".join(busy) or None
 
 
 def why_left_out(a: MachineState | None, b: MachineState | None) -> str | None:
     """Why a pair is left out of a metric, from the machine's states while its two sessions measured it: a
-    contended session (``sessions_contended``), else canaries that differ (``canaries_differ``); None to judge it.
+    contended session (``sessions_contended``; a neighbour both sessions shared alike is not), else canaries that
+    differ (``canaries_differ``); None to judge it.
     Reads only the machine's state, never the metric's figures, and treats A and B alike."""
     return sessions_contended(a, b) or canaries_differ(a, b)
 

@@ -62,6 +62,7 @@ __all__ = [
     "canary_deviation",
     "canary_points",
     "contention",
+    "contention_reasons",
     "descendants_cpu_s",
     "judge_machine",
     "others_limit",
@@ -584,25 +585,33 @@ def others_limit(cpus: int) -> float:
     return max(OTHERS_LIMIT_CORES, OTHERS_LIMIT_SHARE * cpus)
 
 
-def contention(state: MachineState) -> str | None:
-    """Why this window's machine was contended (the reasons, with figures), or None when nothing says so."""
-    reasons = []
+def contention_reasons(state: MachineState) -> dict[str, str]:
+    """Why this window's machine was contended, by signal ("steal", "runqueue", "others", "canary_cpu"), each with
+    its figures; empty when nothing says so."""
+    reasons = {}
     if state.steal_share is not None and state.steal_share >= STEAL_LIMIT:
-        reasons.append(f"steal {state.steal_share:.1%} of CPU time (limit {STEAL_LIMIT:.0%})")
+        reasons["steal"] = f"steal {state.steal_share:.1%} of CPU time (limit {STEAL_LIMIT:.0%})"
     if state.runqueue_share is not None and state.runqueue_share >= RUNQUEUE_LIMIT:
-        reasons.append(f"threads waited for a CPU {state.runqueue_share:.1%} of the time (limit {RUNQUEUE_LIMIT:.0%})")
+        reasons["runqueue"] = (
+            f"threads waited for a CPU {state.runqueue_share:.1%} of the time (limit {RUNQUEUE_LIMIT:.0%})"
+        )
     if state.others_outside_tree and state.others_cores is not None and state.cpus:
         limit = others_limit(state.cpus)
         if state.others_cores >= limit:
-            reasons.append(
+            reasons["others"] = (
                 f"other processes kept {state.others_cores:.1f} of {state.cpus} cores busy (limit {limit:.2g})"
             )
     if state.canary_cpu_per_wall is not None and state.canary_cpu_per_wall < CANARY_CPU_LIMIT:
-        reasons.append(
+        reasons["canary_cpu"] = (
             f"the single-thread canary got {state.canary_cpu_per_wall:.0%} of its wall time on a CPU "
             f"(limit {CANARY_CPU_LIMIT:.0%})"
         )
-    return "; ".join(reasons) or None
+    return reasons
+
+
+def contention(state: MachineState) -> str | None:
+    """Why this window's machine was contended (the reasons, with figures), or None when nothing says so."""
+    return "; ".join(contention_reasons(state).values()) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -803,19 +812,21 @@ def beyond_the_machine(
         return None
     if check.slower_now is not None and check.baseline is None:
         factor = check.slower_now
-        if verdict == "REGRESSED" and ci_high * factor**CANARY_EXPLAINS_POWER < 1 - threshold:
+        explained = factor**CANARY_EXPLAINS_POWER
+        if verdict == "REGRESSED" and ci_high * explained < 1 - threshold:
             return (
-                f"the machine is {factor:.2f}x slower now (canary), which explains up to "
-                f"{factor**CANARY_EXPLAINS_POWER:.2f}x; the change is larger than that"
+                f"the machine is {factor:.2f}x slower now (canary), which explains up to {explained:.2f}x; the "
+                "change is larger than that"
             )
         if verdict == "IMPROVED":
             return f"better although the machine is {factor:.2f}x slower now (canary)"
     if check.slower_then is not None and check.current is None:
         factor = check.slower_then
-        if verdict == "IMPROVED" and ci_low / factor**CANARY_EXPLAINS_POWER > 1 + threshold:
+        explained = factor**CANARY_EXPLAINS_POWER
+        if verdict == "IMPROVED" and ci_low / explained > 1 + threshold:
             return (
-                f"the baseline's machine was {factor:.2f}x slower (canary), which explains up to "
-                f"{factor**CANARY_EXPLAINS_POWER:.2f}x; the change is larger than that"
+                f"the baseline's machine was {factor:.2f}x slower (canary), which explains up to {explained:.2f}x; "
+                "the change is larger than that"
             )
         if verdict == "REGRESSED":
             return f"worse although the baseline's machine was {factor:.2f}x slower (canary)"
