@@ -40,7 +40,7 @@ from pytest_gpuperf.cli.ab_engine import (  # noqa: E402
 )
 from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation, contention  # noqa: E402
+from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation  # noqa: E402
 
 ENGINE = AbPlan(cmd_a=(), cmd_b=(), pytest_args=(), out_dir=Path())
 """The engine's defaults, which ab_power.py runs with: the CPU sessions' threshold, its alpha and looks."""
@@ -127,9 +127,7 @@ class AtTheFloor:
 
 def any_contention(a: MachineState | None, b: MachineState | None) -> str | None:
     """The engine's rule before it kept pairs whose sessions shared a neighbour alike: any contended session."""
-    sides = (("A", a), ("B", b))
-    busy = [f"{side}: {why}" for side, state in sides if state is not None and (why := contention(state))]
-    return "; ".join(busy) or canaries_differ(a, b)
+    return sessions_contended(a, b, shared_neighbour_cancels=False) or canaries_differ(a, b)
 
 
 RULES_LEFT_OUT: dict[str, Callable[[], LeaveOut]] = {

@@ -229,6 +229,10 @@ def test_only_a_neighbour_shared_alike_is_discounted() -> None:
     near = MachineState.from_dict(NEIGHBOUR | {"others_cores": 0.85})
     busy_and_stolen = MachineState.from_dict(NEIGHBOUR | {"steal_share": 0.05})
     assert shared_neighbour(busy, near) and sessions_contended(busy, near) is None
+    assert sessions_contended(busy, busy, shared_neighbour_cancels=False) == (  # the rule before, as replayed
+        "A: other processes kept 1.0 of 2 cores busy (limit 0.25); B: other processes kept 1.0 of 2 cores busy "
+        "(limit 0.25)"
+    )
     assert sessions_contended(busy, quiet) == "A: other processes kept 1.0 of 2 cores busy (limit 0.25)"
     assert sessions_contended(quiet, busy) == "B: other processes kept 1.0 of 2 cores busy (limit 0.25)"
     assert not shared_neighbour(busy, lighter) and sessions_contended(busy, lighter) == (

@@ -643,11 +643,14 @@ def shared_neighbour(a: MachineState | None, b: MachineState | None) -> bool:
     return bool(both) and abs(a.others_cores - b.others_cores) < limit
 
 
-def sessions_contended(a: MachineState | None, b: MachineState | None) -> str | None:
+def sessions_contended(
+    a: MachineState | None, b: MachineState | None, *, shared_neighbour_cancels: bool = True
+) -> str | None:
     """Which of a pair's sessions ran on a contended machine, and why ("B: steal 20.0% ..."), or None. Other
     processes' load that both sessions shared alike (``shared_neighbour``) does not count; steal, run-queue wait
-    and a descheduled canary always do (they come in bursts of seconds, which two sessions never share alike)."""
-    shared = shared_neighbour(a, b)
+    and a descheduled canary always do (they come in bursts of seconds, which two sessions never share alike).
+    ``shared_neighbour_cancels=False`` is the rule before 2026-12-03, which benchmarks/ab_rejudge.py replays."""
+    shared = shared_neighbour_cancels and shared_neighbour(a, b)
     busy = []
     for side, state in (("A", a), ("B", b)):
         reasons = contention_reasons(state) if state is not None else {}

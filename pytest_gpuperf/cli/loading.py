@@ -25,7 +25,7 @@ from pytest_gpuperf.core import results as results_format
 from pytest_gpuperf.core import schema
 from pytest_gpuperf.core.results import FINGERPRINT_PROPERTY
 from pytest_gpuperf.core.schema import SchemaError, quote
-from pytest_gpuperf.core.store import test_function
+from pytest_gpuperf.core.store import is_sibling
 
 MAX_BYTES = 256 * 1024 * 1024
 """Larger inputs are refused rather than read into memory."""
@@ -125,12 +125,12 @@ class Side:
 
     def sibling_samples(self, key: tuple[str, str]) -> list[list[tuple[float, ...]]]:
         """Each sibling metric's runs' samples, as ``stats.with_siblings`` takes them: the same metric of the other
-        parameters of the key's test function (``store.test_function``), as a session finds them in its store."""
+        parameters of the key's test function (``store.is_sibling``), as a session finds them in its store."""
         test, metric = key
         return [
             [run.samples for run in self.metric_runs(other)]
             for other in self.keys()
-            if other != key and other[1] == metric and test_function(other[0]) == test_function(test)
+            if other[1] == metric and is_sibling(test, other[0])
         ]
 
     def threshold(self) -> float | None:

@@ -154,10 +154,11 @@ def entry_key(nodeid: str) -> str:
     return nodeid.split("::", 1)[1] if "::" in nodeid else nodeid
 
 
-def test_function(test_id: str) -> str:
-    """The test function a test id belongs to, its parameters left off: 'test_gemm' of 'test_gemm[bf16]' (the same
-    for a node id, an entry key or a JUnit address). Tests of one function are siblings."""
-    return test_id.split("[", 1)[0]
+def is_sibling(test_id: str, other_id: str) -> bool:
+    """Whether ``other_id`` is another parameter of ``test_id``'s test function: 'test_gemm[bf16]' of
+    'test_gemm[fp32]', never the test itself. The same for node ids, entry keys and JUnit addresses (both of one
+    kind): the one rule the session's store and `gpuperf compare`/`variance` find a metric's siblings by."""
+    return other_id != test_id and other_id.split("[", 1)[0] == test_id.split("[", 1)[0]
 
 
 class BaselineStore:
@@ -190,7 +191,7 @@ class BaselineStore:
         own = entry_key(nodeid)
         siblings = []
         for key, entry in self._document(self.path_for(nodeid))["tests"].items():
-            if key == own or test_function(key) != test_function(own):
+            if not is_sibling(own, key):
                 continue
             metric = entry.get("metrics", {}).get(name)
             if metric is not None:
