@@ -8,6 +8,7 @@ environment variables that slow some tests, scale a partner's throughput or chan
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import os
 import shutil
@@ -178,6 +179,28 @@ def test_compare_flags_exactly_the_slowed_tests(runs: Path, capsys: pytest.Captu
     )
     assert code == 0
     assert "| test | metric |" in out and "REGRESSED" not in out
+
+
+def test_compare_adds_the_shift_between_sittings_where_new_was_run_another_day(
+    runs: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    document = json.loads((runs / "base" / "run.json").read_text())
+    document["created"] = (dt.datetime.fromisoformat(document["created"]) - dt.timedelta(days=1)).isoformat()
+    yesterday = tmp_path / "yesterday.json"
+    yesterday.write_text(json.dumps(document))
+    new = str(runs / "new" / "run.json")
+    code, out, _ = gpuperf(capsys, "compare", str(yesterday), new, "--format", "json", "--sitting-noise", "20")
+    found = verdicts(json.loads(out))
+    assert found[("test_latency", "latency")] == "AMBIGUOUS"  # 1.5x is within what a 20% shift between sittings does
+    row = next(r for r in json.loads(out)["rows"] if r["metric"] == "latency" and "serve" not in r["test"])
+    assert row["sitting_noise"] == pytest.approx(0.2) and row["sittings"] == 1
+    code, out, _ = gpuperf(capsys, "compare", str(yesterday), new, "--format", "json", "--sitting-noise", "0")
+    assert verdicts(json.loads(out))[("test_latency", "latency")] == "REGRESSED"  # none added: as the same sitting
+    assert code == 1
+    with pytest.raises(SystemExit) as usage:
+        gpuperf(capsys, "compare", str(yesterday), new, "--sitting-noise", "lots")
+    assert usage.value.code == 2
+    assert "'lots': expected a percentage from 0" in capsys.readouterr().err
 
 
 def test_variance_passes_identical_and_fails_five_percent_off(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:

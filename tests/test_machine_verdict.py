@@ -3,6 +3,7 @@ a measurement or baseline taken on a contended machine is NOISY with the reason,
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,9 @@ from pytest_gpuperf.core.session import GpuperfSession
 from pytest_gpuperf.core.stats import Comparison, Verdict
 from pytest_gpuperf.core.store import MetricRun, NewMetric
 from pytest_gpuperf.machine.contention import MachineState
+
+RECORDED_NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+"""The baselines here were recorded minutes before they are judged: one sitting (core/sittings.py)."""
 
 # The issue's case: a pure-Python loop recorded at ~18.8 ms while the machine was loaded, ~12 ms now.
 LOADED_BASELINE = [18.8e-3 * (1 + 0.002 * (i % 5)) for i in range(15)]
@@ -48,7 +52,9 @@ def make_session(
                 name="loop",
                 unit="s",
                 higher_is_better=False,
-                run=MetricRun(samples=samples, stack=stack, date="d", summary={}, context={"machine": machine}),
+                run=MetricRun(
+                    samples=samples, stack=stack, date=RECORDED_NOW, summary={}, context={"machine": machine}
+                ),
             )
             for samples, machine in runs
         ],
@@ -233,6 +239,24 @@ def test_an_ambiguous_measurement_takes_more_rounds_until_decided(monkeypatch: p
     assert metric.context["extended"] == {"looks": 2, "stopped": "decided"}
 
 
+def test_no_round_is_added_where_the_shift_between_sittings_leaves_the_verdict_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    perf, _ = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS])
+    asked: list[int] = []
+
+    def preview(metric) -> Comparison:
+        asked.append(metric.looks)
+        return Comparison(verdict=Verdict.AMBIGUOUS, sitting_noise=0.08, sittings=1, samples_can_decide=False)
+
+    perf._preview = preview
+    samples = perf.measure("t", lambda: None, timer=timer)
+    assert len(samples) == 5 and asked == [1] and perf.metrics[0].looks == 1
+    assert (
+        "shift between the baseline's sitting and this one (8.0% sd)" in perf.metrics[0].context["extended"]["stopped"]
+    )
+
+
 def test_extension_is_bounded_by_rounds_and_by_time(monkeypatch: pytest.MonkeyPatch) -> None:
     perf, looks = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS])
     perf.measure("t", lambda: None, timer=timer)
@@ -263,6 +287,7 @@ WORKLOAD = """
 import os
 import random
 import pytest
+
 
 @pytest.mark.perf
 def test_loop(perf):
@@ -311,7 +336,7 @@ def test_a_size_is_not_moved_by_the_machine(tmp_path: Path) -> None:
             run=MetricRun(
                 samples=[v * 1e4 * f for v in NOW],
                 stack=session.fingerprint.stack,
-                date="d",
+                date=RECORDED_NOW,
                 summary={},
                 context={"machine": state(runqueue=0.5)},
             ),
@@ -373,7 +398,7 @@ def test_each_parameter_leaves_itself_out_of_its_siblings_prior(tmp_path: Path) 
             name="loop",
             unit="s",
             higher_is_better=False,
-            run=MetricRun(samples=samples, stack=stack, date="d", summary={}, context={}),
+            run=MetricRun(samples=samples, stack=stack, date=RECORDED_NOW, summary={}, context={}),
         )
 
     for drifting, steady in ((1.0, 1.0), (1.1, 1.001), (0.92, 0.999)):

@@ -3,6 +3,7 @@ taken at lower clocks or while throttling reported NOISY, never REGRESSED."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,9 @@ from pytest_gpuperf.core.session import GpuperfSession
 from pytest_gpuperf.core.stats import Verdict
 from pytest_gpuperf.core.store import MetricRun, NewMetric
 from pytest_gpuperf.machine.telemetry import TelemetrySample, TelemetryTrace, TelemetryUnavailable
+
+RECORDED_NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+"""The baselines here were recorded minutes before they are judged: one sitting (core/sittings.py)."""
 
 BASELINE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1, 100.3, 99.7]
 WORSE = [value * 0.8 for value in BASELINE]  # 20% fewer TFLOP/s: REGRESSED on equal terms
@@ -53,7 +57,11 @@ def make_session(tmp_path: Path) -> GpuperfSession:
                 unit="TFLOP/s",
                 higher_is_better=True,
                 run=MetricRun(
-                    samples=samples, stack=stack, date="d", summary={}, context={"telemetry": full_clock.to_dict()}
+                    samples=samples,
+                    stack=stack,
+                    date=RECORDED_NOW,
+                    summary={},
+                    context={"telemetry": full_clock.to_dict()},
                 ),
             )
             for samples in (BASELINE, [v * 1.002 for v in BASELINE], [v * 0.998 for v in BASELINE])
@@ -197,6 +205,7 @@ def pytest_gpuperf_telemetry_reader(config, device):
 WORKLOAD = """
 import os
 import pytest
+
 
 @pytest.mark.perf
 def test_gemm(perf):

@@ -19,6 +19,7 @@ from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core import rollup
 from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
+from pytest_gpuperf.core.sittings import group_sittings
 from pytest_gpuperf.core.stats import Rules, Verdict, summarize, with_siblings
 from pytest_gpuperf.core.verdict import judge_on_machine
 from pytest_gpuperf.machine.fingerprint import stack_changes
@@ -45,24 +46,27 @@ class Thresholds:
     threshold: float | None = None
     noise_limit: float | None = None
     run_noise: float | None = None
+    sitting_noise: float | None = None
 
 
 def rules_for(base: Side, given: Thresholds) -> Rules:
     """The command line's values, else what BASE's runs were judged with, else the CPU defaults."""
     settings = next((run.settings for run in base.runs if run.settings), {})
 
-    def pick(value: float | None, name: str, default: float) -> float:
+    def pick(value: float | None, name: str, default: float, *, zero: bool = False) -> float:
         if value is not None:
             return value
         stored = settings.get(name)
-        if isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1:
-            return float(stored)
+        if isinstance(stored, (int, float)) and not isinstance(stored, bool) and stored < 1:
+            if stored > 0 or (zero and stored == 0):
+                return float(stored)
         return default
 
     return Rules(
         delta=pick(given.threshold, "threshold", CPU_DEFAULTS["threshold"]),
         noise_limit=pick(given.noise_limit, "noise_limit", CPU_DEFAULTS["noise_limit"]),
         run_noise=pick(given.run_noise, "run_noise", CPU_DEFAULTS["run_noise"]),
+        sitting_noise=pick(given.sitting_noise, "sitting_noise", CPU_DEFAULTS["sitting_noise"], zero=True),
     )
 
 
@@ -129,6 +133,7 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
                     rules=with_siblings(rules, base.sibling_samples(key)),  # the session's prior
                     conditions=session_conditions(latest.context),
                     machine_check=machine_checked(new),
+                    sittings=group_sittings(base.metric_dates(key), new.metric_dates(key)[-1]),
                 ).comparison
         except (ValueError, OverflowError, FloatingPointError) as error:  # medians <= 0; beyond float range
             raise InputError(
@@ -183,14 +188,21 @@ def headline_notes(base: Side, new: Side, rows: list[dict[str, Any]]) -> list[st
 def run(args: argparse.Namespace) -> int:
     base, new = load_side(Path(args.base)), load_side(Path(args.new))
     rules = rules_for(
-        base, Thresholds(threshold=args.threshold, noise_limit=args.noise_limit, run_noise=args.run_noise)
+        base,
+        Thresholds(
+            threshold=args.threshold,
+            noise_limit=args.noise_limit,
+            run_noise=args.run_noise,
+            sitting_noise=args.sitting_noise,
+        ),
     )
     rows = compare_sides(base, new, rules)
     notes = [
         f"BASE {base.source}: {len(base.runs)} run(s) on {base.hardware_slug}; NEW {new.source}: {len(new.runs)} "
         f"run(s) on {new.hardware_slug}",
         f"threshold {rules.delta:.1%}, alpha {rules.alpha}, noise limit {rules.noise_limit:.0%}, between-run "
-        f"noise prior {rules.run_noise:.2%}; ratio < 1 is worse",
+        f"noise prior {rules.run_noise:.2%}, shift between sittings {rules.sitting_noise:.2%} (where NEW was "
+        "measured an hour or more from BASE's runs); ratio < 1 is worse",
     ]
     if base.hardware_slug != new.hardware_slug:
         notes.append(

@@ -123,6 +123,10 @@ class Side:
     def metric_runs(self, key: tuple[str, str]) -> list[MetricData]:
         return [run.metrics[key] for run in self.runs if key in run.metrics]
 
+    def metric_dates(self, key: tuple[str, str]) -> list[str]:
+        """When each of ``metric_runs(key)`` was measured (its file's ``created``; '' when the file has none)."""
+        return [run.created for run in self.runs if key in run.metrics]
+
     def sibling_samples(self, key: tuple[str, str]) -> list[list[tuple[float, ...]]]:
         """Each sibling metric's runs' samples, as ``stats.with_siblings`` takes them: the same metric of the other
         parameters of the key's test function (``store.is_sibling``), as a session finds them in its store."""

@@ -43,6 +43,15 @@ def percentage(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
 
 
+def percentage_or_zero(text: str) -> float:
+    from pytest_gpuperf.core.settings import SettingError, parse_percentage_or_zero
+
+    try:
+        return parse_percentage_or_zero(text)
+    except SettingError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+
+
 def lazy(module: str) -> Callable[[argparse.Namespace], int]:
     """The ``run`` function of pytest_gpuperf.cli.<module>, imported only when that command runs."""
 
@@ -415,6 +424,14 @@ def _add_rules(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PCT",
         help="prior between-run sd (default: BASE's setting, else 1.5%%, the plugin's CPU default)",
+    )
+    parser.add_argument(
+        "--sitting-noise",
+        type=percentage_or_zero,
+        default=None,
+        metavar="PCT",
+        help="prior sd of the machine's shift between sittings, added where NEW was measured an hour or more "
+        "from BASE's runs (default: BASE's setting, else 8%%, the plugin's CPU default)",
     )
 
 

@@ -347,7 +347,14 @@ class Perf:
             candidate = MetricRecord(
                 name=name, unit=unit, higher_is_better=higher_is_better, samples=samples, context=context, looks=looks
             )
-            if self._preview(candidate).verdict is not Verdict.AMBIGUOUS:
+            preview = self._preview(candidate)
+            if preview.verdict is not Verdict.AMBIGUOUS:
+                break
+            if not preview.samples_can_decide:
+                stopped = (
+                    f"the machine's shift between the baseline's sitting and this one ({preview.sitting_noise:.1%} "
+                    "sd) is wider than the threshold: more rounds cannot decide it"
+                )
                 break
             if looks > limit:
                 stopped = f"still AMBIGUOUS after {limit} extra round(s) (--gpuperf-extend)"

@@ -44,6 +44,12 @@ def describe(result: MetricResult) -> str:
             f"  ratio {comparison.ratio:.4f} ({direction}; < 1 is worse), 95% CI "
             f"[{comparison.ci_low:.4f}, {comparison.ci_high:.4f}], p(worse)={comparison.p_worse:.3g}, "
             f"between-run noise {comparison.run_noise:.2%}"
+            + (
+                f", shift between sittings {comparison.sitting_noise:.2%} (baseline in {comparison.sittings} "
+                "sitting(s), this run in another)"
+                if comparison.sitting_noise
+                else ""
+            )
         )
     if result.baseline_runs:
         note = result.context.get("machine_note")

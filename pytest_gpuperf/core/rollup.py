@@ -33,7 +33,8 @@ UNDECIDED_WHY = {
     ),
     "AMBIGUOUS": (
         "interval straddles the threshold without a significant change",
-        "more repeats (--gpuperf-repeats) or more baseline runs",
+        "more repeats (--gpuperf-repeats), baseline runs recorded in several sittings, or `gpuperf ab` (one "
+        "session, paired)",
     ),
     "NO_BASELINE": ("no baseline on this hardware", "a baseline recorded with --gpuperf-save"),
     "MISSING": ("in the baseline but not measured now", "running the test again"),

@@ -21,6 +21,7 @@ from pytest_gpuperf.core.results import MetricResult
 from pytest_gpuperf.core.rollup import machine_note
 from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
+from pytest_gpuperf.core.sittings import group_sittings
 from pytest_gpuperf.core.stats import Rules, Verdict, summarize, with_siblings
 from pytest_gpuperf.core.store import (
     BaselineStore,
@@ -145,6 +146,7 @@ class GpuperfSession:
             delta=self.settings.for_device(self.device, "threshold"),
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
             run_noise=self.settings.for_device(self.device, "run_noise"),
+            sitting_noise=self.settings.for_device(self.device, "sitting_noise"),
         )
 
     def sibling_rules(self, nodeid: str, name: str) -> Rules:
@@ -197,6 +199,10 @@ class GpuperfSession:
             runs,
             [run.context for run in baseline.runs] if baseline and runs else [],
             context=metric.context,
+            sittings=group_sittings(
+                [run.date for run in baseline.runs] if baseline and runs else [],
+                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            ),
             unit=metric.unit,
             higher_is_better=metric.higher_is_better,
             rules=rules,
@@ -378,6 +384,7 @@ class GpuperfSession:
                 "threshold": self.settings.for_device(device, "threshold"),
                 "noise_limit": self.settings.for_device(device, "noise_limit"),
                 "run_noise": self.settings.for_device(device, "run_noise"),
+                "sitting_noise": self.settings.for_device(device, "sitting_noise"),
                 "repeats": self.settings.repeats,
                 "warmup": self.settings.warmup,
                 "strict": self.settings.strict,

@@ -28,6 +28,14 @@ exactly (a count, a loss value, any deterministic figure), or whose every run is
 noise for a prior to stand in for (``exact_agreement``); it is judged on its own figures, so an unchanged one is
 PASS, not AMBIGUOUS for ever. The prior weighs only while a timing's own runs are few.
 
+A third source matters when the measurement is taken in another sitting than its baseline's runs
+(``sittings.group_sittings``: runs an hour or more apart): the machine's shift between sittings. The runs of one
+recording cannot show it, so it has a prior of its own (``Rules.sitting_noise``: 8% on the project's CPU, where
+the main job a day after its baseline read timings a median 8.8% slower with nothing changed), pooled with the
+spread of the sitting means when the baseline's runs span several sittings; the between-run noise is then the
+spread of runs around their own sitting's mean. The shift adds to the run-level test and the interval of a
+measurement in a new sitting, and to nothing else: a baseline recorded minutes before is judged as before.
+
 A measurement extended by sequential sampling (perf.measure) was looked at once per pooled round; its verdict
 spends alpha over the looks (``Rules.for_looks``: look j tests at alpha / j, so three looks stay below 1.83 alpha
 in all, a Bonferroni bound that needs no model of how the looks correlate).
@@ -43,6 +51,8 @@ from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
+
+from pytest_gpuperf.core.sittings import Sittings
 
 
 class Verdict(str, enum.Enum):
@@ -74,6 +84,9 @@ class Rules:
     """Pooled between-run sd (log scale) of the sibling metrics' baseline runs (``sibling_run_noise``)."""
     sibling_dof: float = 0.0
     """Its degrees of freedom; 0 when no sibling holds two judged runs, and the prior is ``run_noise`` alone."""
+    sitting_noise: float = 0.0
+    """Prior sd (log scale) of the machine's shift between sittings, at ``prior_runs`` degrees of freedom: what a
+    measurement in another sitting than its baseline's runs may move with nothing changed (0: no such shift)."""
     resamples: int = 2000
     """Bootstrap resamples for the interval."""
     seed: int = 0
@@ -88,8 +101,8 @@ class Rules:
             raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence!r}")
         if self.noise_limit <= 0 or self.run_noise < 0 or self.prior_runs < 0:
             raise ValueError("noise_limit must be > 0, run_noise and prior_runs >= 0")
-        if self.sibling_noise < 0 or self.sibling_dof < 0:
-            raise ValueError("sibling_noise and sibling_dof must be >= 0")
+        if self.sibling_noise < 0 or self.sibling_dof < 0 or self.sitting_noise < 0:
+            raise ValueError("sibling_noise, sibling_dof and sitting_noise must be >= 0")
 
     @property
     def prior_noise(self) -> float:
@@ -171,6 +184,14 @@ class Comparison:
     p_better: float | None = None
     run_noise: float | None = None
     """Between-run relative standard deviation that was used (prior and baseline runs pooled)."""
+    sitting_noise: float | None = None
+    """The sd of the shift between sittings that was added (prior and the baseline's sittings pooled); None when
+    the measurement shares its baseline's sitting, or is an exact figure."""
+    sittings: int = 0
+    """How many sittings the baseline's runs were recorded in (0: not told)."""
+    samples_can_decide: bool = True
+    """False when the shift between sittings alone keeps the interval wider than the threshold band: no number
+    of samples in this session can make the verdict PASS (sequential sampling stops extending)."""
     baseline_runs: int = 0
     reason: str = ""
 
@@ -183,6 +204,9 @@ class Comparison:
             "p_worse": self.p_worse,
             "p_better": self.p_better,
             "run_noise": self.run_noise,
+            "sitting_noise": self.sitting_noise,
+            "sittings": self.sittings,
+            "samples_can_decide": self.samples_can_decide,
             "baseline_runs": self.baseline_runs,
             "reason": self.reason,
         }
@@ -195,8 +219,13 @@ def compare(
     higher_is_better: bool,
     rules: Rules,
     conditions: str | None = None,
+    sittings: Sittings | None = None,
 ) -> Comparison:
     """Judge the current run's samples against the baseline's runs (each run a list of samples).
+
+    ``sittings`` groups the baseline's runs by sitting and says whether the current run shares theirs
+    (``sittings.group_sittings``, from the stored dates); without it every run is taken as one sitting with the
+    current one, and no shift between sittings is added.
 
     ``conditions`` says why the current run cannot support a verdict: the device's conditions made it
     incomparable (it throttled, its clocks fell below the baseline's: ``telemetry.judge_clocks``), or the
@@ -219,8 +248,16 @@ def compare(
     ratio = math.exp(log_ratio)
 
     exact = exact_agreement(now, runs)
-    run_sd, dof = pooled_run_noise(np.log(run_medians), rules, own_only=exact)
+    groups = _sitting_groups(sittings, len(runs))
+    run_sd, dof = pooled_run_noise(np.log(run_medians), rules, own_only=exact, groups=groups)
     scale = run_sd * math.sqrt(1.0 + 1.0 / len(runs))
+    shift_sd: float | None = None
+    shift_scale = 0.0  # the shift's sd for a new sitting against the mean of the baseline's sittings
+    if sittings is not None and not sittings.joined and not exact and rules.sitting_noise > 0:
+        shift_sd, shift_dof = sitting_shift_noise(np.log(run_medians), groups, rules)
+        shift_scale = shift_sd * math.sqrt(1.0 + 1.0 / len(groups))
+        dof = _satterthwaite((scale, dof), (shift_scale, shift_dof))
+        scale = math.hypot(scale, shift_scale)
     if scale > 0:
         p_run_worse = float(scipy_stats.t.cdf(log_ratio / scale, dof))
         p_run_better = float(scipy_stats.t.sf(log_ratio / scale, dof))
@@ -242,7 +279,8 @@ def compare(
         half = float(scipy_stats.t.ppf(0.5 + rules.confidence / 2, dof)) * scale
         ci_low, ci_high = math.exp(log_ratio - half), math.exp(log_ratio + half)
     else:
-        ci_low, ci_high = ratio_interval(now, runs, run_sd, higher_is_better=higher_is_better, rules=rules)
+        extra_sd = math.hypot(run_sd, shift_scale)  # = run_sd without a shift: the same draws as before
+        ci_low, ci_high = ratio_interval(now, runs, extra_sd, higher_is_better=higher_is_better, rules=rules)
     figures: dict[str, Any] = {
         "ratio": ratio,
         "ci_low": ci_low,
@@ -250,6 +288,9 @@ def compare(
         "p_worse": p_worse,
         "p_better": p_better,
         "run_noise": run_sd,
+        "sitting_noise": shift_sd,
+        "sittings": len(groups) if sittings is not None else 0,
+        "samples_can_decide": float(scipy_stats.norm.ppf(0.5 + rules.confidence / 2)) * shift_scale <= rules.delta,
         "baseline_runs": len(runs),
     }
 
@@ -286,14 +327,23 @@ def compare(
         if exact:
             reason += " (an exact figure: its runs agree exactly, so its between-run noise is its own, not the prior)"
         return Comparison(verdict=Verdict.PASS, reason=reason, **figures)
+    cure = "more repeats or more baseline runs would decide it"
+    if not figures["samples_can_decide"]:
+        cure = "no number of repeats in this session can decide it (below)"
     reason = (
         f"ratio {ratio:.3f}, {rules.confidence:.0%} interval [{ci_low:.3f}, {ci_high:.3f}] is not inside "
-        f"1 ± {rules.delta:.1%} and the evidence of a change is not significant: more repeats or more "
-        "baseline runs would decide it"
+        f"1 ± {rules.delta:.1%} and the evidence of a change is not significant: {cure}"
     )
     needed = samples_needed(rules, pooled.size)
     if now.size < needed:
         reason += f" ({now.size} samples against {pooled.size} cannot reach p < {rules.alpha}: take >= {needed})"
+    if shift_sd:
+        where = "its one sitting" if len(groups) == 1 else f"its {len(groups)} sittings"
+        reason += (
+            f" (measured in another sitting than the baseline's runs, {where}: the machine's shift between "
+            f"sittings, {shift_sd:.1%} sd, is in the noise; record baseline runs in several sittings, or let "
+            "`gpuperf ab` compare two stacks paired in one session)"
+        )
     if not exact and rules.prior_noise > rules.run_noise:
         reason += (
             f" (between-run noise {run_sd:.1%}: this test's other parameters vary {rules.sibling_noise:.1%} "
@@ -323,16 +373,29 @@ def exact_agreement(
     return all(run.size > 0 and run[0] == run[-1] for run in [*runs, now])
 
 
-def pooled_run_noise(log_run_medians: np.ndarray, rules: Rules, *, own_only: bool = False) -> tuple[float, float]:
+def pooled_run_noise(
+    log_run_medians: np.ndarray,
+    rules: Rules,
+    *,
+    own_only: bool = False,
+    groups: Sequence[Sequence[int]] | None = None,
+) -> tuple[float, float]:
     """Between-run sd of log medians, pooled with the prior; returns (sd, degrees of freedom).
 
     A scaled-inverse-chi-square prior of ``prior_runs`` degrees of freedom at ``run_noise`` combined with the
     sample variance of the baseline's run medians (k - 1 degrees of freedom). ``own_only`` (an exact figure,
     ``exact_agreement``) leaves the prior out: the runs' own variance, zero when they agree or there is one.
+    ``groups`` (the runs' indexes by sitting, several sittings) takes each run's deviation from its own sitting's
+    mean, k - s degrees of freedom: the shift between sittings is ``sitting_shift_noise``'s, not counted twice.
     """
     k = len(log_run_medians)
-    sample_dof = max(k - 1, 0)
-    sample_var = float(np.var(log_run_medians, ddof=1)) if k >= 2 else 0.0
+    if groups is not None and len(groups) > 1 and not own_only:
+        residuals = [float(log_run_medians[i] - np.mean(log_run_medians[list(g)])) for g in groups for i in g]
+        sample_dof = k - len(groups)
+        sample_var = sum(r * r for r in residuals) / sample_dof if sample_dof > 0 else 0.0
+    else:
+        sample_dof = max(k - 1, 0)
+        sample_var = float(np.var(log_run_medians, ddof=1)) if k >= 2 else 0.0
     if own_only:  # runs that agree exactly have no spread, not a rounding error's worth
         exact_var = 0.0 if k < 2 or np.ptp(log_run_medians) == 0 else sample_var
         return math.sqrt(exact_var), float(max(sample_dof, 1))
@@ -341,6 +404,37 @@ def pooled_run_noise(log_run_medians: np.ndarray, rules: Rules, *, own_only: boo
         return 0.0, 1.0
     var = (sample_dof * sample_var + rules.prior_runs * rules.prior_noise**2) / dof
     return math.sqrt(var), dof
+
+
+def sitting_shift_noise(
+    log_run_medians: np.ndarray, groups: Sequence[Sequence[int]], rules: Rules
+) -> tuple[float, float]:
+    """The sd (log scale) of the machine's shift between sittings: the spread of the sittings' mean log medians
+    (s - 1 degrees of freedom) pooled with the prior ``sitting_noise`` at ``prior_runs``; returns (sd, dof).
+
+    A sitting's mean also carries its runs' own noise, so this errs wide where runs are few per sitting, never
+    narrow. With one sitting it is the prior alone."""
+    means = [float(np.mean(log_run_medians[list(group)])) for group in groups if len(group) > 0]
+    sample_dof = max(len(means) - 1, 0)
+    sample_var = float(np.var(means, ddof=1)) if len(means) >= 2 else 0.0
+    dof = sample_dof + rules.prior_runs
+    if dof == 0:
+        return 0.0, 1.0
+    return math.sqrt((sample_dof * sample_var + rules.prior_runs * rules.sitting_noise**2) / dof), dof
+
+
+def _sitting_groups(sittings: Sittings | None, runs: int) -> tuple[tuple[int, ...], ...]:
+    """The runs' indexes by sitting; one sitting of all when not told (or told of another number of runs)."""
+    if sittings is None or sorted(i for group in sittings.groups for i in group) != list(range(runs)):
+        return (tuple(range(runs)),)
+    return sittings.groups
+
+
+def _satterthwaite(*terms: tuple[float, float]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variances, each given as (sd, its dof)."""
+    total = sum(sd**2 for sd, _ in terms)
+    spread = sum(sd**4 / dof for sd, dof in terms if dof > 0 and sd > 0)
+    return total**2 / spread if spread > 0 else min(dof for _, dof in terms)
 
 
 def sibling_run_noise(siblings: Sequence[Sequence[Sequence[float]]], rules: Rules) -> tuple[float, float]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pytest_gpuperf.core import convergence
+from pytest_gpuperf.core.sittings import Sittings
 from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare, exact_agreement
 from pytest_gpuperf.machine.contention import MachineCheck, MachineState, beyond_the_machine, judge_machine
 
@@ -146,10 +147,18 @@ def judge(
     rules: Rules,
     conditions: str | None = None,
     rule: Rule | None = None,
+    sittings: Sittings | None = None,
 ) -> Comparison:
     """The verdict on one metric: the baseline comparison, or the metric's own rule with the comparison's
     figures kept for the report."""
-    comparison = compare(samples, baseline_runs, higher_is_better=higher_is_better, rules=rules, conditions=conditions)
+    comparison = compare(
+        samples,
+        baseline_runs,
+        higher_is_better=higher_is_better,
+        rules=rules,
+        conditions=conditions,
+        sittings=sittings,
+    )
     if rule is None:
         return comparison
     decision = rule.decide()
@@ -188,6 +197,7 @@ def judge_on_machine(
     conditions: str | None = None,
     rule: Rule | None = None,
     machine_check: bool = True,
+    sittings: Sittings | None = None,
 ) -> MachineJudgement:
     """``judge`` with the machine's state: a contended measurement or baseline is NOISY with the reason, unless
     the verdict is one the machine's canary-measured factor cannot explain (``beyond_the_machine``)."""
@@ -200,6 +210,7 @@ def judge_on_machine(
         machine_conditions = check.conditions
         if check.dropped:
             judged = [run for i, run in enumerate(judged) if i not in check.dropped]
+            sittings = sittings.without(check.dropped) if sittings is not None else None
     comparison = judge(
         samples,
         judged,
@@ -207,11 +218,14 @@ def judge_on_machine(
         rules=rules,
         conditions="; ".join(filter(None, (conditions, machine_conditions))) or None,
         rule=rule,
+        sittings=sittings,
     )
     if check is not None and machine_conditions and rule is None:
         # A machine the canary shows slower can hide nothing in one direction: judge without its conditions and
         # keep a verdict the machine's factor cannot explain, saying so; anything else stays NOISY.
-        unmasked = judge(samples, judged, higher_is_better=higher_is_better, rules=rules, conditions=conditions)
+        unmasked = judge(
+            samples, judged, higher_is_better=higher_is_better, rules=rules, conditions=conditions, sittings=sittings
+        )
         stands = beyond_the_machine(unmasked.verdict.value, unmasked.ci_low, unmasked.ci_high, check, rules.delta)
         if stands is not None:
             comparison = replace(unmasked, reason=f"{unmasked.reason} ({stands}; {machine_conditions})")
