@@ -7,7 +7,7 @@ matmuls per call, and a slowdown of s adds round(PRODUCTS * s) products. In half
 loop pinned to one core, switching on and off every 20-60 s (seeded), the kind of neighbour a shared CI runner has.
 
     python benchmarks/ab_power.py --trials 20 [--levels 0,1,2,3,5] [--max-pairs 16] [--out ab-power.json]
-                                  [--sessions DIR]
+                                  [--sessions DIR] [--take-turns] [--hog alternate|off]
     python benchmarks/ab_power.py --rejudge ab-power.json
 
 Prints, per level and hog condition: the share flagged (REGRESSED or IMPROVED), the share SAME (PASS),
@@ -69,7 +69,9 @@ while True:
 SESSION_FLAGS = ("-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist")
 
 
-def one_trial(folder: Path, level: float, hog: bool, seed: int, max_pairs: int = 16) -> dict[str, Any]:
+def one_trial(
+    folder: Path, level: float, hog: bool, seed: int, max_pairs: int = 16, take_turns: bool = False
+) -> dict[str, Any]:
     python = shlex.quote(sys.executable)
     extra = round(PRODUCTS * (1 + level))
     out = folder / f"trial-{seed:03d}"
@@ -81,6 +83,7 @@ def one_trial(folder: Path, level: float, hog: bool, seed: int, max_pairs: int =
         seed=seed,
         cwd=folder,
         max_pairs=max_pairs,
+        take_turns=take_turns,
     )
     hog_process = subprocess.Popen([sys.executable, "-c", HOG, str(seed)]) if hog else None
     started = time.monotonic()
@@ -94,6 +97,7 @@ def one_trial(folder: Path, level: float, hog: bool, seed: int, max_pairs: int =
     return {
         "level": level,
         "hog": hog,
+        "take_turns": take_turns,
         "seed": seed,
         "verdict": metric.verdict.value,
         "pairs": len(metric.log_ratios),
@@ -158,6 +162,10 @@ def main() -> int:
     parser.add_argument(
         "--max-pairs", type=int, default=16, help="the engine's last look (its default 16; `gpuperf ab --max-pairs`)"
     )
+    parser.add_argument("--take-turns", action="store_true", help="the engine's --take-turns (cli/ab_turns.py)")
+    parser.add_argument(
+        "--hog", choices=("alternate", "off"), default="alternate", help="the CPU hog in half the trials, or never"
+    )
     parser.add_argument("--out", type=Path, help="keep every trial here (JSON)")
     parser.add_argument("--rejudge", type=Path, help="print the table of trials kept by --out")
     parser.add_argument(
@@ -180,8 +188,10 @@ def main() -> int:
                 seed += 1
                 # The hog alternates from trial to trial (levels x rounds): every level has it in half its trials,
                 # and a run stopped early still has both conditions.
-                hog = (round_index + levels.index(level)) % 2 == 1
-                trial = one_trial(folder, level, hog=hog, seed=seed, max_pairs=args.max_pairs)
+                hog = args.hog == "alternate" and (round_index + levels.index(level)) % 2 == 1
+                trial = one_trial(
+                    folder, level, hog=hog, seed=seed, max_pairs=args.max_pairs, take_turns=args.take_turns
+                )
                 trials.append(trial)
                 print(
                     f"trial {len(trials)}/{args.trials * len(levels)}: {level:.0%} hog {'on' if hog else 'off'}"

@@ -46,8 +46,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     # No generic markers here (perf, training, ...): a project's own markers of those names, and its
     # --strict-markers run, stay as they were. The suites register theirs in pytest_gpuperf/suites/conftest.py.
-    get_settings(config)  # resolve and validate every option now, so a bad value stops the run at once
+    settings = get_settings(config)  # resolve and validate every option now, so a bad value stops the run at once
     config.stash[reporting_key] = _is_reporting_rank()
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    if settings.take_turns and (config.getoption("numprocesses", None) or (world.isdigit() and int(world) > 1)):
+        raise pytest.UsageError(
+            "--gpuperf-take-turns is one session's turn in a `gpuperf ab` pair: it cannot be shared by xdist workers "
+            "(-n) or torchrun ranks; run the pair's sessions without -n, and let the tests launch their own ranks"
+        )
+    if settings.take_turns:
+        from pytest_gpuperf.core.turns import TurnError, Turns
+
+        try:
+            Turns(settings.take_turns).check()
+        except TurnError as error:
+            raise pytest.UsageError(str(error)) from None
 
 
 def _is_reporting_rank() -> bool:
@@ -160,6 +173,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = config.stash.get(session_key, None)
     if state is not None:
         state.close_telemetry()
+        if state.turns is not None:
+            state.turns.done()  # the partner may now run alone
     if not reporting(config):
         return
     if state is not None and state.settings.save:

@@ -63,6 +63,7 @@ def plan_from_args(
         repeats=args.repeats or None,
         max_dropped=args.max_dropped,
         session_figure=args.session_figure,
+        take_turns=args.take_turns,
     )
 
 

@@ -115,6 +115,8 @@ class AbPlan:
     """Environment of the sessions (default: this process's); CMD may still set variables with `env`."""
     session_figure: str = "best"
     """Each session's figure for a metric: "best" (its fastest call, or highest rate) or "median" (SESSION_FIGURES)."""
+    take_turns: bool = False
+    """Run both sessions of a pair at once, taking turns test by test and round by round (cli/ab_turns.py)."""
 
     def __post_init__(self) -> None:
         if self.session_figure not in SESSION_FIGURES:
@@ -347,10 +349,13 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def session_argv(plan: AbPlan, side: str, results_file: Path) -> list[str]:
-    """CMD + -m pytest PYTEST_ARGS + what makes the session only measure and write its results."""
+def session_argv(plan: AbPlan, side: str, results_file: Path, turns: Path | None = None) -> list[str]:
+    """CMD + -m pytest PYTEST_ARGS + what makes the session only measure and write its results (and, with
+    ``turns``, take turns through the pipes of that prefix)."""
     prefix = plan.cmd_a if side == "A" else plan.cmd_b
     extra = ["--gpuperf-results", str(results_file), "--gpuperf-measure-only", "--gpuperf-remeasure", "0"]
+    if turns is not None:
+        extra += ["--gpuperf-take-turns", str(turns)]
     if plan.repeats is not None:
         extra += ["--gpuperf-repeats", str(plan.repeats)]
     return [*prefix, "-m", "pytest", *plan.pytest_args, *extra]
@@ -401,7 +406,10 @@ def run_ab(
             pair = PairRecord(index=index, order=first)
             result.pairs.append(pair)
             pair_started = clock()
-            for side in first:
+            if plan.take_turns:
+                remaining = None if plan.budget_s is None else max(1.0, plan.budget_s - (clock() - started))
+                pair.sessions.extend(_run_pair_taking_turns(plan, first, index, sessions_dir, remaining, env))
+            for side in first if not plan.take_turns else ():
                 remaining = None if plan.budget_s is None else max(1.0, plan.budget_s - (clock() - started))
                 outcome = _run_session(plan, side, index, sessions_dir, runner, remaining, env)
                 pair.sessions.append(outcome)
@@ -474,6 +482,49 @@ def _run_session(
     results_file.unlink(missing_ok=True)
     argv = session_argv(plan, side, results_file)
     returncode, seconds = runner(argv, log_file=log_file, timeout=timeout, cwd=plan.cwd, env=env)
+    return _outcome(side, index, argv, returncode, seconds, results_file, log_file)
+
+
+def _run_pair_taking_turns(
+    plan: AbPlan, order: str, index: int, sessions_dir: Path, timeout: float | None, env: dict[str, str]
+) -> list[SessionOutcome]:
+    """Both sessions of the pair at once, taking turns, the first of ``order`` granted the first turn."""
+    from pytest_gpuperf.cli.ab_turns import TurnChannelError, run_pair_taking_turns
+
+    files = {
+        side: (sessions_dir / f"{index:03d}-{side}.json", sessions_dir / f"{index:03d}-{side}.log") for side in order
+    }
+    turns = {side: sessions_dir / f"{index:03d}-{side}.turn" for side in order}
+    argvs = {side: session_argv(plan, side, files[side][0], turns[side]) for side in order}
+    for results_file, _ in files.values():
+        results_file.unlink(missing_ok=True)
+    try:
+        ran = run_pair_taking_turns(
+            [argvs[side] for side in order],
+            prefixes=[turns[side] for side in order],
+            log_files=[files[side][1] for side in order],
+            timeout=timeout,
+            cwd=plan.cwd,
+            env=env,
+        )
+    except TurnChannelError as error:
+        raise AbError(str(error)) from None
+    return [
+        _outcome(side, index, argvs[side], returncode, seconds, *files[side])
+        for side, (returncode, seconds) in zip(order, ran)
+    ]
+
+
+def _outcome(
+    side: str,
+    index: int,
+    argv: list[str],
+    returncode: int | None,
+    seconds: float,
+    results_file: Path,
+    log_file: Path,
+) -> SessionOutcome:
+    """What one finished session gave: its results document, or why it gave none."""
     outcome = SessionOutcome(
         side=side,
         pair=index,

@@ -336,6 +336,12 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
         help="smallest change that matters (default: the sessions' setting, 2%% on CPU, 1%% on GPU)",
     )
     ab.add_argument("--min-pairs", type=_count(1), default=4, metavar="N", help="first look (default 4)")
+    ab.add_argument(
+        "--take-turns",
+        action="store_true",
+        help="run both sessions of a pair at once, taking turns test by test and round by round, so both sides "
+        "of a test are measured seconds apart (POSIX named pipes in --out; a container side must mount it)",
+    )
     ab.add_argument("--max-pairs", type=_count(1), default=16, metavar="N", help="last look (default 16)")
     ab.add_argument(
         "--max-left-out",

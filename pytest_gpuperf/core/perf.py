@@ -154,6 +154,7 @@ class Perf:
         baseline_telemetry: Callable[[str], TelemetrySummary | None] | None = None,
         baseline_machine: Callable[[str], list[MachineState | None]] | None = None,
         preview: Callable[[MetricRecord], Comparison] | None = None,
+        take_turn: Callable[[], None] | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.device = device
@@ -168,6 +169,12 @@ class Perf:
         be recorded, see ``machine_check``)."""
         self._preview = preview
         """The verdict a metric would get now, for sequential sampling; None: never extend."""
+        self._take_turn = take_turn or (lambda: None)
+        """Waits for this session's turn (a `gpuperf ab --take-turns` pair, core/turns.py): before the test's own
+        machine window opens, before a measurement's warm-up, and before each of its calls (each round where a
+        custom timer times the calls), so the two sides' calls of one measurement alternate, call by call."""
+        self._turn_by_call = take_turn is not None
+        self._take_turn()
         self._machine_check = str(getattr(settings, "machine_check", "off"))
         self._extend_spent = 0.0
         """Seconds this test has spent on extension rounds (bounded by --gpuperf-extend-seconds)."""
@@ -276,17 +283,30 @@ class Perf:
         if repeats < 3:
             raise ValueError(f"perf.measure({name!r}): repeats={repeats}; a verdict needs at least 3")
 
+        # Taking turns: call by call where this module times the calls, else round by round (a custom timer's
+        # calls are its own); the warm-up and the first round then run on one turn, back to back.
+        by_call = self._turn_by_call and timer is None
+        turn_held = False
+        if not by_call:
+            self._take_turn()
+            turn_held = True
         for _ in range(warmup):
+            if by_call:
+                self._take_turn()
             fn()
         baseline_telemetry = self._baseline_telemetry(name)
         baseline_machine = self._baseline_machine(name) if self._baseline_machine is not None else None
 
         def one_round() -> tuple[list[float], str | None, float, dict[str, Any], float]:
             """(samples, why not comparable, spread, context, seconds the round took)."""
+            nonlocal turn_held
+            if not by_call and not turn_held:  # a round measured again, or an extra one: the partner's turn between
+                self._take_turn()
+            turn_held = False
             started = time.perf_counter()
             with self.watch() as window:
                 if timer is None:
-                    seconds = _time_calls(fn, repeats, sync, window.between_calls)
+                    seconds = _time_calls(fn, repeats, sync, window.between_calls, self._take_turn if by_call else None)
                 else:
                     seconds = timer(fn, repeats)
             if len(seconds) != repeats or not all(math.isfinite(t) and t > 0 for t in seconds):
@@ -448,11 +468,15 @@ def _time_calls(
     repeats: int,
     sync: Callable[[], object] | None,
     between: Callable[[int, int], None] | None = None,
+    before: Callable[[], None] | None = None,
 ) -> list[float]:
-    """Seconds per call of ``repeats`` calls; ``between(done, repeats)`` runs after each, untimed."""
+    """Seconds per call of ``repeats`` calls; ``before()`` runs before each and ``between(done, repeats)`` after
+    each, both untimed."""
     samples = []
     clock = time.perf_counter
     for done in range(1, repeats + 1):
+        if before is not None:
+            before()
         if sync is not None:
             sync()
         start = clock()

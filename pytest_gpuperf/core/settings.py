@@ -324,6 +324,14 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         flag=True,
     ),
     OptionSpec(
+        name="take-turns",
+        help="take turns with the other session of a `gpuperf ab --take-turns` pair through the pipes PREFIX.ask "
+        "and PREFIX.grant (set by gpuperf ab; not for use by hand)",
+        parse=parse_text,
+        default=None,
+        metavar="PREFIX",
+    ),
+    OptionSpec(
         name="remeasure",
         help="extra rounds a noisy measurement may take before it is reported NOISY (default 2)",
         parse=parse_count(0),
@@ -395,6 +403,8 @@ class Settings:
     """Time a test may spend on those rounds."""
     measure_only: bool = False
     """Measure only (a `gpuperf ab` session): verdicts are recorded but fail nothing, nothing is saved."""
+    take_turns: str | None = None
+    """The turn channel's path prefix (core/turns.py) in a `gpuperf ab --take-turns` session; None: no turns."""
 
     @property
     def gating(self) -> bool:

@@ -270,16 +270,34 @@ def _stat_cpu_s(text: str, tick: float) -> float:
     return sum(int(value) for value in fields[11:15]) * tick
 
 
+_PARTNERS: set[int] = set()
+"""Processes whose CPU time counts as this one's tree: the other session of a `gpuperf ab --take-turns` pair,
+which runs only while this session waits for its turn, never inside a timed call (``count_as_own``)."""
+
+
+def count_as_own(pid: int) -> None:
+    """Count process ``pid`` and its descendants with this process's own tree from now on: their load is not a
+    neighbour's (the partner of a pair taking turns)."""
+    _PARTNERS.add(pid)
+
+
 def descendants_cpu_s() -> float | None:
     """CPU seconds used by the processes this one started: each live descendant's own and reaped children's
     time (``/proc/<pid>/stat``), plus the children this process reaped (``os.times``). A descendant that ends
-    inside a window moves from the first sum to the second, so a window's difference counts it once."""
+    inside a window moves from the first sum to the second, so a window's difference counts it once. A partner
+    (``count_as_own``) counts with its own time and its descendants'; one that ended is no longer counted."""
     if not Path("/proc/self/task").is_dir():
         return None
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
     reaped = os.times()
     total = reaped.children_user + reaped.children_system
-    pending, seen, listed = [os.getpid()], set(), False
+    for partner in _PARTNERS:
+        stat = _read(f"/proc/{partner}/stat")
+        try:
+            total += _stat_cpu_s(stat, tick) if stat else 0.0
+        except (IndexError, ValueError):
+            pass
+    pending, seen, listed = [os.getpid(), *_PARTNERS], set(), False
     while pending:
         pid = pending.pop()
         try:

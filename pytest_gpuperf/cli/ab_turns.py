@@ -1,0 +1,175 @@
+"""`gpuperf ab --take-turns`: run both sessions of a pair at once, handing one turn between them.
+
+One after the other, the two sessions of a pair are a whole session apart, and whatever the machine does in
+between (a host state lasting seconds to minutes) lands in the pair's ratio. Here both sessions start together;
+each asks for the turn before each perf test and each measured round (core/turns.py) and keeps it until it asks
+again, so the partner waits, blocked on a pipe, while the holder builds, warms up and times. The same test of the
+two stacks is then measured seconds apart. The first turn is granted once both sessions have asked (their
+imports and collection, which run together, are over), to the side the pair's order puts first; from there the
+turn alternates, and comes straight back to a session whose partner has finished (or died).
+
+The channel per side is two named pipes ``<out>/sessions/NNN-S.ask`` and ``.grant``: this process holds both ends
+of each open (O_RDWR), so a session opening its end never blocks, and a session sees end-of-file on its grant
+pipe when this process is gone. A session's exit is seen by polling its process, as well as by its "done" byte.
+Before any turn each session is told its partner's process id (``NNN-S.turn.partner``), so that the machine-state
+rule counts the partner's load as the session's own rather than a neighbour's: the partner runs only while the
+session waits (machine/contention.py ``count_as_own``).
+POSIX only (named pipes). Written here rather than taken from a library: a select() loop over four pipes.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from pytest_gpuperf.core.turns import ASK, DONE, GRANT
+
+POLL_S = 0.05
+"""How often the broker looks for a session's exit while nobody writes."""
+
+
+class TurnChannelError(Exception):
+    """The pipes cannot be made (no named pipes on this system, an unwritable --out)."""
+
+
+def make_channel(prefix: Path) -> tuple[int, int]:
+    """The two named pipes of one side, made afresh; returns (ask fd to read, grant fd to write), both O_RDWR."""
+    if not hasattr(os, "mkfifo"):
+        raise TurnChannelError("--take-turns needs named pipes (os.mkfifo), which this system does not have")
+    fds = []
+    for suffix in (".ask", ".grant"):
+        path = Path(f"{prefix}{suffix}")
+        path.unlink(missing_ok=True)
+        try:
+            os.mkfifo(path, 0o600)
+        except OSError as error:
+            raise TurnChannelError(f"--take-turns: cannot make the named pipe {path}: {error.strerror}") from None
+        fds.append(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+    return fds[0], fds[1]
+
+
+def run_pair_taking_turns(
+    argvs: Sequence[list[str]],
+    *,
+    prefixes: Sequence[Path],
+    log_files: Sequence[Path],
+    timeout: float | None,
+    cwd: Path | None,
+    env: dict[str, str],
+) -> list[tuple[int | None, float]]:
+    """Run the pair's two sessions at once, the first of ``argvs`` granted the first turn; returns each one's
+    (returncode, seconds), returncode None when the time limit killed it. Each argv must already carry its
+    ``--gpuperf-take-turns PREFIX``. Ctrl-C stops both before re-raising."""
+    channels = [make_channel(prefix) for prefix in prefixes]
+    logs = [path.open("wb") for path in log_files]
+    processes: list[subprocess.Popen[bytes]] = []
+    started = time.monotonic()
+    ended: list[float | None] = [None, None]
+    timed_out = False
+    try:
+        for argv, log in zip(argvs, logs):
+            try:
+                processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env))
+            except FileNotFoundError:
+                from pytest_gpuperf.cli.ab_engine import AbError
+
+                raise AbError(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:3])} ...)") from None
+        for prefix, partner in zip(prefixes, reversed(processes)):  # each session's partner, before any turn
+            Path(f"{prefix}.partner").write_text(str(partner.pid))
+        timed_out = _broker(processes, channels, ended, started, timeout)
+    except BaseException:
+        for process in processes:
+            _stop(process)
+        raise
+    finally:
+        for log in logs:
+            log.close()
+        for ask, grant in channels:
+            os.close(ask)
+            os.close(grant)
+        for prefix in prefixes:
+            for suffix in (".ask", ".grant", ".partner"):
+                Path(f"{prefix}{suffix}").unlink(missing_ok=True)
+    outcomes: list[tuple[int | None, float]] = []
+    for i, process in enumerate(processes):
+        finished = ended[i]
+        if finished is None:
+            finished = time.monotonic()
+        outcomes.append((None if timed_out else process.returncode, finished - started))
+    return outcomes
+
+
+def _broker(
+    processes: list[subprocess.Popen[bytes]],
+    channels: list[tuple[int, int]],
+    ended: list[float | None],
+    started: float,
+    timeout: float | None,
+) -> bool:
+    """Hand the turn until both sessions are done and have exited; True when the time limit stopped them."""
+    waiting = [False, False]
+    done = [False, False]
+    holder: int | None = None
+    granted_once = False
+    last: int | None = None
+    while not all(done):
+        readable, _, _ = select.select([channels[i][0] for i in range(2) if not done[i]], [], [], POLL_S)
+        for i in range(2):
+            if channels[i][0] not in readable:
+                continue
+            try:
+                data = os.read(channels[i][0], 64)
+            except BlockingIOError:
+                continue
+            for byte in data:
+                if bytes([byte]) == ASK:
+                    waiting[i] = True
+                    if holder == i:
+                        holder = None  # it gives the turn back by asking again
+                elif bytes([byte]) == DONE:
+                    done[i], waiting[i] = True, False
+                    if holder == i:
+                        holder = None
+        for i, process in enumerate(processes):
+            if not done[i] and process.poll() is not None:
+                done[i], waiting[i] = True, False  # exited without its "done" byte: crashed, or no perf test
+                if holder == i:
+                    holder = None
+        for i, process in enumerate(processes):
+            if ended[i] is None and process.poll() is not None:
+                ended[i] = time.monotonic()
+        if holder is None:
+            if not granted_once and not all(waiting[i] or done[i] for i in range(2)):
+                pass  # the barrier: both sessions have asked (or one has ended) before the first turn
+            else:
+                order = [0, 1] if last is None else [1 - last, last]  # alternate; back to the holder when alone
+                chosen = next((i for i in order if waiting[i]), None)
+                if chosen is not None:
+                    os.write(channels[chosen][1], GRANT)
+                    waiting[chosen], holder, last, granted_once = False, chosen, chosen, True
+        if timeout is not None and time.monotonic() - started > timeout:
+            for process in processes:
+                _stop(process)
+            return True
+    for i, process in enumerate(processes):  # both said "done": they write their results and exit
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        try:
+            process.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                _stop(other)
+            return True
+        if ended[i] is None:
+            ended[i] = time.monotonic()
+    return False
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    from pytest_gpuperf.cli.ab_engine import _stop as stop
+
+    stop(process)

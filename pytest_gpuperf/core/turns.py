@@ -1,0 +1,105 @@
+"""Taking turns with the other session of a `gpuperf ab` pair (the session's side; no torch, no pytest).
+
+With ``--take-turns``, `gpuperf ab` starts both sessions of a pair at once and hands a single turn between them
+(cli/ab_turns.py): a session asks for the turn before each perf test's setup and before each measured round, and
+keeps it until it asks again or exits, so that its partner is blocked (on a pipe, not spinning) while it builds,
+warms up and times. The two sides of a pair then measure the same test seconds apart, under one machine state,
+where one after the other they were a whole session apart: on the project's 2-core VM an A/A pair's sd fell from
+3.0-4.7% to 1.2-2.0% (benchmarks/README.md, "Two sessions taking turns").
+
+The channel is two named pipes per side, ``PREFIX.ask`` (this side writes) and ``PREFIX.grant`` (it reads), made
+by `gpuperf ab` in its ``--out`` folder so that a session in a container that mounts that folder reaches them.
+One byte each way: ``?`` asks (and gives back the turn held), ``!`` grants, ``.`` says this side is done. When
+`gpuperf ab` is gone the grant pipe reads end-of-file and the session goes on alone, saying so once. Written here,
+not taken from a library: it is two pipes and three bytes; multiprocessing's primitives need a common parent
+Python, which the two stacks of a comparison (two venvs, a container) do not share.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ASK = b"?"
+GRANT = b"!"
+DONE = b"."
+
+
+class TurnError(Exception):
+    """The turn channel cannot be opened: it names the path and what to do."""
+
+
+class Turns:
+    """This session's end of the turn channel, opened at the first ask."""
+
+    def __init__(self, prefix: str, on_partner: Callable[[int], None] | None = None) -> None:
+        self.prefix = prefix
+        self._on_partner = on_partner
+        """Told the partner session's process id once, at the first turn (``PREFIX.partner``, written by
+        `gpuperf ab` before it grants any turn): its load is then not counted as a neighbour's."""
+        self._ask: int | None = None
+        self._grant: int | None = None
+        self._alone = False
+        self.asked = 0
+        """How many turns this session asked for (the results record it)."""
+
+    def check(self) -> None:
+        """Raise TurnError unless both pipes exist as named pipes (checked when the session starts)."""
+        for path in (Path(self.prefix + ".ask"), Path(self.prefix + ".grant")):
+            if not path.exists() or not stat.S_ISFIFO(path.stat().st_mode):
+                raise TurnError(
+                    f"--gpuperf-take-turns {self.prefix}: {path} is not a named pipe; the option is set by "
+                    "`gpuperf ab --take-turns`, which makes the pipes (a container must mount its --out folder)"
+                )
+
+    def _open(self) -> None:
+        self.check()
+        ask, grant = Path(self.prefix + ".ask"), Path(self.prefix + ".grant")
+        self._ask = os.open(ask, os.O_WRONLY)  # gpuperf ab holds the read end open: this does not block
+        self._grant = os.open(grant, os.O_RDONLY)
+
+    def take(self) -> None:
+        """Give back the turn held, if any, and wait until it is this session's again."""
+        if self._alone:
+            return
+        if self._ask is None:
+            self._open()
+        assert self._ask is not None and self._grant is not None
+        self.asked += 1
+        try:
+            os.write(self._ask, ASK)
+            answer = os.read(self._grant, 1)
+        except BrokenPipeError:
+            answer = b""
+        if answer == GRANT and self.asked == 1:
+            self._tell_partner()
+        if answer != GRANT:
+            self._alone = True
+            print(
+                f"gpuperf: the turn channel {self.prefix} closed (gpuperf ab gone?); measuring without turns",
+                file=sys.stderr,
+            )
+
+    def _tell_partner(self) -> None:
+        try:
+            pid = int(Path(self.prefix + ".partner").read_text().strip())
+        except (OSError, ValueError):
+            return  # no partner file (a broker of another version): its load counts as a neighbour's
+        if self._on_partner is not None:
+            self._on_partner(pid)
+
+    def done(self) -> None:
+        """Tell `gpuperf ab` this session measures no more (its partner may run alone); close the pipes."""
+        if self._ask is not None:
+            try:
+                os.write(self._ask, DONE)
+            except OSError:
+                pass
+            os.close(self._ask)
+            self._ask = None
+        if self._grant is not None:
+            os.close(self._grant)
+            self._grant = None

@@ -1,0 +1,197 @@
+"""`gpuperf ab --take-turns`: both sessions of a pair at once, one turn handed between them (real sessions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.cli import main as cli
+from pytest_gpuperf.core.turns import ASK, DONE, GRANT, Turns
+
+WORKLOAD = """
+import json, os, time, pytest
+
+def log(test, what):
+    with open(os.environ["AB_EVENTS"], "a") as events:
+        events.write(json.dumps([os.environ["AB_SIDE"], test, what, time.monotonic()]) + "\\n")
+
+@pytest.mark.perf
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_step(perf, n):
+    log(n, "start")
+    time.sleep(0.05)  # long enough that a partner running alongside would overlap
+    perf.record("t", [0.01 * (1 + 0.001 * i) for i in range(5)], unit="s", higher_is_better=False)
+    log(n, "end")
+
+@pytest.mark.perf
+def test_measured(perf):
+    calls = []
+    def call():
+        calls.append(time.monotonic())
+        time.sleep(0.01)
+        calls.append(time.monotonic())
+    log("setup", "start")
+    perf.measure("call", call, repeats=5, warmup=1)  # asks for the turn again before its round
+    log("setup", "end")
+    with open(os.environ["AB_EVENTS"], "a") as events:  # the warm-up call and the timed ones, each
+        for number in range(0, len(calls), 2):
+            for what, stamp in (("start", calls[number]), ("end", calls[number + 1])):
+                events.write(json.dumps([os.environ["AB_SIDE"], f"call{number // 2}", what, stamp]) + "\\n")
+"""
+
+PYTHON = shlex.quote(sys.executable)
+FAST = ["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--gpuperf-device", "cpu"]
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+
+
+@pytest.fixture
+def workload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "test_turns_workload.py").write_text(WORKLOAD)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AB_EVENTS", str(tmp_path / "events.jsonl"))
+    return tmp_path
+
+
+def events(folder: Path) -> list[tuple[str, object, str, float]]:
+    return [tuple(json.loads(line)) for line in (folder / "events.jsonl").read_text().splitlines()]
+
+
+def test_the_two_sides_take_turns_test_by_test_and_never_overlap(
+    workload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main([
+        "ab", "--a", f"env AB_SIDE=A {PYTHON}", "--b", f"env AB_SIDE=B {PYTHON}", "--take-turns",
+        "--min-pairs", "2", "--max-pairs", "2", "--seed", "1", "--out", "out", "--",
+        "test_turns_workload.py", *FAST,
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code in (0, 1), out + err  # the verdict is the timings' business; the turns are what is checked here
+    document = json.loads((workload / "out" / "ab.json").read_text())
+    assert document["complete_pairs"] == 2 and document["dropped_pairs"] == 0
+    seen = events(workload)
+    by_pair: list[list[tuple[str, object, str, float]]] = [seen[: len(seen) // 2], seen[len(seen) // 2 :]]
+    for order, pair_events in zip(document["order"], by_pair):
+        starts = [
+            (side, test) for side, test, what, _ in pair_events if what == "start" and not str(test).startswith("call")
+        ]
+        # each test of the first side, then the same test of the other: A1 B1 A2 B2 ... (or B first)
+        first, second = order[0], order[1]
+        expected = [(side, test) for test in (1, 2, 3, "setup") for side in (first, second)]
+        assert starts == expected, (order, starts)
+        spans: dict[tuple[str, object], dict[str, float]] = {}
+        for side, test, what, stamp in pair_events:
+            spans.setdefault((side, test), {})[what] = stamp
+        held = [key for key in spans if key[1] != "setup"]  # the step tests, and each measured call: turn held
+        for side, test in held:
+            for other, other_test in held:
+                if other != side:  # one side's test or call never runs while the other side's does
+                    mine, theirs = spans[(side, test)], spans[(other, other_test)]
+                    assert mine["end"] <= theirs["start"] or theirs["end"] <= mine["start"], (side, test, other_test)
+        calls = sorted((span["start"], side) for (side, test), span in spans.items() if str(test).startswith("call"))
+        assert len(calls) == 12  # 1 warm-up + 5 timed calls a side
+        assert [side for _, side in calls] == [first, second] * 6  # call by call, the pair's first side first
+    for pair in document["pairs"]:
+        for session in pair["sessions"]:
+            assert "--gpuperf-take-turns" in session["argv"]
+    assert not list((workload / "out" / "sessions").glob("*.ask"))  # the pipes are removed after the pair
+
+
+def test_a_partner_that_dies_leaves_the_other_to_run_alone_and_the_pair_dropped(
+    workload: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (workload / "conftest.py").write_text(
+        "import os, signal\n"
+        "def pytest_sessionstart(session):\n"
+        "    if os.environ.get('AB_SIDE') == 'B' and not os.path.exists('crashed'):\n"
+        "        open('crashed', 'w').close()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    code = cli.main([
+        "ab", "--a", f"env AB_SIDE=A {PYTHON}", "--b", f"env AB_SIDE=B {PYTHON}", "--take-turns",
+        "--min-pairs", "2", "--max-pairs", "2", "--out", "out", "--", "test_turns_workload.py", "-k", "step", *FAST,
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code in (0, 1), out + err
+    assert "dropped (B: killed by SIGKILL" in err
+    document = json.loads((workload / "out" / "ab.json").read_text())
+    assert document["dropped_pairs"] == 1 and document["complete_pairs"] == 2
+    dropped = next(pair for pair in document["pairs"] if pair.get("dropped"))
+    side_a = next(s for s in dropped["sessions"] if s["side"] == "A")
+    assert side_a["returncode"] == 0  # A was granted its turns alone once B was gone, and finished
+
+
+def test_the_option_refuses_missing_pipes_and_xdist(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--gpuperf-take-turns", str(pytester.path / "nowhere"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --gpuperf-take-turns *nowhere.ask is not a named pipe*gpuperf ab --take-turns*"]
+    )
+    result = pytester.runpytest("-n", "2", "--gpuperf-take-turns", "x")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --gpuperf-take-turns is one session's turn*xdist workers*"])
+
+
+def test_a_session_whose_broker_is_gone_goes_on_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = tmp_path / "side"
+    os.mkfifo(f"{prefix}.ask")
+    os.mkfifo(f"{prefix}.grant")
+    ask = os.open(f"{prefix}.ask", os.O_RDWR | os.O_NONBLOCK)  # the broker's ends
+    grant = os.open(f"{prefix}.grant", os.O_RDWR | os.O_NONBLOCK)
+    turns = Turns(str(prefix))
+    os.write(grant, GRANT)
+    turns.take()
+    assert os.read(ask, 8) == ASK
+    os.close(ask)
+    os.close(grant)  # the broker is gone: end-of-file (or a broken pipe) on the next ask
+    turns.take()
+    turns.take()  # alone from now on: no more waiting
+    assert turns.asked == 2
+    assert "measuring without turns" in capsys.readouterr().err
+    turns.done()
+
+
+def test_done_tells_the_broker(tmp_path: Path) -> None:
+    prefix = tmp_path / "side"
+    os.mkfifo(f"{prefix}.ask")
+    os.mkfifo(f"{prefix}.grant")
+    ask = os.open(f"{prefix}.ask", os.O_RDWR | os.O_NONBLOCK)
+    grant = os.open(f"{prefix}.grant", os.O_RDWR | os.O_NONBLOCK)
+    turns = Turns(str(prefix))
+    os.write(grant, GRANT)
+    turns.take()
+    turns.done()
+    assert os.read(ask, 8) == ASK + DONE
+    os.close(ask)
+    os.close(grant)
+
+
+def test_the_partners_load_counts_as_this_sessions_own(tmp_path: Path) -> None:
+    # A process outside this one's tree (started through a shell that exits: reparented), busy for ~0.4 s.
+    from pytest_gpuperf.machine import contention
+
+    pid_file = tmp_path / "pid"
+    script = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    subprocess.run(
+        ["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} >/dev/null 2>&1 & echo $! > {pid_file}"],
+        check=True,
+    )
+    partner = int(pid_file.read_text())
+    try:
+        before = contention.descendants_cpu_s()
+        assert before is not None
+        contention.count_as_own(partner)
+        time.sleep(1.0)  # its 0.4 s of CPU are done by now
+        after = contention.descendants_cpu_s()
+        assert after is not None and after - before >= 0.3  # its CPU time is counted with this process's tree
+    finally:
+        contention._PARTNERS.discard(partner)
+        os.kill(partner, signal.SIGKILL)
