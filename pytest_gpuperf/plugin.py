@@ -55,10 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
             "(-n) or torchrun ranks; run the pair's sessions without -n, and let the tests launch their own ranks"
         )
     if settings.take_turns:
-        from pytest_gpuperf.core.turns import TurnError, Turns
+        from pytest_gpuperf.core.turns import TurnError, check_channel
 
         try:
-            Turns(settings.take_turns).check()
+            check_channel(settings.take_turns)
         except TurnError as error:
             raise pytest.UsageError(str(error)) from None
 

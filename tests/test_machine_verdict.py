@@ -407,3 +407,23 @@ def test_each_parameter_leaves_itself_out_of_its_siblings_prior(tmp_path: Path) 
     of_b = session.sibling_rules("m.py::t[b]", "loop")
     assert of_a.prior_noise == of_a.run_noise  # its sibling agrees with itself: the configured prior stands
     assert of_b.prior_noise > 2 * of_b.run_noise, of_b  # its sibling's runs are ~9% apart
+
+
+@pytest.mark.parametrize(("custom_timer", "asks"), [(False, 1 + 2 + 5), (True, 1 + 1)])
+def test_a_session_taking_turns_asks_call_by_call_or_round_by_round_with_a_custom_timer(
+    monkeypatch: pytest.MonkeyPatch, custom_timer: bool, asks: int
+) -> None:
+    monkeypatch.setattr(perf_module, "MachineWindow", ScriptedWindow)
+    asked: list[int] = []
+    perf = Perf(
+        nodeid="m.py::t",
+        device="cpu",
+        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, machine_check="off", extend=0, save=False),
+        noise_limit=0.10,
+        baseline_curves=lambda name: [],
+        take_turn=lambda: asked.append(1),
+    )
+    assert len(asked) == 1  # at the test's setup, before its machine window opens
+    # 2 warm-up calls and 5 timed ones each on a turn of their own; a custom timer's round on one turn
+    perf.measure("t", lambda: None, warmup=2, timer=timer if custom_timer else None)
+    assert len(asked) == asks

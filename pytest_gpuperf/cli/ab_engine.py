@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from pytest_gpuperf.core.paired import PairedJudgement, PairedRules, judge, log_ratio
 from pytest_gpuperf.core.stats import Verdict
@@ -322,24 +322,30 @@ def subprocess_runner(
     """A real session: no shell, output to its log; on Ctrl-C the session is stopped before re-raising."""
     started = time.monotonic()
     with log_file.open("wb") as log:
-        try:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
-        except FileNotFoundError:
-            raise AbError(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:3])} ...)") from None
-        except PermissionError:
-            raise AbError(f"command not executable: {shlex.quote(argv[0])}") from None
+        process = start_session(argv, log, cwd=cwd, env=env)
         try:
             returncode: int | None = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop(process)
+            stop_session(process)
             returncode = None
         except BaseException:  # Ctrl-C: the session must not outlive the comparison
-            _stop(process)
+            stop_session(process)
             raise
     return returncode, time.monotonic() - started
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def start_session(argv: list[str], log: IO[bytes], *, cwd: Path | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """One session's process, output to ``log``, no shell; AbError names a command that cannot be run."""
+    try:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+    except FileNotFoundError:
+        raise AbError(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:3])} ...)") from None
+    except PermissionError:
+        raise AbError(f"command not executable: {shlex.quote(argv[0])}") from None
+
+
+def stop_session(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT (pytest writes what it has), then kill after 5 s."""
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
@@ -409,14 +415,13 @@ def run_ab(
             if plan.take_turns:
                 remaining = None if plan.budget_s is None else max(1.0, plan.budget_s - (clock() - started))
                 pair.sessions.extend(_run_pair_taking_turns(plan, first, index, sessions_dir, remaining, env))
-            for side in first if not plan.take_turns else ():
-                remaining = None if plan.budget_s is None else max(1.0, plan.budget_s - (clock() - started))
-                outcome = _run_session(plan, side, index, sessions_dir, runner, remaining, env)
-                pair.sessions.append(outcome)
-                if outcome.returncode is None:
-                    break
-                if outcome.error is not None:
-                    break  # the pair is dropped whole: its other side need not run
+            else:
+                for side in first:
+                    remaining = None if plan.budget_s is None else max(1.0, plan.budget_s - (clock() - started))
+                    outcome = _run_session(plan, side, index, sessions_dir, runner, remaining, env)
+                    pair.sessions.append(outcome)
+                    if outcome.returncode is None or outcome.error is not None:
+                        break  # killed at the budget, or failed: the pair is dropped whole, its other side need not run
             if any(s.returncode is None for s in pair.sessions):
                 pair.dropped = "killed at the end of the time budget"
                 result.stopped = "budget"
@@ -477,12 +482,17 @@ def _run_session(
     timeout: float | None,
     env: dict[str, str],
 ) -> SessionOutcome:
-    results_file = sessions_dir / f"{index:03d}-{side}.json"
-    log_file = sessions_dir / f"{index:03d}-{side}.log"
-    results_file.unlink(missing_ok=True)
+    results_file, log_file = _session_files(sessions_dir, index, side)
     argv = session_argv(plan, side, results_file)
     returncode, seconds = runner(argv, log_file=log_file, timeout=timeout, cwd=plan.cwd, env=env)
     return _outcome(side, index, argv, returncode, seconds, results_file, log_file)
+
+
+def _session_files(sessions_dir: Path, index: int, side: str) -> tuple[Path, Path]:
+    """(results file, log file) of one session, the results file of an earlier try removed."""
+    results_file = sessions_dir / f"{index:03d}-{side}.json"
+    results_file.unlink(missing_ok=True)
+    return results_file, sessions_dir / f"{index:03d}-{side}.log"
 
 
 def _run_pair_taking_turns(
@@ -491,13 +501,9 @@ def _run_pair_taking_turns(
     """Both sessions of the pair at once, taking turns, the first of ``order`` granted the first turn."""
     from pytest_gpuperf.cli.ab_turns import TurnChannelError, run_pair_taking_turns
 
-    files = {
-        side: (sessions_dir / f"{index:03d}-{side}.json", sessions_dir / f"{index:03d}-{side}.log") for side in order
-    }
+    files = {side: _session_files(sessions_dir, index, side) for side in order}
     turns = {side: sessions_dir / f"{index:03d}-{side}.turn" for side in order}
     argvs = {side: session_argv(plan, side, files[side][0], turns[side]) for side in order}
-    for results_file, _ in files.values():
-        results_file.unlink(missing_ok=True)
     try:
         ran = run_pair_taking_turns(
             [argvs[side] for side in order],

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 import select
-import shlex
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_gpuperf.cli.ab_engine import start_session, stop_session
 from pytest_gpuperf.core.turns import ASK, DONE, GRANT
 
 POLL_S = 0.05
@@ -73,18 +73,13 @@ def run_pair_taking_turns(
     timed_out = False
     try:
         for argv, log in zip(argvs, logs):
-            try:
-                processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env))
-            except FileNotFoundError:
-                from pytest_gpuperf.cli.ab_engine import AbError
-
-                raise AbError(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:3])} ...)") from None
+            processes.append(start_session(argv, log, cwd=cwd, env=env))
         for prefix, partner in zip(prefixes, reversed(processes)):  # each session's partner, before any turn
             Path(f"{prefix}.partner").write_text(str(partner.pid))
         timed_out = _broker(processes, channels, ended, started, timeout)
     except BaseException:
         for process in processes:
-            _stop(process)
+            stop_session(process)
         raise
     finally:
         for log in logs:
@@ -154,7 +149,7 @@ def _broker(
                     waiting[chosen], holder, last, granted_once = False, chosen, chosen, True
         if timeout is not None and time.monotonic() - started > timeout:
             for process in processes:
-                _stop(process)
+                stop_session(process)
             return True
     for i, process in enumerate(processes):  # both said "done": they write their results and exit
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
@@ -162,14 +157,8 @@ def _broker(
             process.wait(timeout=left)
         except subprocess.TimeoutExpired:
             for other in processes:
-                _stop(other)
+                stop_session(other)
             return True
         if ended[i] is None:
             ended[i] = time.monotonic()
     return False
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    from pytest_gpuperf.cli.ab_engine import _stop as stop
-
-    stop(process)

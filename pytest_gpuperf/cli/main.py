@@ -35,21 +35,22 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def percentage(text: str) -> float:
-    from pytest_gpuperf.core.settings import SettingError, parse_percentage
-
-    try:
-        return parse_percentage(text)
-    except SettingError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+    return _setting_value("parse_percentage", text)
 
 
 def percentage_or_zero(text: str) -> float:
-    from pytest_gpuperf.core.settings import SettingError, parse_percentage_or_zero
+    return _setting_value("parse_percentage_or_zero", text)
+
+
+def _setting_value(parser: str, text: str) -> float:
+    """A value parsed as the plugin's options are (core/settings.py, imported only when an option is given)."""
+    from pytest_gpuperf.core import settings
 
     try:
-        return parse_percentage_or_zero(text)
-    except SettingError as error:
+        value: float = getattr(settings, parser)(text)
+    except settings.SettingError as error:
         raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+    return value
 
 
 def lazy(module: str) -> Callable[[argparse.Namespace], int]:

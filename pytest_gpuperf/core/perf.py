@@ -169,11 +169,10 @@ class Perf:
         be recorded, see ``machine_check``)."""
         self._preview = preview
         """The verdict a metric would get now, for sequential sampling; None: never extend."""
-        self._take_turn = take_turn or (lambda: None)
+        self._turn = take_turn
         """Waits for this session's turn (a `gpuperf ab --take-turns` pair, core/turns.py): before the test's own
         machine window opens, before a measurement's warm-up, and before each of its calls (each round where a
         custom timer times the calls), so the two sides' calls of one measurement alternate, call by call."""
-        self._turn_by_call = take_turn is not None
         self._take_turn()
         self._machine_check = str(getattr(settings, "machine_check", "off"))
         self._extend_spent = 0.0
@@ -285,7 +284,7 @@ class Perf:
 
         # Taking turns: call by call where this module times the calls, else round by round (a custom timer's
         # calls are its own); the warm-up and the first round then run on one turn, back to back.
-        by_call = self._turn_by_call and timer is None
+        by_call = self._turn is not None and timer is None
         turn_held = False
         if not by_call:
             self._take_turn()
@@ -397,6 +396,10 @@ class Perf:
         if looks > 1 or stopped:
             context = {**context, "extended": {"looks": looks, "stopped": stopped or "decided"}}
         return samples, context, looks, rounds
+
+    def _take_turn(self) -> None:
+        if self._turn is not None:
+            self._turn()
 
     def _start_test_window(self) -> MachineWindow | None:
         return MachineWindow().start() if self._machine_check != "off" else None

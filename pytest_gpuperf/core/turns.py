@@ -32,6 +32,16 @@ class TurnError(Exception):
     """The turn channel cannot be opened: it names the path and what to do."""
 
 
+def check_channel(prefix: str) -> None:
+    """Raise TurnError unless both pipes of ``prefix`` exist as named pipes (checked when the session starts)."""
+    for path in (Path(prefix + ".ask"), Path(prefix + ".grant")):
+        if not path.exists() or not stat.S_ISFIFO(path.stat().st_mode):
+            raise TurnError(
+                f"--gpuperf-take-turns {prefix}: {path} is not a named pipe; the option is set by "
+                "`gpuperf ab --take-turns`, which makes the pipes (a container must mount its --out folder)"
+            )
+
+
 class Turns:
     """This session's end of the turn channel, opened at the first ask."""
 
@@ -46,17 +56,8 @@ class Turns:
         self.asked = 0
         """How many turns this session asked for (the results record it)."""
 
-    def check(self) -> None:
-        """Raise TurnError unless both pipes exist as named pipes (checked when the session starts)."""
-        for path in (Path(self.prefix + ".ask"), Path(self.prefix + ".grant")):
-            if not path.exists() or not stat.S_ISFIFO(path.stat().st_mode):
-                raise TurnError(
-                    f"--gpuperf-take-turns {self.prefix}: {path} is not a named pipe; the option is set by "
-                    "`gpuperf ab --take-turns`, which makes the pipes (a container must mount its --out folder)"
-                )
-
     def _open(self) -> None:
-        self.check()
+        check_channel(self.prefix)
         ask, grant = Path(self.prefix + ".ask"), Path(self.prefix + ".grant")
         self._ask = os.open(ask, os.O_WRONLY)  # gpuperf ab holds the read end open: this does not block
         self._grant = os.open(grant, os.O_RDONLY)
