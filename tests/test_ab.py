@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -258,6 +259,33 @@ def test_canaries_differ_is_symmetric_and_needs_both_states() -> None:
     assert canaries_differ(None, caught) is None and canaries_differ(calm, None) is None
     other_python = MachineState.from_dict(QUIET | {"canary_s": [0.0014] * 5, "python": "3.12.0"})
     assert canaries_differ(calm, other_python) is None  # another interpreter: its loop speed is not the machine's
+
+
+def test_taking_turns_a_pair_is_left_out_for_a_shared_core_or_a_state_one_session_alone_saw() -> None:
+    """Taking turns, the two sides' calls alternate ~10 ms apart: steal or a neighbour both sessions saw cancels in
+    the ratio, and canaries are not compared; a state one side alone saw leaves the pair out, and so does a core
+    shared inside the timed calls (run-queue wait), even when both saw it."""
+    from pytest_gpuperf.cli.ab_engine import contended_in_one, why_left_out
+    from pytest_gpuperf.machine.contention import MachineState
+
+    quiet = MachineState.from_dict(QUIET | {"canary_s": [0.00093] * 5})
+    hogged = MachineState.from_dict(QUIET | {"runqueue_share": 0.48, "canary_cpu_per_wall": 0.5})
+    stolen = MachineState.from_dict(STOLEN)
+    neighbour = MachineState.from_dict(NEIGHBOUR | {"others_cores": 0.7})
+    slow_canary = MachineState.from_dict(QUIET | {"canary_s": [0.0014] * 5})
+    assert why_left_out(stolen, stolen, taking_turns=True) is None  # one state, seen by both
+    assert why_left_out(stolen, neighbour, taking_turns=True) is None
+    assert why_left_out(stolen, stolen) is not None  # one after the other, steal always leaves the pair out
+    assert why_left_out(quiet, slow_canary, taking_turns=True) is None  # canaries are not compared
+    assert why_left_out(quiet, slow_canary) is not None
+    assert contended_in_one(quiet, stolen) == "B only: steal 5.0% of CPU time (limit 2%)"
+    assert contended_in_one(None, stolen) == "B only: steal 5.0% of CPU time (limit 2%)"
+    assert contended_in_one(hogged, hogged) == (
+        "A: threads waited for a CPU 48.0% of the time (limit 5%); the single-thread canary got 50% of its wall time "
+        "on a CPU (limit 90%); B: threads waited for a CPU 48.0% of the time (limit 5%); the single-thread canary "
+        "got 50% of its wall time on a CPU (limit 90%)"
+    )
+    assert contended_in_one(stolen, hogged) is not None and contended_in_one(None, None) is None
 
 
 def test_a_failed_session_drops_its_pair_whole_and_the_run_goes_on(tmp_path: Path) -> None:
@@ -517,6 +545,47 @@ def test_bad_budget_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
         ab("--a", "x", "--b", "y", "--budget", "soon", "--", "t.py")
     assert caught.value.code == 2
     assert "expected a duration" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_cpus_pin_every_session_and_are_restored_after(tmp_path: Path) -> None:
+    allowed = os.sched_getaffinity(0)
+    chosen = frozenset({min(allowed)})
+    script = Script(steady())
+    seen: list[set[int]] = []
+
+    def runner(argv: list[str], **kwargs: Any) -> Any:
+        seen.append(os.sched_getaffinity(0))  # what a session started now inherits
+        return script(argv, **kwargs)
+
+    result = run_ab(plan(tmp_path, cpus=chosen), runner=runner)
+    assert seen and all(cpus == chosen for cpus in seen)
+    assert os.sched_getaffinity(0) == allowed
+    assert result.as_dict()["cpus"] == sorted(chosen)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_cpus_this_process_may_not_use_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert ab("--out", str(tmp_path), "--a", PYTHON, "--b", PYTHON, "--cpus", "4000-4001", "--", "t.py") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("gpuperf ab: error: --cpus 4000,4001: this process may run only on")
+    assert not list(tmp_path.glob("sessions/*.log"))  # refused before any session ran
+
+
+@pytest.mark.parametrize("text, cpus", [("1", {1}), ("0,2", {0, 2}), ("0-3,8", {0, 1, 2, 3, 8}), (" 2 - 3", {2, 3})])
+def test_cpu_lists_are_read_as_taskset_writes_them(text: str, cpus: set[int]) -> None:
+    assert cli.cpu_list(text) == cpus
+
+
+@pytest.mark.parametrize("text", ["", "one", "3-1", "-1", "1,,2"])
+def test_a_bad_cpu_list_is_a_usage_error(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        ab("--a", "x", "--b", "y", "--cpus", text, "--", "t.py")
+    assert caught.value.code == 2
+    assert "expected CPU numbers" in capsys.readouterr().err
 
 
 # -- what the sessions run with --------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -174,24 +173,64 @@ def test_done_tells_the_broker(tmp_path: Path) -> None:
     os.close(grant)
 
 
-def test_the_partners_load_counts_as_this_sessions_own(tmp_path: Path) -> None:
-    # A process outside this one's tree (started through a shell that exits: reparented), busy for ~0.4 s.
+def test_load_while_waiting_for_the_turn_is_counted_in_the_waits(tmp_path: Path) -> None:
+    # A process outside this one's tree (started through a shell that exits: reparented) burns ~0.4 s of CPU
+    # while this process waits inside waiting_for_turn: the waits' totals hold its ticks and the wall time.
     from pytest_gpuperf.machine import contention
 
-    pid_file = tmp_path / "pid"
-    script = "import time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\ntime.sleep(30)"
-    subprocess.run(
-        ["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} >/dev/null 2>&1 & echo $! > {pid_file}"],
-        check=True,
+    done_file = tmp_path / "done"
+    script = (
+        "import sys, time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
+        f"open({str(done_file)!r}, 'w').close()"
     )
-    partner = int(pid_file.read_text())
-    try:
-        before = contention.descendants_cpu_s()
-        assert before is not None
-        contention.count_as_own(partner)
-        time.sleep(1.0)  # its 0.4 s of CPU are done by now
-        after = contention.descendants_cpu_s()
-        assert after is not None and after - before >= 0.3  # its CPU time is counted with this process's tree
-    finally:
-        contention._PARTNERS.discard(partner)
-        os.kill(partner, signal.SIGKILL)
+    before = contention.read_snapshot()
+    with contention.waiting_for_turn():
+        subprocess.run(
+            ["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} >/dev/null 2>&1 &"], check=True
+        )
+        deadline = time.monotonic() + 30
+        while not done_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    after = contention.read_snapshot()
+    assert done_file.exists()
+    waits = after.turn_waits - before.turn_waits
+    assert waits.wall_s >= 0.4
+    assert waits.busy_ticks >= 0.3 * os.sysconf("SC_CLK_TCK")  # its CPU time, whatever else ran meanwhile
+    state = contention.state_between(before, after)
+    assert state.wall_s >= waits.wall_s  # the window itself is not shortened; its signals are read outside waits
+
+
+def test_a_session_that_is_done_keeps_the_turn_until_it_has_exited(tmp_path: Path) -> None:
+    from pytest_gpuperf.cli.ab_turns import run_pair_taking_turns
+
+    script = """
+import sys, time
+from pytest_gpuperf.core.turns import Turns
+turns = Turns(sys.argv[1])
+turns.take()
+if sys.argv[2] == "first":
+    turns.done()
+    time.sleep(0.5)  # its teardown, after its "done"
+    stamp = time.monotonic()
+else:
+    stamp = time.monotonic()  # granted only once the first has exited
+    turns.done()
+open(sys.argv[3], "w").write(repr(stamp))
+"""
+    prefixes = [tmp_path / "first.turn", tmp_path / "second.turn"]
+    argvs = [
+        [sys.executable, "-c", script, str(prefix), name, str(tmp_path / f"{name}.stamp")]
+        for prefix, name in zip(prefixes, ("first", "second"))
+    ]
+    ran = run_pair_taking_turns(
+        argvs,
+        prefixes=prefixes,
+        log_files=[tmp_path / "first.log", tmp_path / "second.log"],
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+        env=dict(os.environ),
+    )
+    assert [code for code, _ in ran] == [0, 0], [p.read_text() for p in tmp_path.glob("*.log")]
+    first_left = float((tmp_path / "first.stamp").read_text())
+    second_granted = float((tmp_path / "second.stamp").read_text())
+    assert second_granted > first_left

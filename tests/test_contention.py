@@ -17,6 +17,7 @@ from pytest_gpuperf.machine.contention import (
     MachineState,
     MachineWindow,
     Snapshot,
+    TurnWaits,
     canary_deviation,
     canary_points,
     contention,
@@ -333,3 +334,20 @@ def test_canaries_taken_between_calls_are_compared_only_with_their_kind() -> Non
         band = canary_deviation(outside, [outside], canary)
         assert band is not None and canary_deviation(inside, [inside], canary) == (0.0, pytest.approx(band[1]))
     assert MachineState.from_dict(inside.to_dict()) == inside
+
+
+def test_a_windows_signals_are_read_outside_its_waits_for_the_turn() -> None:
+    """The same loaded second, half of it spent waiting for the turn of a pair taking turns: the partner's
+    load (100 busy ticks) and the run-queue wait inside the waits (0.5 s) are the partner's turn, not a
+    neighbour's; the rest of the window is judged on its own."""
+    before = snapshot(10.0, 5.0, STAT_BEFORE, (1_000_000_000, 500_000_000), 387_000_000)
+    after = snapshot(11.0, 5.4, STAT_AFTER, (1_400_000_000, 1_100_000_000), 387_950_000)
+    waits = TurnWaits(wall_s=0.5, run_queue_ns=500_000_000, ticks=100, busy_ticks=100, steal_ticks=0)
+    before = replace(before, turn_waits=TurnWaits(wall_s=3.0, ticks=40, busy_ticks=10))
+    after = replace(after, turn_waits=before.turn_waits + waits)
+    state = state_between(before, after)
+    assert state.wall_s == pytest.approx(1.0)  # the window is the window
+    assert state.cpu_per_wall == pytest.approx(0.4 / 0.5)  # over the time it was not waiting
+    assert state.runqueue_share == pytest.approx(0.1 / 0.5)  # 0.6 s waited, 0.5 of it for the turn
+    assert state.others_cores == pytest.approx(101 / 101 * 2 - 0.4 / 0.5)
+    assert state.steal_share == 0.0

@@ -64,6 +64,7 @@ def plan_from_args(
         max_dropped=args.max_dropped,
         session_figure=args.session_figure,
         take_turns=args.take_turns,
+        cpus=args.cpus,
     )
 
 

@@ -36,6 +36,7 @@ with it the calibrated error rates, hold.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -46,7 +47,7 @@ import signal
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -117,6 +118,9 @@ class AbPlan:
     """Each session's figure for a metric: "best" (its fastest call, or highest rate) or "median" (SESSION_FIGURES)."""
     take_turns: bool = False
     """Run both sessions of a pair at once, taking turns test by test and round by round (cli/ab_turns.py)."""
+    cpus: frozenset[int] | None = None
+    """Run every session on these CPUs only (the engine sets its own affinity, which the sessions inherit; a
+    container started by a daemon does not); None: wherever this process may run."""
 
     def __post_init__(self) -> None:
         if self.session_figure not in SESSION_FIGURES:
@@ -294,6 +298,8 @@ class AbResult:
                 "calibrated by simulation",
             },
             "session_figure": plan.session_figure,
+            "take_turns": plan.take_turns,
+            "cpus": None if plan.cpus is None else sorted(plan.cpus),
             "budget_s": plan.budget_s,
             "order": [pair.order for pair in self.pairs],
             "stopped": self.stopped,
@@ -390,6 +396,37 @@ def run_ab(
     it cannot go on. Ctrl-C returns the verdicts so far (stopped == 'interrupted')."""
     if not plan.cmd_a or not plan.cmd_b:
         raise AbError("--a and --b each need a command prefix (a Python, for example .venv/bin/python)")
+    with _pinned(plan.cpus):
+        return _run_pairs(plan, runner, progress, clock)
+
+
+@contextlib.contextmanager
+def _pinned(cpus: frozenset[int] | None) -> Iterator[None]:
+    """This process (and so every session it starts) on ``cpus`` only, restored after."""
+    if cpus is None:
+        yield
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        raise AbError("--cpus needs CPU affinity (os.sched_setaffinity), which this system does not have")
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise AbError(
+            f"--cpus {_cpu_text(cpus)}: this process may run only on CPUs {_cpu_text(allowed)}; choose among those"
+        )
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def _cpu_text(cpus: Iterable[int]) -> str:
+    return ",".join(str(cpu) for cpu in sorted(cpus)) or "(none)"
+
+
+def _run_pairs(
+    plan: AbPlan, runner: SessionRunner, progress: Progress | None, clock: Callable[[], float]
+) -> AbResult:
     sessions_dir = plan.out_dir / "sessions"
     sessions_dir.mkdir(parents=True, exist_ok=True)
     result = AbResult(plan=plan, rules=plan.rules)
@@ -718,12 +755,34 @@ def sessions_contended(
     return "; ".join(busy) or None
 
 
-def why_left_out(a: MachineState | None, b: MachineState | None) -> str | None:
+def why_left_out(a: MachineState | None, b: MachineState | None, *, taking_turns: bool = False) -> str | None:
     """Why a pair is left out of a metric, from the machine's states while its two sessions measured it: a
     contended session (``sessions_contended``; a neighbour both sessions shared alike is not), else canaries that
-    differ (``canaries_differ``); None to judge it.
+    differ (``canaries_differ``); None to judge it. Taking turns, see ``contended_in_one``.
     Reads only the machine's state, never the metric's figures, and treats A and B alike."""
+    if taking_turns:
+        return contended_in_one(a, b)
     return sessions_contended(a, b) or canaries_differ(a, b)
+
+
+def contended_in_one(a: MachineState | None, b: MachineState | None) -> str | None:
+    """The leave-out rule of a pair taking turns. The two sides' calls alternate one by one, ~10 ms apart, so a
+    state of the machine that lasts seconds (steal, a neighbour on another core) is seen by both sides alike and
+    cancels in the pair's ratio: such a pair is judged, and left out only when one session saw the state and the
+    other did not (it changed inside the pair). A core shared inside the timed calls (run-queue wait, a canary
+    that got too little CPU) leaves the pair out even when both saw it: time slices then decide which calls come
+    out fast, and a session's best call is luck (on the f26m2 VM, a hog on the sessions' core gave A/A pairs
+    of +4%, +11% and +61%). Canaries are not compared between the two sessions: within one machine state their
+    difference is their own noise (on the f26m2 VM that rule left out half the pairs and changed no verdict:
+    benchmarks/README.md)."""
+    reasons = {side: contention_reasons(state) if state is not None else {} for side, state in (("A", a), ("B", b))}
+    shared_core = [side for side, found in reasons.items() if {"runqueue", "canary_cpu"} & set(found)]
+    if shared_core:
+        return "; ".join(f"{side}: {'; '.join(reasons[side].values())}" for side in shared_core)
+    if bool(reasons["A"]) == bool(reasons["B"]):
+        return None
+    side = "A" if reasons["A"] else "B"
+    return f"{side} only: {'; '.join(reasons[side].values())}"
 
 
 def _add_pair(pair: PairRecord, result: AbResult) -> None:
@@ -744,7 +803,7 @@ def _add_pair(pair: PairRecord, result: AbResult) -> None:
             metric.missing = None
             if metric.decided or (result.rules is not None and len(metric.log_ratios) >= result.rules.max_pairs):
                 continue  # decided, or its last look taken: AMBIGUOUS stays AMBIGUOUS
-            left_out = why_left_out(a[key].state, b[key].state)
+            left_out = why_left_out(a[key].state, b[key].state, taking_turns=result.plan.take_turns)
             if left_out:
                 metric.contended.append(f"pair {pair.index}: {left_out}")
                 continue

@@ -6,14 +6,15 @@ each asks for the turn before each perf test and each measured round (core/turns
 again, so the partner waits, blocked on a pipe, while the holder builds, warms up and times. The same test of the
 two stacks is then measured seconds apart. The first turn is granted once both sessions have asked (their
 imports and collection, which run together, are over), to the side the pair's order puts first; from there the
-turn alternates, and comes straight back to a session whose partner has finished (or died).
+turn alternates, and comes straight back to a session whose partner has finished (or died). A session that says
+it is done keeps the turn until its process has exited (``EXIT_WAIT_S`` at most), so that its teardown does not
+run beside its partner's last timed calls.
 
 The channel per side is two named pipes ``<out>/sessions/NNN-S.ask`` and ``.grant``: this process holds both ends
 of each open (O_RDWR), so a session opening its end never blocks, and a session sees end-of-file on its grant
 pipe when this process is gone. A session's exit is seen by polling its process, as well as by its "done" byte.
-Before any turn each session is told its partner's process id (``NNN-S.turn.partner``), so that the machine-state
-rule counts the partner's load as the session's own rather than a neighbour's: the partner runs only while the
-session waits (machine/contention.py ``count_as_own``).
+The partner runs only while a session waits for its turn, and a session reads the machine's state outside those
+waits (machine/contention.py ``waiting_for_turn``): the partner's load is not taken for a neighbour's.
 POSIX only (named pipes). Written here rather than taken from a library: a select() loop over four pipes.
 """
 
@@ -30,6 +31,8 @@ from pytest_gpuperf.cli.ab_engine import start_session, stop_session
 from pytest_gpuperf.core.turns import ASK, DONE, GRANT
 
 POLL_S = 0.05
+EXIT_WAIT_S = 30.0
+"""How long a session that said "done" may take to exit before its partner gets the turn anyway."""
 """How often the broker looks for a session's exit while nobody writes."""
 
 
@@ -74,8 +77,6 @@ def run_pair_taking_turns(
     try:
         for argv, log in zip(argvs, logs):
             processes.append(start_session(argv, log, cwd=cwd, env=env))
-        for prefix, partner in zip(prefixes, reversed(processes)):  # each session's partner, before any turn
-            Path(f"{prefix}.partner").write_text(str(partner.pid))
         timed_out = _broker(processes, channels, ended, started, timeout)
     except BaseException:
         for process in processes:
@@ -88,7 +89,7 @@ def run_pair_taking_turns(
             os.close(ask)
             os.close(grant)
         for prefix in prefixes:
-            for suffix in (".ask", ".grant", ".partner"):
+            for suffix in (".ask", ".grant"):
                 Path(f"{prefix}{suffix}").unlink(missing_ok=True)
     outcomes: list[tuple[int | None, float]] = []
     for i, process in enumerate(processes):
@@ -135,6 +136,15 @@ def _broker(
                 done[i], waiting[i] = True, False  # exited without its "done" byte: crashed, or no perf test
                 if holder == i:
                     holder = None
+        for i, process in enumerate(processes):
+            if done[i] and waiting[1 - i] and process.poll() is None:
+                # Its exit (writing results, the interpreter's teardown: a few hundred ms of CPU) would run
+                # alongside the partner's last timed calls: the partner's turn waits for it.
+                limit = EXIT_WAIT_S if timeout is None else min(EXIT_WAIT_S, timeout - (time.monotonic() - started))
+                try:
+                    process.wait(timeout=max(limit, 0.0))
+                except subprocess.TimeoutExpired:
+                    pass  # it hangs on its way out: the partner goes on beside it
         for i, process in enumerate(processes):
             if ended[i] is None and process.poll() is not None:
                 ended[i] = time.monotonic()

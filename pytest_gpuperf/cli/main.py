@@ -343,6 +343,14 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
         help="run both sessions of a pair at once, taking turns test by test and round by round, so both sides "
         "of a test are measured seconds apart (POSIX named pipes in --out; a container side must mount it)",
     )
+    ab.add_argument(
+        "--cpus",
+        type=cpu_list,
+        default=None,
+        metavar="LIST",
+        help="run both sides' sessions on these CPUs only (Linux affinity, e.g. 1 or 0-3,8): with --take-turns, "
+        "the two sides of a one-thread workload then share one core's state (a container side is not pinned)",
+    )
     ab.add_argument("--max-pairs", type=_count(1), default=16, metavar="N", help="last look (default 16)")
     ab.add_argument(
         "--max-left-out",
@@ -376,6 +384,21 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
     )
     ab.add_argument("--max-dropped", type=_count(0), default=3, metavar="N", help="dropped pairs allowed (default 3)")
     ab.add_argument("--seed", type=int, default=0, help="seed of the session order (default 0)")
+
+
+def cpu_list(text: str) -> frozenset[int]:
+    """CPU numbers as taskset -c writes them: "1", "0,2", "0-3,8"."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            low, high = int(first), int(last or first)
+            if low < 0 or high < low:
+                raise ValueError
+            cpus.update(range(low, high + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected CPU numbers such as 1, 0,2 or 0-3") from None
+    return frozenset(cpus)
 
 
 def _count(minimum: int) -> Callable[[str], int]:

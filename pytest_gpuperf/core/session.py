@@ -37,7 +37,7 @@ from pytest_gpuperf.core.store import (
 )
 from pytest_gpuperf.core.turns import Turns
 from pytest_gpuperf.core.verdict import judge_on_machine, machine_state
-from pytest_gpuperf.machine.contention import MachineState, count_as_own
+from pytest_gpuperf.machine.contention import MachineState, waiting_for_turn
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
     DeviceReader,
@@ -89,7 +89,7 @@ class GpuperfSession:
         """Ctrl-C stopped the save: save_failures lists what was not saved."""
         self.results_failure: str | None = None
         """Why ``--gpuperf-results`` could not be written, naming the file."""
-        self.turns = Turns(settings.take_turns, on_partner=count_as_own) if settings.take_turns else None
+        self.turns = Turns(settings.take_turns) if settings.take_turns else None
         """The turn channel of a `gpuperf ab --take-turns` session: each perf test and measured round waits for it."""
 
     # -- lazily resolved context (needs torch; never touched by sessions without perf tests) --
@@ -172,8 +172,14 @@ class GpuperfSession:
                 (lambda name: self.baseline_machine(nodeid, name)) if self.settings.machine_check == "on" else None
             ),
             preview=lambda metric: self.evaluate_metric(nodeid, metric).comparison,
-            take_turn=self.turns.take if self.turns is not None else None,
+            take_turn=self.take_turn if self.turns is not None else None,
         )
+
+    def take_turn(self) -> None:
+        """Wait for this session's turn; what the machine does meanwhile is the partner's (``waiting_for_turn``)."""
+        assert self.turns is not None
+        with waiting_for_turn():
+            self.turns.take()
 
     # -- verdict --
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 ASK = b"?"
@@ -45,11 +44,8 @@ def check_channel(prefix: str) -> None:
 class Turns:
     """This session's end of the turn channel, opened at the first ask."""
 
-    def __init__(self, prefix: str, on_partner: Callable[[int], None] | None = None) -> None:
+    def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self._on_partner = on_partner
-        """Told the partner session's process id once, at the first turn (``PREFIX.partner``, written by
-        `gpuperf ab` before it grants any turn): its load is then not counted as a neighbour's."""
         self._ask: int | None = None
         self._grant: int | None = None
         self._alone = False
@@ -75,22 +71,12 @@ class Turns:
             answer = os.read(self._grant, 1)
         except BrokenPipeError:
             answer = b""
-        if answer == GRANT and self.asked == 1:
-            self._tell_partner()
         if answer != GRANT:
             self._alone = True
             print(
                 f"gpuperf: the turn channel {self.prefix} closed (gpuperf ab gone?); measuring without turns",
                 file=sys.stderr,
             )
-
-    def _tell_partner(self) -> None:
-        try:
-            pid = int(Path(self.prefix + ".partner").read_text().strip())
-        except (OSError, ValueError):
-            return  # no partner file (a broker of another version): its load counts as a neighbour's
-        if self._on_partner is not None:
-            self._on_partner(pid)
 
     def done(self) -> None:
         """Tell `gpuperf ab` this session measures no more (its partner may run alone); close the pipes."""

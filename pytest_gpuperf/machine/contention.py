@@ -36,13 +36,14 @@ steal share per window), hence the own code.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import platform
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,37 @@ def parse_pressure(text: str) -> int | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class TurnWaits:
+    """Totals over this session's waits for the turn of a pair taking turns (``waiting_for_turn``)."""
+
+    wall_s: float = 0.0
+    run_queue_ns: int = 0
+    """This thread's run-queue wait inside them."""
+    ticks: int = 0
+    """/proc/stat ticks (all CPUs) inside them, and of those busy and stolen."""
+    busy_ticks: int = 0
+    steal_ticks: int = 0
+
+    def __sub__(self, other: TurnWaits) -> TurnWaits:
+        return TurnWaits(
+            self.wall_s - other.wall_s,
+            self.run_queue_ns - other.run_queue_ns,
+            self.ticks - other.ticks,
+            self.busy_ticks - other.busy_ticks,
+            self.steal_ticks - other.steal_ticks,
+        )
+
+    def __add__(self, other: TurnWaits) -> TurnWaits:
+        return TurnWaits(
+            self.wall_s + other.wall_s,
+            self.run_queue_ns + other.run_queue_ns,
+            self.ticks + other.ticks,
+            self.busy_ticks + other.busy_ticks,
+            self.steal_ticks + other.steal_ticks,
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
     """Counters read at one instant; a field is None where this system does not provide it."""
@@ -235,6 +267,8 @@ class Snapshot:
     tree_cpu_s: float | None = None
     """CPU seconds of the processes this one started (live descendants and reaped children), or None where the
     kernel does not list a process's children."""
+    turn_waits: TurnWaits = TurnWaits()
+    """What the waits for the turn had taken so far (``waiting_for_turn``)."""
 
 
 def _read(path: str) -> str | None:
@@ -275,29 +309,54 @@ _PARTNERS: set[int] = set()
 which runs only while this session waits for its turn, never inside a timed call (``count_as_own``)."""
 
 
-def count_as_own(pid: int) -> None:
-    """Count process ``pid`` and its descendants with this process's own tree from now on: their load is not a
-    neighbour's (the partner of a pair taking turns)."""
-    _PARTNERS.add(pid)
+_TURN_WAITS = [TurnWaits()]
+"""The totals of ``waiting_for_turn`` so far (a one-item list, so that they can grow)."""
+
+
+@contextlib.contextmanager
+def waiting_for_turn() -> Iterator[None]:
+    """Around a wait for the turn of a `gpuperf ab --take-turns` pair. While a session waits, its partner has the
+    turn and runs: that load (and the partner's exit, which the turn waits for) is the pair's own, not a
+    neighbour's, and the run-queue wait inside (a session that asks is often preempted by the process it wakes
+    before it blocks, then sits on the run queue through the partner's turn) is the partner's turn. A window's
+    signals are therefore read over its time outside these waits (``state_between``); a neighbour that runs while
+    this session measures still counts."""
+    before = _turn_counters()
+    try:
+        yield
+    finally:
+        after = _turn_counters()
+        if before is not None and after is not None:
+            _TURN_WAITS[0] = _TURN_WAITS[0] + (after - before)
+
+
+def _turn_counters() -> TurnWaits | None:
+    schedstat = _read("/proc/thread-self/schedstat")
+    stat_text = _read("/proc/stat")
+    try:
+        wait_ns = parse_schedstat(schedstat)[1] if schedstat else 0
+        stat = parse_proc_stat(stat_text).cpu if stat_text else None
+    except ValueError:
+        return None
+    return TurnWaits(
+        time.perf_counter(),
+        wait_ns,
+        stat.total if stat else 0,
+        stat.busy if stat else 0,
+        stat.steal if stat else 0,
+    )
 
 
 def descendants_cpu_s() -> float | None:
     """CPU seconds used by the processes this one started: each live descendant's own and reaped children's
     time (``/proc/<pid>/stat``), plus the children this process reaped (``os.times``). A descendant that ends
-    inside a window moves from the first sum to the second, so a window's difference counts it once. A partner
-    (``count_as_own``) counts with its own time and its descendants'; one that ended is no longer counted."""
+    inside a window moves from the first sum to the second, so a window's difference counts it once."""
     if not Path("/proc/self/task").is_dir():
         return None
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
     reaped = os.times()
     total = reaped.children_user + reaped.children_system
-    for partner in _PARTNERS:
-        stat = _read(f"/proc/{partner}/stat")
-        try:
-            total += _stat_cpu_s(stat, tick) if stat else 0.0
-        except (IndexError, ValueError):
-            pass
-    pending, seen, listed = [os.getpid(), *_PARTNERS], set(), False
+    pending, seen, listed = [os.getpid()], set(), False
     while pending:
         pid = pending.pop()
         try:
@@ -345,6 +404,7 @@ def read_snapshot() -> Snapshot:
         pressure_us=parse_pressure(pressure_text) if pressure_text else None,
         load=load,
         tree_cpu_s=descendants_cpu_s(),
+        turn_waits=_TURN_WAITS[0],
     )
 
 
@@ -501,6 +561,9 @@ def state_between(
     """The machine's state over the window between two snapshots (pure). ``between_calls``: the canaries were
     taken between the window's timed calls, not after it (their versions say so: ``BETWEEN_CALLS``)."""
     wall = max(after.wall_s - before.wall_s, 1e-9)
+    # Waits for the turn inside the window (a pair taking turns) are the partner's time: read outside them.
+    waits = after.turn_waits - before.turn_waits
+    measuring = max(wall - waits.wall_s, 1e-9)
     own_cpu = max(after.process_cpu_s - before.process_cpu_s, 0.0)
     steal = others = None
     cpus = None
@@ -508,24 +571,25 @@ def state_between(
     tree_cpu = max(after.tree_cpu_s - before.tree_cpu_s, 0.0) if tree else 0.0  # type: ignore[operator]
     if before.stat is not None and after.stat is not None:
         cpus = after.stat.cpus
-        ticks = after.stat.cpu.total - before.stat.cpu.total
+        ticks = after.stat.cpu.total - before.stat.cpu.total - waits.ticks
         if ticks >= MIN_TICKS:
-            steal = max(after.stat.cpu.steal - before.stat.cpu.steal, 0) / ticks
-            busy_cores = (after.stat.cpu.busy - before.stat.cpu.busy) / ticks * cpus
-            others = max(busy_cores - (own_cpu + tree_cpu) / wall, 0.0)
+            steal = max(after.stat.cpu.steal - before.stat.cpu.steal - waits.steal_ticks, 0) / ticks
+            busy_cores = max(after.stat.cpu.busy - before.stat.cpu.busy - waits.busy_ticks, 0) / ticks * cpus
+            others = max(busy_cores - (own_cpu + tree_cpu) / measuring, 0.0)
     runqueue = None
     if before.schedstat is not None and after.schedstat is not None:
         run = after.schedstat[0] - before.schedstat[0]
         wait = after.schedstat[1] - before.schedstat[1]
         # threads that ended inside the window make a sum go down: then the share is unknown, not negative
         if run > 0 and wait >= 0:
+            wait = max(wait - waits.run_queue_ns, 0)
             runqueue = wait / (run + wait)
     pressure = None
     if before.pressure_us is not None and after.pressure_us is not None:
         pressure = min(max((after.pressure_us - before.pressure_us) / 1e6 / wall, 0.0), 1.0)
     return MachineState(
         wall_s=wall,
-        cpu_per_wall=own_cpu / wall,
+        cpu_per_wall=own_cpu / measuring,
         cpus=cpus,
         steal_share=steal,
         others_cores=others,
