@@ -424,9 +424,7 @@ def _cpu_text(cpus: Iterable[int]) -> str:
     return ",".join(str(cpu) for cpu in sorted(cpus)) or "(none)"
 
 
-def _run_pairs(
-    plan: AbPlan, runner: SessionRunner, progress: Progress | None, clock: Callable[[], float]
-) -> AbResult:
+def _run_pairs(plan: AbPlan, runner: SessionRunner, progress: Progress | None, clock: Callable[[], float]) -> AbResult:
     sessions_dir = plan.out_dir / "sessions"
     sessions_dir.mkdir(parents=True, exist_ok=True)
     result = AbResult(plan=plan, rules=plan.rules)

@@ -44,7 +44,7 @@ import platform
 import statistics
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -234,23 +234,11 @@ class TurnWaits:
     busy_ticks: int = 0
     steal_ticks: int = 0
 
-    def __sub__(self, other: TurnWaits) -> TurnWaits:
-        return TurnWaits(
-            self.wall_s - other.wall_s,
-            self.run_queue_ns - other.run_queue_ns,
-            self.ticks - other.ticks,
-            self.busy_ticks - other.busy_ticks,
-            self.steal_ticks - other.steal_ticks,
-        )
-
     def __add__(self, other: TurnWaits) -> TurnWaits:
-        return TurnWaits(
-            self.wall_s + other.wall_s,
-            self.run_queue_ns + other.run_queue_ns,
-            self.ticks + other.ticks,
-            self.busy_ticks + other.busy_ticks,
-            self.steal_ticks + other.steal_ticks,
-        )
+        return TurnWaits(*(mine + theirs for mine, theirs in zip(astuple(self), astuple(other), strict=True)))
+
+    def __sub__(self, other: TurnWaits) -> TurnWaits:
+        return TurnWaits(*(mine - theirs for mine, theirs in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,11 +290,6 @@ def _stat_cpu_s(text: str, tick: float) -> float:
     parentheses, may hold spaces: fields are counted after its closing parenthesis)."""
     fields = text.rsplit(")", 1)[1].split()
     return sum(int(value) for value in fields[11:15]) * tick
-
-
-_PARTNERS: set[int] = set()
-"""Processes whose CPU time counts as this one's tree: the other session of a `gpuperf ab --take-turns` pair,
-which runs only while this session waits for its turn, never inside a timed call (``count_as_own``)."""
 
 
 _TURN_WAITS = [TurnWaits()]
