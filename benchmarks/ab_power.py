@@ -7,7 +7,8 @@ matmuls per call, and a slowdown of s adds round(PRODUCTS * s) products. In half
 loop pinned to one core, switching on and off every 20-60 s (seeded), the kind of neighbour a shared CI runner has.
 
     python benchmarks/ab_power.py --trials 20 [--levels 0,1,2,3,5] [--max-pairs 16] [--out ab-power.json]
-                                  [--sessions DIR] [--take-turns] [--hog alternate|off]
+                                  [--sessions DIR] [--take-turns] [--cpus LIST] [--repeats N]
+                                  [--hog alternate|off]
     python benchmarks/ab_power.py --rejudge ab-power.json
 
 Prints, per level and hog condition: the share flagged (REGRESSED or IMPROVED), the share SAME (PASS),
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_gpuperf.cli.ab_engine import AbPlan, run_ab  # noqa: E402
+from pytest_gpuperf.cli.main import cpu_list  # noqa: E402
 
 PRODUCTS = 100
 
@@ -54,23 +56,34 @@ def test_matmuls(perf):
     perf.measure("call_time", call, warmup=3)
 """
 
-# A busy loop on one core that switches on and off every 20-60 s; killed by the parent.
+# A busy loop on one core that switches on and off every 20-60 s; killed by the parent, and gone when the parent
+# is (a benchmark killed from outside must not leave it running).
 HOG = """
 import os, random, sys, time
 os.sched_setaffinity(0, {0})
+parent = os.getppid()
 rng = random.Random(int(sys.argv[1]))
-while True:
+while os.getppid() == parent:
     end = time.monotonic() + rng.uniform(20, 60)
-    while time.monotonic() < end:
+    while time.monotonic() < end and os.getppid() == parent:
         pass
-    time.sleep(rng.uniform(20, 60))
+    end = time.monotonic() + rng.uniform(20, 60)
+    while time.monotonic() < end and os.getppid() == parent:
+        time.sleep(0.5)
 """
 
 SESSION_FLAGS = ("-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist")
 
 
 def one_trial(
-    folder: Path, level: float, hog: bool, seed: int, max_pairs: int = 16, take_turns: bool = False
+    folder: Path,
+    level: float,
+    hog: bool,
+    seed: int,
+    max_pairs: int = 16,
+    take_turns: bool = False,
+    cpus: frozenset[int] | None = None,
+    repeats: int = 10,
 ) -> dict[str, Any]:
     python = shlex.quote(sys.executable)
     extra = round(PRODUCTS * (1 + level))
@@ -84,6 +97,8 @@ def one_trial(
         cwd=folder,
         max_pairs=max_pairs,
         take_turns=take_turns,
+        cpus=cpus,
+        repeats=repeats,
     )
     hog_process = subprocess.Popen([sys.executable, "-c", HOG, str(seed)]) if hog else None
     started = time.monotonic()
@@ -98,6 +113,8 @@ def one_trial(
         "level": level,
         "hog": hog,
         "take_turns": take_turns,
+        "cpus": None if cpus is None else sorted(cpus),
+        "repeats": repeats,
         "seed": seed,
         "verdict": metric.verdict.value,
         "pairs": len(metric.log_ratios),
@@ -164,7 +181,18 @@ def main() -> int:
     )
     parser.add_argument("--take-turns", action="store_true", help="the engine's --take-turns (cli/ab_turns.py)")
     parser.add_argument(
+        "--cpus",
+        type=cpu_list,
+        help="the engine's --cpus: every session on these CPUs (the hog always runs on CPU 0)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=10, help="timed calls per session (the engine's --repeats, default 10)"
+    )
+    parser.add_argument(
         "--hog", choices=("alternate", "off"), default="alternate", help="the CPU hog in half the trials, or never"
+    )
+    parser.add_argument(
+        "--seed-from", type=int, default=0, help="seeds (order, hog) start after this: another run's are not repeated"
     )
     parser.add_argument("--out", type=Path, help="keep every trial here (JSON)")
     parser.add_argument("--rejudge", type=Path, help="print the table of trials kept by --out")
@@ -182,7 +210,7 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "test_ab_power.py").write_text(WORKLOAD)
         started = time.monotonic()
-        seed = 0
+        seed = args.seed_from
         for round_index in range(args.trials):
             for level in levels:  # interleaved: every level sees the machine's state of every period
                 seed += 1
@@ -190,7 +218,14 @@ def main() -> int:
                 # and a run stopped early still has both conditions.
                 hog = args.hog == "alternate" and (round_index + levels.index(level)) % 2 == 1
                 trial = one_trial(
-                    folder, level, hog=hog, seed=seed, max_pairs=args.max_pairs, take_turns=args.take_turns
+                    folder,
+                    level,
+                    hog=hog,
+                    seed=seed,
+                    max_pairs=args.max_pairs,
+                    take_turns=args.take_turns,
+                    cpus=args.cpus,
+                    repeats=args.repeats,
                 )
                 trials.append(trial)
                 print(

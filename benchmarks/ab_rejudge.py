@@ -5,7 +5,8 @@ pair is left out by a leave-out rule (``engine``, the engine's own ``why_left_ou
 canaries that differ; ``canaries``: only canaries that differ; ``contention``: only a contended session; ``floor``:
 the engine's rule, and also a pair in which either session's canaries were beyond their noise band of the fastest
 that side's canary has run so far in the comparison, so that only pairs measured at the machine's clean state are
-judged; ``any-contention``: the engine's rule before 2026-12-03, which also left out a pair whose two sessions
+judged; ``turns``: the engine's rule for a pair taking turns, only a pair in which one session was contended and the
+other not; ``any-contention``: the engine's rule before 2026-12-03, which also left out a pair whose two sessions
 shared one neighbour alike; ``none``: every pair judged) and judged by the engine's sequential boundary
 (core/paired.py), with each session's figure taken as its median, its lower quartile, its 10th percentile or its
 best sample. A comparison whose kept pairs run out before a figure decides (the live run had stopped earlier, on its
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from pytest_gpuperf.cli.ab_engine import (  # noqa: E402
     AbPlan,
     canaries_differ,
+    contended_in_one,
     session_figure,
     sessions_contended,
     why_left_out,
@@ -132,6 +134,7 @@ def any_contention(a: MachineState | None, b: MachineState | None) -> str | None
 
 RULES_LEFT_OUT: dict[str, Callable[[], LeaveOut]] = {
     "engine": lambda: why_left_out,
+    "turns": lambda: contended_in_one,
     "any-contention": lambda: any_contention,
     "canaries": lambda: canaries_differ,
     "contention": lambda: sessions_contended,
