@@ -110,6 +110,7 @@ def _broker(
     """Hand the turn until both sessions are done and have exited; True when the time limit stopped them."""
     waiting = [False, False]
     done = [False, False]
+    exit_awaited = [False, False]
     holder: int | None = None
     granted_once = False
     last: int | None = None
@@ -137,7 +138,8 @@ def _broker(
                 if holder == i:
                     holder = None
         for i, process in enumerate(processes):
-            if done[i] and waiting[1 - i] and process.poll() is None:
+            if done[i] and waiting[1 - i] and not exit_awaited[i] and process.poll() is None:
+                exit_awaited[i] = True  # once: a session hanging on its way out costs its partner one wait
                 # Its exit (writing results, the interpreter's teardown: a few hundred ms of CPU) would run
                 # alongside the partner's last timed calls: the partner's turn waits for it.
                 limit = EXIT_WAIT_S if timeout is None else min(EXIT_WAIT_S, timeout - (time.monotonic() - started))
