@@ -294,7 +294,8 @@ class AbResult:
                 "equivalence_alpha": rules.equivalence_alpha,
                 "min_pairs": rules.min_pairs,
                 "max_pairs": rules.max_pairs,
-                "method": "Wilcoxon signed-rank / Hodges-Lehmann on paired log-ratios, Pocock-type boundary "
+                "boundary_shape": rules.boundary_shape,
+                "method": "Wilcoxon signed-rank / Hodges-Lehmann on paired log-ratios, Wang-Tsiatis boundary "
                 "calibrated by simulation",
             },
             "session_figure": plan.session_figure,
