@@ -8,11 +8,13 @@ that side's canary has run so far in the comparison, so that only pairs measured
 judged; ``turns``: the engine's rule for a pair taking turns, only a pair in which one session was contended and the
 other not; ``any-contention``: the engine's rule before 2026-12-03, which also left out a pair whose two sessions
 shared one neighbour alike; ``none``: every pair judged) and judged by the engine's sequential boundary
-(core/paired.py), with each session's figure taken as its median, its lower quartile, its 10th percentile or its
-best sample. A comparison whose kept pairs run out before a figure decides (the live run had stopped earlier, on its
-own figure's decision) is counted as "ran out", not decided.
+(core/paired.py; ``--boundary-shape 0.5`` for Pocock's, the engine's before 2026-12-03 evening), with each
+session's figure taken as its median, its lower quartile, its 10th percentile or its best sample. A comparison
+whose kept pairs run out before a figure decides (the live run had stopped earlier, on its own figure's decision)
+is counted as "ran out", not decided.
 
     python benchmarks/ab_rejudge.py ab-power.json DIR [--figures best,median] [--rules engine,none]
+                                    [--boundary-shape 0.5]
 
 Prints each comparison's verdict, judged pairs and pairs run per figure and rule, then the counts per level.
 """
@@ -20,6 +22,7 @@ Prints each comparison's verdict, judged pairs and pairs run per figure and rule
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -190,6 +193,12 @@ def main() -> int:
     names = ", ".join(FIGURES)
     parser.add_argument("--figures", default=",".join(DEFAULT_FIGURES), help=f"session figures, of {names}")
     parser.add_argument("--rules", default="engine", help=f"leave-out rules, of {', '.join(RULES_LEFT_OUT)}")
+    parser.add_argument(
+        "--boundary-shape",
+        type=float,
+        default=RULES.boundary_shape,
+        help=f"the sequential boundary's Wang-Tsiatis shape (0.5 Pocock; the engine's {RULES.boundary_shape})",
+    )
     args = parser.parse_args()
     try:
         figures = {name: FIGURES[name] for name in args.figures.split(",")}
@@ -197,7 +206,11 @@ def main() -> int:
     except KeyError as error:
         print(f"--figures/--rules: no such figure or rule {error}; see --help for the names", file=sys.stderr)
         return 2
-    rules = RULES
+    try:
+        rules = dataclasses.replace(RULES, boundary_shape=args.boundary_shape)
+    except ValueError as error:
+        print(f"--boundary-shape: {error}", file=sys.stderr)
+        return 2
     boundary = rules.boundary()
     trials = json.loads(args.trials.read_text())["trials"]
     folders = sorted(args.sessions.glob("trial-*"))
