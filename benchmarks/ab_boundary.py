@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.core.paired import PairedRules, judge  # noqa: E402
+from pytest_gpuperf.core.paired import PairedRules, first_decision  # noqa: E402
 from pytest_gpuperf.core.stats import Verdict  # noqa: E402
 
 
@@ -40,15 +40,6 @@ def noise(kind: str, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:
         outliers = rng.random(n) < 0.10
         return rng.normal(0, sd, n) + np.where(outliers, rng.choice([-1.0, 1.0], n) * 0.05, 0.0)
     raise ValueError(f"no noise kind {kind!r} (t5, contaminated)")
-
-
-def sequential(x: np.ndarray, rules: PairedRules) -> tuple[Verdict, int]:
-    boundary = rules.boundary()
-    for n in range(1, len(x) + 1):
-        verdict = judge(x[:n], rules, boundary).verdict
-        if verdict is not Verdict.AMBIGUOUS:
-            return verdict, n
-    return Verdict.AMBIGUOUS, len(x)
 
 
 def main() -> int:
@@ -69,7 +60,7 @@ def main() -> int:
                 for change in (float(text) / 100 for text in args.changes.split(",")):
                     rng = np.random.default_rng(12345)  # the same sequences for every shape
                     outcomes = [
-                        sequential(math.log1p(-change) + noise(kind, sd, rules.max_pairs, rng), rules)
+                        first_decision(math.log1p(-change) + noise(kind, sd, rules.max_pairs, rng), rules)
                         for _ in range(args.trials)
                     ]
                     verdicts = [verdict for verdict, _ in outcomes]

@@ -14,6 +14,7 @@ from pytest_gpuperf.core.paired import (
     calibrated_boundary,
     critical_value,
     crossing_rate,
+    first_decision,
     judge,
     log_ratio,
     signed_rank_cdf,
@@ -57,11 +58,11 @@ def test_too_few_pairs_give_no_interval() -> None:
 
 
 def test_boundary_holds_its_level_on_fresh_simulations() -> None:
-    boundary = calibrated_boundary(4, 16, 0.005, 0.05, 40000)
+    boundary = calibrated_boundary(4, 16, 0.005, 0.05, 40000, PairedRules(threshold=0.02).boundary_shape)
     fresh = simulate_statistics(16, 40000, seed=99)  # not the calibration's sequences
     assert crossing_rate(boundary.flag, fresh, 4) <= 0.005 + 3 * math.sqrt(0.005 / 40000)
     assert crossing_rate(boundary.equivalence, fresh, 4) <= 0.05 + 3 * math.sqrt(0.05 / 40000)
-    # ... and is not needlessly strict: the next attainable level would cross more often than allowed
+    # ... and is not needlessly strict
     assert boundary.flag_levels[16] > 0.005 / 16  # better than Bonferroni over the 13 looks
 
 
@@ -88,22 +89,13 @@ def test_one_contrary_pair_at_the_top_rank_no_longer_holds_a_clear_change_back()
     Pocock's boundary leaves it AMBIGUOUS at the last look (W+ = 16 > 14); the default shape decides it."""
     x = np.array([-0.03, -0.025, -0.035, -0.028, -0.04, -0.022, -0.031, 0.052, -0.027, -0.033, -0.029, -0.024,
                   -0.036, -0.03, -0.026, -0.032])  # fmt: skip
-    assert run_sequential(x, PairedRules(threshold=0.02, boundary_shape=0.5)) == (Verdict.AMBIGUOUS, 16)
-    assert run_sequential(x, PairedRules(threshold=0.02)) == (Verdict.REGRESSED, 16)
+    assert first_decision(x, PairedRules(threshold=0.02, boundary_shape=0.5)) == (Verdict.AMBIGUOUS, 16)
+    assert first_decision(x, PairedRules(threshold=0.02)) == (Verdict.REGRESSED, 16)
 
 
 def test_a_shape_outside_the_family_is_refused() -> None:
     with pytest.raises(ValueError, match="boundary_shape"):
         PairedRules(threshold=0.02, boundary_shape=0.7)
-
-
-def run_sequential(x: np.ndarray, rules: PairedRules) -> tuple[Verdict, int]:
-    boundary = rules.boundary()
-    for n in range(1, len(x) + 1):
-        found = judge(x[:n], rules, boundary)
-        if found.verdict is not Verdict.AMBIGUOUS:
-            return found.verdict, n
-    return Verdict.AMBIGUOUS, len(x)
 
 
 def simulate(shift: float, noise: str, trials: int, rules: PairedRules, seed: int) -> dict[Verdict, int]:
@@ -119,7 +111,7 @@ def simulate(shift: float, noise: str, trials: int, rules: PairedRules, seed: in
             )
         else:
             raise ValueError(noise)
-        counts[run_sequential(shift + e, rules)[0]] += 1
+        counts[first_decision(shift + e, rules)[0]] += 1
     return counts
 
 
@@ -152,7 +144,7 @@ def test_a_zero_effect_is_flagged_at_most_alpha_even_with_a_tiny_threshold() -> 
 
 def test_identical_pairs_are_same_once_a_decision_is_possible() -> None:
     rules = PairedRules(threshold=0.02)
-    verdict, n = run_sequential(np.zeros(16), rules)
+    verdict, n = first_decision(np.zeros(16), rules)
     assert verdict is Verdict.PASS
     assert n == min(k for k, c in rules.boundary().equivalence.items() if c >= 0)
 

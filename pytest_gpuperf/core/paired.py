@@ -297,6 +297,17 @@ def simulate_statistics(max_pairs: int, simulations: int, seed: int = 0) -> np.n
     return statistics
 
 
+def first_decision(x: list[float] | np.ndarray, rules: PairedRules) -> tuple[Verdict, int]:
+    """The sequential rule run look by look over a known sequence of log-ratios, as the engine runs it pair by
+    pair: the first verdict other than AMBIGUOUS and the pairs it took (AMBIGUOUS and all of them if none)."""
+    boundary = rules.boundary()
+    for n in range(1, len(x) + 1):
+        verdict = judge(x[:n], rules, boundary).verdict
+        if verdict is not Verdict.AMBIGUOUS:
+            return verdict, n
+    return Verdict.AMBIGUOUS, len(x)
+
+
 @lru_cache(maxsize=32)
 def calibrated_boundary(
     min_pairs: int,
@@ -304,7 +315,7 @@ def calibrated_boundary(
     flag_level: float,
     equivalence_level: float,
     simulations: int,
-    shape: float = 0.25,
+    shape: float,
 ) -> Boundary:
     """Wang-Tsiatis boundaries of the given shape: the nominal level at n pairs is P(Z > C (n / max_pairs) **
     (shape - 1/2)), with C the smallest whose simulated chance of crossing at any look min_pairs..max_pairs (on one
