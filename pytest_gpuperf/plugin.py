@@ -51,8 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
     world = os.environ.get("WORLD_SIZE", "1").strip()
     if settings.take_turns and (config.getoption("numprocesses", None) or (world.isdigit() and int(world) > 1)):
         raise pytest.UsageError(
-            "--gpuperf-take-turns is one session's turn in a `gpuperf ab` pair: it cannot be shared by xdist workers "
-            "(-n) or torchrun ranks; run the pair's sessions without -n, and let the tests launch their own ranks"
+            "--gpuperf-take-turns is one session's turn in a `gpuperf ab` pair: xdist workers (-n) or torchrun ranks "
+            "cannot share it; use `gpuperf ab --no-take-turns`, or run without -n and let the tests launch their ranks"
         )
     if settings.take_turns:
         from pytest_gpuperf.core.turns import TurnError, check_channel

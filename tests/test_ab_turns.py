@@ -234,3 +234,81 @@ open(sys.argv[3], "w").write(repr(stamp))
     first_left = float((tmp_path / "first.stamp").read_text())
     second_granted = float((tmp_path / "second.stamp").read_text())
     assert second_granted > first_left
+
+
+# -- whether a comparison takes turns when the command line does not say -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodes", "pytest_args", "commands", "environ", "turns", "why"),
+    [
+        ([], ["t.py"], [["python"], ["python"]], {}, True, "no GPU on this machine"),
+        (["nvidia0", "nvidiactl"], ["t.py"], [["python"]], {}, False, "nvidia0), which both sessions"),
+        (["kfd"], ["t.py"], [["python"]], {}, False, "kfd), which both sessions"),
+        (["nvidiactl"], ["t.py"], [["python"]], {}, True, "no GPU"),  # the control node alone is no GPU
+        ([], ["t.py", "-n", "2"], [["python"]], {}, False, "xdist workers (-n 2)"),
+        ([], ["t.py", "-nauto"], [["python"]], {}, False, "xdist workers (-nauto)"),
+        ([], ["t.py", "--numprocesses=4"], [["python"]], {}, False, "(--numprocesses=4)"),
+        ([], ["t.py", "-n", "0"], [["python"]], {}, True, "no GPU"),
+        ([], ["t.py"], [["python"], ["torchrun", "--nproc-per-node", "2"]], {}, False, "a side runs torchrun"),
+        ([], ["t.py"], [["env", "WORLD_SIZE=2", "python"]], {}, False, "sets WORLD_SIZE=2"),
+        ([], ["t.py"], [["env", "WORLD_SIZE=1", "python"]], {}, True, "no GPU"),
+        ([], ["t.py"], [["python"]], {"WORLD_SIZE": "4"}, False, "sets WORLD_SIZE=4"),
+        ([], ["t.py"], [], {}, True, "no GPU"),  # gpuperf bisect: the sides are built later
+    ],
+)
+def test_turns_by_default_takes_turns_only_where_they_work_and_says_why(
+    nodes: list[str],
+    pytest_args: list[str],
+    commands: list[list[str]],
+    environ: dict[str, str],
+    turns: bool,
+    why: str,
+    tmp_path: Path,
+) -> None:
+    from pytest_gpuperf.cli.ab_turns import turns_by_default
+
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for node in nodes:
+        (dev / node).touch()
+    chosen, reason = turns_by_default(pytest_args, commands, dev=dev, environ=environ)
+    assert chosen is turns and why in reason, reason
+
+
+@pytest.mark.parametrize(
+    ("flag", "default", "turns", "why"),
+    [
+        ([], (True, "taking turns (no GPU)"), True, "taking turns (no GPU)"),
+        ([], (False, "one session after the other: a GPU"), False, "one session after the other: a GPU"),
+        (["--take-turns"], (False, "unused"), True, "taking turns (--take-turns)"),
+        (["--no-take-turns"], (True, "unused"), False, "one session after the other (--no-take-turns)"),
+    ],
+)
+def test_the_command_line_takes_turns_by_default_and_either_flag_overrides_it(
+    flag: list[str],
+    default: tuple[bool, str],
+    turns: bool,
+    why: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pytest_gpuperf.cli import ab as ab_cli
+    from pytest_gpuperf.cli.ab_engine import AbPlan, AbResult
+
+    plans: list[AbPlan] = []
+
+    def run_ab(plan: AbPlan, **kwargs: object) -> AbResult:
+        plans.append(plan)
+        return AbResult(plan=plan, rules=None)
+
+    asked: list[tuple[object, object]] = []
+    monkeypatch.setattr(ab_cli, "run_ab", run_ab)
+    monkeypatch.setattr(ab_cli, "turns_by_default", lambda args, commands: asked.append((args, commands)) or default)
+    code = cli.main(["ab", "--a", PYTHON, "--b", f"env X=1 {PYTHON}", *flag, "--out", str(tmp_path), "--", "t.py"])
+    assert code == 0
+    assert plans[0].take_turns is turns and plans[0].take_turns_why == why
+    assert why in capsys.readouterr().err
+    assert asked == ([] if flag else [(["t.py"], [(sys.executable,), ("env", "X=1", sys.executable)])])
+    assert json.loads((tmp_path / "ab.json").read_text())["take_turns_why"] == why

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, AbResult, MetricOutcome, run_ab
+from pytest_gpuperf.cli.ab_turns import turns_by_default
 from pytest_gpuperf.cli.loading import InputError, junit_address
 from pytest_gpuperf.core.stats import Verdict
 
@@ -47,6 +48,11 @@ def plan_from_args(
         raise InputError(
             "no PYTEST_ARGS: name what each session runs after --, e.g. -- pytest_gpuperf/suites/test_micro.py -m perf"
         )
+    if args.take_turns is None:
+        take_turns, turns_why = turns_by_default(pytest_args, [cmd_a, cmd_b])
+    else:
+        take_turns = args.take_turns
+        turns_why = "taking turns (--take-turns)" if take_turns else "one session after the other (--no-take-turns)"
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return AbPlan(
         cmd_a=cmd_a,
@@ -63,7 +69,8 @@ def plan_from_args(
         repeats=args.repeats or None,
         max_dropped=args.max_dropped,
         session_figure=args.session_figure,
-        take_turns=args.take_turns,
+        take_turns=take_turns,
+        take_turns_why=turns_why,
         cpus=args.cpus,
     )
 
@@ -71,7 +78,11 @@ def plan_from_args(
 def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args, command="ab", cmd_a=split_command(args.a, "--a"), cmd_b=split_command(args.b, "--b"))
     out = plan.out_dir
-    print(f"gpuperf ab: A = {shlex.join(plan.cmd_a)}; B = {shlex.join(plan.cmd_b)}; sessions in {out}", file=sys.stderr)
+    print(
+        f"gpuperf ab: A = {shlex.join(plan.cmd_a)}; B = {shlex.join(plan.cmd_b)}; sessions in {out}; "
+        f"{plan.take_turns_why}",
+        file=sys.stderr,
+    )
     try:
         result = run_ab(plan, progress=lambda line: print(line, file=sys.stderr, flush=True))
     except AbError as error:

@@ -118,6 +118,8 @@ class AbPlan:
     """Each session's figure for a metric: "best" (its fastest call, or highest rate) or "median" (SESSION_FIGURES)."""
     take_turns: bool = False
     """Run both sessions of a pair at once, taking turns test by test and round by round (cli/ab_turns.py)."""
+    take_turns_why: str = ""
+    """Why take_turns is what it is (the command line's choice, or cli/ab_turns.py turns_by_default's), for ab.json."""
     cpus: frozenset[int] | None = None
     """Run every session on these CPUs only (the engine sets its own affinity, which the sessions inherit; a
     container started by a daemon does not); None: wherever this process may run."""
@@ -300,6 +302,7 @@ class AbResult:
             },
             "session_figure": plan.session_figure,
             "take_turns": plan.take_turns,
+            "take_turns_why": plan.take_turns_why,
             "cpus": None if plan.cpus is None else sorted(plan.cpus),
             "budget_s": plan.budget_s,
             "order": [pair.order for pair in self.pairs],

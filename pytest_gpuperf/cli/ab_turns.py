@@ -16,6 +16,11 @@ pipe when this process is gone. A session's exit is seen by polling its process,
 The partner runs only while a session waits for its turn, and a session reads the machine's state outside those
 waits (machine/contention.py ``waiting_for_turn``): the partner's load is not taken for a neighbour's.
 POSIX only (named pipes). Written here rather than taken from a library: a select() loop over four pipes.
+
+Taking turns is what `gpuperf ab` does unless told (``turns_by_default``): on a machine without a GPU, where it
+met the issue's targets and one session after the other did not (benchmarks/README.md). It is off where it
+cannot work or costs more than it buys: a GPU on the machine (both sides' models would share its memory at
+once), no named pipes, xdist workers or torchrun ranks asked for (one turn cannot be shared by several processes).
 """
 
 from __future__ import annotations
@@ -24,16 +29,77 @@ import os
 import select
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_gpuperf.cli.ab_engine import start_session, stop_session
 from pytest_gpuperf.core.turns import ASK, DONE, GRANT
 
 POLL_S = 0.05
+"""How often the broker looks for a session's exit while nobody writes."""
 EXIT_WAIT_S = 30.0
 """How long a session that said "done" may take to exit before its partner gets the turn anyway."""
-"""How often the broker looks for a session's exit while nobody writes."""
+
+
+GPU_DEVICE_NODES = ("nvidia[0-9]*", "kfd")
+"""Device nodes in /dev that mean this machine has a GPU its sessions would use: NVIDIA's, and ROCm's kernel
+driver's (read without importing torch or starting a driver)."""
+
+
+def turns_by_default(
+    pytest_args: Sequence[str],
+    commands: Sequence[Sequence[str]],
+    *,
+    dev: Path = Path("/dev"),
+    environ: Mapping[str, str] | None = None,
+) -> tuple[bool, str]:
+    """Whether a comparison that neither asks for --take-turns nor refuses it takes turns, and why (one clause,
+    printed with the comparison's first line). ``commands`` are the sides' command prefixes (may be empty, as
+    for `gpuperf bisect`, whose sides are built later); ``environ`` the sessions' environment (this process's)."""
+    if not hasattr(os, "mkfifo"):
+        return False, "one session after the other: this system has no named pipes"
+    gpus = sorted(str(node) for pattern in GPU_DEVICE_NODES for node in dev.glob(pattern))
+    if gpus:
+        return False, (
+            f"one session after the other: this machine has a GPU ({gpus[0]}), which both sessions at once "
+            "would share; --take-turns to take turns anyway"
+        )
+    workers = _xdist_workers(pytest_args)
+    if workers:
+        return False, f"one session after the other: PYTEST_ARGS ask for xdist workers ({workers})"
+    inherited = (environ if environ is not None else os.environ).get("WORLD_SIZE", "")
+    ranks = _launcher([*commands, [f"WORLD_SIZE={inherited}"]])
+    if ranks:
+        return False, f"one session after the other: {ranks} (a session taking turns refuses torchrun ranks)"
+    return True, "taking turns (no GPU on this machine; --no-take-turns: one session after the other)"
+
+
+def _xdist_workers(pytest_args: Sequence[str]) -> str:
+    """The -n/--numprocesses option in PYTEST_ARGS that starts workers ("" when none, or -n 0)."""
+    for index, arg in enumerate(pytest_args):
+        if arg in ("-n", "--numprocesses"):
+            value = pytest_args[index + 1] if index + 1 < len(pytest_args) else ""
+        elif arg.startswith("--numprocesses="):
+            value = arg.partition("=")[2]
+        elif arg.startswith("-n") and not arg.startswith("--"):
+            value = arg[2:]
+        else:
+            continue
+        if value.strip() not in ("0", ""):
+            return f"{arg} {value}" if arg in ("-n", "--numprocesses") else arg
+    return ""
+
+
+def _launcher(commands: Sequence[Sequence[str]]) -> str:
+    """What in a side's command prefix starts several ranks: torchrun, or WORLD_SIZE above 1 set by `env`."""
+    for words in commands:
+        for word in words:
+            name, equals, value = word.partition("=")
+            if Path(word).name in ("torchrun", "torch.distributed.run"):
+                return f"a side runs {Path(word).name}"
+            if equals and name == "WORLD_SIZE" and value.strip().isdigit() and int(value) > 1:
+                return f"the sessions' environment sets {word}"
+    return ""
 
 
 class TurnChannelError(Exception):

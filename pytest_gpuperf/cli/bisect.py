@@ -338,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     builder = CachedBuilder(Path(args.cache) if args.cache else out / "envs", args.build, log=say)
     bisection = Bisection(good=good, bad=bad, out=out, base=base, builder=builder, say=say)
-    say(f"gpuperf bisect: {len(set(good) | set(bad))} components, results in {out}")
+    say(f"gpuperf bisect: {len(set(good) | set(bad))} components, results in {out}; {base.take_turns_why}")
     try:
         whole, searches = bisect(bisection, chosen)
     except AbError as error:

@@ -339,9 +339,11 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
     ab.add_argument("--min-pairs", type=_count(1), default=4, metavar="N", help="first look (default 4)")
     ab.add_argument(
         "--take-turns",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="run both sessions of a pair at once, taking turns test by test and round by round, so both sides "
-        "of a test are measured seconds apart (POSIX named pipes in --out; a container side must mount it)",
+        "of a test are measured seconds apart (POSIX named pipes in --out; a container side must mount it); "
+        "default: on where this machine has no GPU and PYTEST_ARGS start no xdist workers or ranks",
     )
     ab.add_argument(
         "--cpus",
