@@ -7,7 +7,7 @@ matmuls per call, and a slowdown of s adds round(PRODUCTS * s) products. In half
 loop pinned to one core, switching on and off every 20-60 s (seeded), the kind of neighbour a shared CI runner has.
 
     python benchmarks/ab_power.py --trials 20 [--levels 0,1,2,3,5] [--max-pairs 16] [--out ab-power.json]
-                                  [--sessions DIR] [--take-turns] [--cpus LIST] [--repeats N]
+                                  [--sessions DIR] [--take-turns] [--cpus LIST] [--repeats N] [--threshold PCT]
                                   [--hog alternate|off]
     python benchmarks/ab_power.py --rejudge ab-power.json
 
@@ -84,6 +84,7 @@ def one_trial(
     take_turns: bool = False,
     cpus: frozenset[int] | None = None,
     repeats: int = 10,
+    threshold: float | None = None,
 ) -> dict[str, Any]:
     python = shlex.quote(sys.executable)
     extra = round(PRODUCTS * (1 + level))
@@ -99,6 +100,7 @@ def one_trial(
         take_turns=take_turns,
         cpus=cpus,
         repeats=repeats,
+        threshold=threshold,
     )
     hog_process = subprocess.Popen([sys.executable, "-c", HOG, str(seed)]) if hog else None
     started = time.monotonic()
@@ -115,6 +117,7 @@ def one_trial(
         "take_turns": take_turns,
         "cpus": None if cpus is None else sorted(cpus),
         "repeats": repeats,
+        "threshold": result.rules.threshold if result.rules is not None else threshold,
         "seed": seed,
         "verdict": metric.verdict.value,
         "pairs": len(metric.log_ratios),
@@ -194,6 +197,13 @@ def main() -> int:
     parser.add_argument(
         "--seed-from", type=int, default=0, help="seeds (order, hog) start after this: another run's are not repeated"
     )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="the engine's --threshold in percent (default: the sessions' own, 2%% on CPU)",
+    )
     parser.add_argument("--out", type=Path, help="keep every trial here (JSON)")
     parser.add_argument("--rejudge", type=Path, help="print the table of trials kept by --out")
     parser.add_argument(
@@ -226,6 +236,7 @@ def main() -> int:
                     take_turns=args.take_turns,
                     cpus=args.cpus,
                     repeats=args.repeats,
+                    threshold=None if args.threshold is None else args.threshold / 100,
                 )
                 trials.append(trial)
                 print(
