@@ -238,41 +238,39 @@ open(sys.argv[3], "w").write(repr(stamp))
 
 # -- whether a comparison takes turns when the command line does not say -------------------------------------
 
+# Accelerator parts of a hardware key as machine/fingerprint.py reads them (NVML's has a name; one without)
+H200 = {"vendor": "nvidia", "name": "NVIDIA H200", "count": 1, "memory_gib": 140, "arch": "sm_90"}
+MI300X = {"vendor": "amd", "count": 8}
+
 
 @pytest.mark.parametrize(
-    ("nodes", "pytest_args", "commands", "environ", "turns", "why"),
+    ("gpu", "pytest_args", "commands", "environ", "turns", "why"),
     [
-        ([], ["t.py"], [["python"], ["python"]], {}, True, "no GPU on this machine"),
-        (["nvidia0", "nvidiactl"], ["t.py"], [["python"]], {}, False, "nvidia0), which both sessions"),
-        (["kfd"], ["t.py"], [["python"]], {}, False, "kfd), which both sessions"),
-        (["nvidiactl"], ["t.py"], [["python"]], {}, True, "no GPU"),  # the control node alone is no GPU
-        ([], ["t.py", "-n", "2"], [["python"]], {}, False, "xdist workers (-n 2)"),
-        ([], ["t.py", "-nauto"], [["python"]], {}, False, "xdist workers (-nauto)"),
-        ([], ["t.py", "--numprocesses=4"], [["python"]], {}, False, "(--numprocesses=4)"),
-        ([], ["t.py", "-n", "0"], [["python"]], {}, True, "no GPU"),
-        ([], ["t.py"], [["python"], ["torchrun", "--nproc-per-node", "2"]], {}, False, "a side runs torchrun"),
-        ([], ["t.py"], [["env", "WORLD_SIZE=2", "python"]], {}, False, "sets WORLD_SIZE=2"),
-        ([], ["t.py"], [["env", "WORLD_SIZE=1", "python"]], {}, True, "no GPU"),
-        ([], ["t.py"], [["python"]], {"WORLD_SIZE": "4"}, False, "sets WORLD_SIZE=4"),
-        ([], ["t.py"], [], {}, True, "no GPU"),  # gpuperf bisect: the sides are built later
+        (None, ["t.py"], [["python"], ["python"]], {}, True, "no GPU on this machine"),
+        (H200, ["t.py"], [["python"]], {}, False, "has a GPU (NVIDIA H200), which both sessions"),
+        (MI300X, ["t.py"], [["python"]], {}, False, "has a GPU (amd), which both sessions"),
+        (None, ["t.py", "-n", "2"], [["python"]], {}, False, "xdist workers (-n 2)"),
+        (None, ["t.py", "-nauto"], [["python"]], {}, False, "xdist workers (-nauto)"),
+        (None, ["t.py", "--numprocesses=4"], [["python"]], {}, False, "(--numprocesses=4)"),
+        (None, ["t.py", "-n", "0"], [["python"]], {}, True, "no GPU"),
+        (None, ["t.py"], [["python"], ["torchrun", "--nproc-per-node", "2"]], {}, False, "a side runs torchrun"),
+        (None, ["t.py"], [["env", "WORLD_SIZE=2", "python"]], {}, False, "sets WORLD_SIZE=2"),
+        (None, ["t.py"], [["env", "WORLD_SIZE=1", "python"]], {}, True, "no GPU"),
+        (None, ["t.py"], [["python"]], {"WORLD_SIZE": "4"}, False, "sets WORLD_SIZE=4"),
+        (None, ["t.py"], [], {}, True, "no GPU"),  # gpuperf bisect: the sides are built later
     ],
 )
 def test_turns_by_default_takes_turns_only_where_they_work_and_says_why(
-    nodes: list[str],
+    gpu: dict[str, object] | None,
     pytest_args: list[str],
     commands: list[list[str]],
     environ: dict[str, str],
     turns: bool,
     why: str,
-    tmp_path: Path,
 ) -> None:
     from pytest_gpuperf.cli.ab_turns import turns_by_default
 
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for node in nodes:
-        (dev / node).touch()
-    chosen, reason = turns_by_default(pytest_args, commands, dev=dev, environ=environ)
+    chosen, reason = turns_by_default(pytest_args, commands, accelerator=lambda: gpu, environ=environ)
     assert chosen is turns and why in reason, reason
 
 

@@ -29,11 +29,13 @@ import os
 import select
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_gpuperf.cli.ab_engine import start_session, stop_session
 from pytest_gpuperf.core.turns import ASK, DONE, GRANT
+from pytest_gpuperf.machine.fingerprint import read_accelerators
 
 POLL_S = 0.05
 """How often the broker looks for a session's exit while nobody writes."""
@@ -41,34 +43,30 @@ EXIT_WAIT_S = 30.0
 """How long a session that said "done" may take to exit before its partner gets the turn anyway."""
 
 
-GPU_DEVICE_NODES = ("nvidia[0-9]*", "kfd")
-"""Device nodes in /dev that mean this machine has a GPU its sessions would use: NVIDIA's, and ROCm's kernel
-driver's (read without importing torch or starting a driver)."""
-
-
 def turns_by_default(
     pytest_args: Sequence[str],
     commands: Sequence[Sequence[str]],
     *,
-    dev: Path = Path("/dev"),
+    accelerator: Callable[[], dict[str, Any] | None] = lambda: read_accelerators()[0],
     environ: Mapping[str, str] | None = None,
 ) -> tuple[bool, str]:
     """Whether a comparison that neither asks for --take-turns nor refuses it takes turns, and why (one clause,
     printed with the comparison's first line). ``commands`` are the sides' command prefixes (may be empty, as
-    for `gpuperf bisect`, whose sides are built later); ``environ`` the sessions' environment (this process's)."""
+    for `gpuperf bisect`, whose sides are built later); ``accelerator`` reads this machine's GPU as the sessions'
+    fingerprint will (machine/fingerprint.py: NVML, amdsmi, the vendors' tools, else a torch subprocess; ~3 s on
+    a CPU machine, once per command); ``environ`` is the sessions' environment (this process's)."""
     if not hasattr(os, "mkfifo"):
         return False, "one session after the other: this system has no named pipes"
-    gpus = sorted(str(node) for pattern in GPU_DEVICE_NODES for node in dev.glob(pattern))
-    if gpus:
+    gpu = accelerator()
+    if gpu:
         return False, (
-            f"one session after the other: this machine has a GPU ({gpus[0]}), which both sessions at once "
-            "would share; --take-turns to take turns anyway"
+            f"one session after the other: this machine has a GPU ({gpu.get('name') or gpu.get('vendor')}), which "
+            "both sessions at once would share; --take-turns to take turns anyway"
         )
     workers = _xdist_workers(pytest_args)
     if workers:
         return False, f"one session after the other: PYTEST_ARGS ask for xdist workers ({workers})"
-    inherited = (environ if environ is not None else os.environ).get("WORLD_SIZE", "")
-    ranks = _launcher([*commands, [f"WORLD_SIZE={inherited}"]])
+    ranks = _ranks(commands, environ if environ is not None else os.environ)
     if ranks:
         return False, f"one session after the other: {ranks} (a session taking turns refuses torchrun ranks)"
     return True, "taking turns (no GPU on this machine; --no-take-turns: one session after the other)"
@@ -90,15 +88,19 @@ def _xdist_workers(pytest_args: Sequence[str]) -> str:
     return ""
 
 
-def _launcher(commands: Sequence[Sequence[str]]) -> str:
-    """What in a side's command prefix starts several ranks: torchrun, or WORLD_SIZE above 1 set by `env`."""
+def _ranks(commands: Sequence[Sequence[str]], environ: Mapping[str, str]) -> str:
+    """What starts several ranks: torchrun in a side's command prefix, or WORLD_SIZE above 1 set by its `env` or
+    inherited from ``environ`` ("" when nothing does)."""
+    settings = [("WORLD_SIZE", environ.get("WORLD_SIZE", ""))]
     for words in commands:
         for word in words:
-            name, equals, value = word.partition("=")
             if Path(word).name in ("torchrun", "torch.distributed.run"):
                 return f"a side runs {Path(word).name}"
-            if equals and name == "WORLD_SIZE" and value.strip().isdigit() and int(value) > 1:
-                return f"the sessions' environment sets {word}"
+            name, _, value = word.partition("=")
+            settings.append((name, value))
+    for name, value in settings:
+        if name == "WORLD_SIZE" and value.strip().isdigit() and int(value) > 1:
+            return f"the sessions' environment sets WORLD_SIZE={value.strip()}"
     return ""
 
 
