@@ -55,7 +55,16 @@ class MoEFeedForward(nn.Module):
 
     After each forward, ``aux_loss`` holds the load-balancing loss of that forward (see
     :func:`load_balancing_loss`); :meth:`Transformer.aux_loss` sums it over layers.
+
+    ``token_alignment``: the rows each expert receives are padded with zero rows to a multiple of it. fp8
+    training sets 16 (training/precision.py): ``torch._scaled_mm`` needs every dimension of its operands to be a
+    multiple of 16, and in the weight gradient of an expert the routed tokens are the reduction dimension, whose
+    count the router decides (923 tokens for one expert of Mixtral 8x7B on an H200 made the step fail), as
+    torchao's MoE training aligns its token groups. Zero rows change no real row's output, and add nothing to the
+    weights' gradients (their inputs and their output gradients are zero); their outputs are dropped.
     """
+
+    token_alignment: int = 1
 
     def __init__(self, d_model: int, hidden: int, moe: MoEConfig) -> None:
         super().__init__()
@@ -79,7 +88,11 @@ class MoEFeedForward(nn.Module):
             token_idx, slot = torch.where(chosen == e)
             if token_idx.numel() == 0:
                 continue
-            contribution = expert(flat[token_idx]) * weights[token_idx, slot, None]
+            rows = flat[token_idx]
+            padding = -token_idx.numel() % self.token_alignment
+            if padding:
+                rows = F.pad(rows, (0, 0, 0, padding))
+            contribution = expert(rows)[: token_idx.numel()] * weights[token_idx, slot, None]
             out.index_add_(0, token_idx, contribution.to(out.dtype))
         return out.reshape(shape)
 

@@ -21,7 +21,11 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+FP8_DIM_MULTIPLE = 16
+"""``torch._scaled_mm`` needs every dimension of its operands to be a multiple of this."""
+
 __all__ = [
+    "FP8_DIM_MULTIPLE",
     "PRECISIONS",
     "PrecisionSpec",
     "PrecisionUnsupported",
@@ -289,14 +293,17 @@ def _convert_fp8(model: nn.Module, recipe: str, keep_high: Callable[[str], bool]
         ok = (
             isinstance(module, nn.Linear)
             and not keep_high(fqn)
-            and module.in_features % 16 == 0
-            and module.out_features % 16 == 0
+            and module.in_features % FP8_DIM_MULTIPLE == 0
+            and module.out_features % FP8_DIM_MULTIPLE == 0
         )
         if ok:
             chosen.append(fqn)
         return ok
 
     convert_to_float8_training(model, module_filter_fn=accept, config=Float8LinearConfig.from_recipe_name(recipe))
+    for module in model.modules():
+        if hasattr(module, "token_alignment"):  # routes a varying number of tokens into converted linears (MoE)
+            module.token_alignment = FP8_DIM_MULTIPLE
     return tuple(chosen)
 
 
