@@ -303,7 +303,7 @@ def _convert_fp8(model: nn.Module, recipe: str, keep_high: Callable[[str], bool]
     convert_to_float8_training(model, module_filter_fn=accept, config=Float8LinearConfig.from_recipe_name(recipe))
     for module in model.modules():
         if hasattr(module, "token_alignment"):  # routes a varying number of tokens into converted linears (MoE)
-            module.token_alignment = FP8_DIM_MULTIPLE
+            setattr(module, "token_alignment", FP8_DIM_MULTIPLE)  # noqa: B010 (nn.Module types its attributes)
     return tuple(chosen)
 
 
