@@ -44,9 +44,11 @@ class Script:
         fail: dict[int, int] | None = None,
         interrupt_at: int | None = None,
         machine: Any = None,
+        context: Any = None,
     ) -> None:
         self.values = values
         self.machine = machine  # (side, session_number) -> the machine state its metrics record, or None
+        self.context = context  # (side, session_number) -> more of its metrics' context (a device's telemetry)
         self.fail = fail or {}
         self.interrupt_at = interrupt_at
         self.calls: list[list[str]] = []
@@ -78,7 +80,8 @@ class Script:
                     "unit": "s",
                     "higher_is_better": False,
                     "samples": v if isinstance(v, list) else [v, v, v],
-                    "context": {"machine": self.machine(side, number)} if self.machine else {},
+                    "context": ({"machine": self.machine(side, number)} if self.machine else {})
+                    | (self.context(side, number) if self.context else {}),
                 }
                 for (test, metric), v in metrics.items()
             ],
@@ -173,6 +176,57 @@ def test_a_pair_whose_sessions_canaries_differ_is_left_out_of_that_metric(tmp_pa
     assert metric.contended == ["pair 2: the canary ran 51% slower in A's session than in the other's"]
     assert all(r < 0 for r in metric.log_ratios)
     assert "1 pair(s) left out, the machine not itself (pair 2: the canary ran 51% slower" in metric.reason()
+
+
+def device_telemetry(*reasons: str) -> dict[str, Any]:
+    """A session's GPU telemetry summary, as micro-suite results on an H200 carry it (1980 MHz SM clock)."""
+    return {
+        "samples": 12, "busy_samples": 12, "duration_s": 0.5, "sm_clock_mhz_min": 1980.0,
+        "sm_clock_mhz_median": 1980.0, "mem_clock_mhz_min": 3201.0, "mem_clock_mhz_median": 3201.0,
+        "power_w_median": 600.0, "power_w_max": 690.0, "temperature_c_max": 55.0, "energy_j": 300.0,
+        "throttled": bool(reasons), "throttle_reasons": list(reasons), "throttle_known": True,
+        "device_name": "NVIDIA H200", "backend": "nvml",
+    }  # fmt: skip
+
+
+def test_a_device_timed_metric_keeps_pairs_whose_host_canaries_differ(tmp_path: Path) -> None:
+    """The H200 A/A (2026-12-04): CUDA-event GEMM pairs agreed within 0.3% while the host canaries of their
+    sessions differed by 15-106%, and the canary rule left 6-11 of 13 pairs out, so 1 of 6 metrics decided. A
+    metric timed on the device keeps those pairs; the same figures timed on the host's clock lose them."""
+    calm = QUIET | {"canary_s": [0.00093] * 5, "canary_cpu_per_wall": 0.99}
+    caught = calm | {"canary_s": [0.0019] * 5}
+
+    def machine(side: str, number: int) -> dict[str, Any]:
+        return caught if number % 3 == 0 else calm
+
+    def on_device(side: str, number: int) -> dict[str, Any]:
+        return {"clock": "device", "telemetry": device_telemetry("sw_power_cap")}  # a GEMM at the power limit
+
+    device = run_ab(plan(tmp_path / "device"), runner=Script(steady(), machine=machine, context=on_device))
+    metric = device.judged()[0]
+    assert metric.verdict is Verdict.PASS and metric.contended == []
+    assert len(metric.log_ratios) == device.complete_pairs
+    host = run_ab(plan(tmp_path / "host"), runner=Script(steady(), machine=machine))
+    assert host.judged()[0].contended and "canary" in host.judged()[0].contended[0]
+
+
+def test_a_device_timed_pair_is_left_out_when_a_session_s_device_slowed_by_itself(tmp_path: Path) -> None:
+    """A thermal slowdown in one session is the device not being itself: that pair is left out. The power cap a
+    heavy kernel reaches is not (a stack whose kernels draw more power is slowed by it, and that is its doing)."""
+    number = 3 + balanced_order(2, seed=0)[1].index("B")  # pair 2's B session
+
+    def on_device(side: str, n: int) -> dict[str, Any]:
+        reasons = ("hw_thermal",) if n == number else ("sw_power_cap",)
+        return {"clock": "device", "telemetry": device_telemetry(*reasons)}
+
+    def values(side: str, n: int) -> dict[tuple[str, str], float]:
+        value = steady(slow_b=1.05)(side, n)
+        return {key: v * (0.5 if n == number else 1.0) for key, v in value.items()}
+
+    result = run_ab(plan(tmp_path), runner=Script(values, context=on_device))
+    metric = result.judged()[0]
+    assert metric.verdict is Verdict.REGRESSED
+    assert metric.contended == ["pair 2: B: throttled during the measurement (hw_thermal)"]
 
 
 def test_pairs_left_out_are_replaced_up_to_max_left_out(tmp_path: Path) -> None:

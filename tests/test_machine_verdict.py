@@ -220,6 +220,54 @@ def timer(fn, repeats: int) -> list[float]:
     return [0.010, 0.0101, 0.0099, 0.010, 0.0100][:repeats]
 
 
+class DeviceTimer:
+    """A timer on the device's own clock, as micro/timing.py's CUDA-event timer declares itself."""
+
+    clock = "device"
+
+    def __call__(self, fn, repeats: int) -> list[float]:
+        return timer(fn, repeats)
+
+
+def test_a_round_timed_on_the_device_is_not_measured_again_for_the_host_s_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the H200 the host canaries of an A/A's sessions differed by 15-106% while their GEMM pairs agreed within
+    0.3%: a device-timed round is judged by the device's telemetry, and the host's state is only recorded."""
+    perf, _ = scripted_perf(monkeypatch, [Verdict.PASS])
+    ScriptedWindow.script = [state(runqueue=0.3), state()]
+    perf.measure("t", lambda: None, timer=DeviceTimer())
+    [metric] = perf.metrics
+    assert metric.rounds == 1
+    assert metric.context["clock"] == "device"
+    assert metric.context["machine"]["runqueue_share"] == 0.3  # recorded for the report
+    ScriptedWindow.script = [state(runqueue=0.3), state()]
+    perf.measure("wall", lambda: None, timer=timer)  # a timer that says nothing is the host's clock
+    assert perf.metrics[-1].rounds == 2 and "clock" not in perf.metrics[-1].context
+
+
+def judge_device_timed(session: GpuperfSession, samples: list[float], machine: dict[str, Any]):
+    perf = session.new_perf("m.py::t")
+    perf.record("loop", samples, unit="s", higher_is_better=False, context={"machine": machine, "clock": "device"})
+    [result] = session.evaluate(perf)
+    return result
+
+
+def test_a_device_timed_figure_is_judged_without_the_host_s_canaries(tmp_path: Path) -> None:
+    """The same figures and host states: NOISY when the host's clock timed them (the canary ran 86% slower than
+    the baseline's, as on the H200), judged on the figures when the device's clock did."""
+    runs = [([v * f for v in BASE], state(canary_ms=1.0)) for f in (1.0, 1.001, 0.999)]
+    slow_host = state(canary_ms=1.86, runqueue=0.3)
+    slower = [v * 1.3 for v in BASE]
+    host = judge(make_session(tmp_path / "host", runs), slower, slow_host)
+    assert host.verdict is Verdict.NOISY  # a host 1.86x slower explains a 1.3x slower wall time
+    device = judge_device_timed(make_session(tmp_path / "device", runs), slower, slow_host)
+    assert device.verdict is Verdict.REGRESSED  # the device's own time: the host explains none of it
+    assert "machine_check" not in device.context and "canary" not in device.comparison.reason
+    same = judge_device_timed(make_session(tmp_path / "same", runs), BASE, slow_host)
+    assert same.verdict is not Verdict.NOISY and "canary" not in same.comparison.reason
+
+
 def test_a_contended_round_is_measured_again_and_the_clean_one_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     perf, _ = scripted_perf(monkeypatch, [Verdict.PASS])
     ScriptedWindow.script = [state(runqueue=0.3), state()]

@@ -54,7 +54,7 @@ from typing import IO, Any, Protocol
 
 from pytest_gpuperf.core.paired import PairedJudgement, PairedRules, judge, log_ratio
 from pytest_gpuperf.core.stats import Verdict
-from pytest_gpuperf.core.verdict import machine_state
+from pytest_gpuperf.core.verdict import machine_state, timed_on_device
 from pytest_gpuperf.machine.contention import (
     CANARIES,
     MachineState,
@@ -63,6 +63,7 @@ from pytest_gpuperf.machine.contention import (
     others_limit,
 )
 from pytest_gpuperf.machine.fingerprint import hardware_slug, stack_changes
+from pytest_gpuperf.machine.telemetry import check_conditions
 
 AB_SCHEMA = "gpuperf-ab/2"
 """/2: each metric's per-pair session figures are a_figures/b_figures, and session_figure says which (/1:
@@ -683,7 +684,11 @@ class SessionMetric:
     unit: str
     higher_is_better: bool
     state: MachineState | None
-    """The machine's state while it was measured (None where the session recorded none)."""
+    """The host's state while it was measured (None where the session recorded none, or where the metric was
+    timed on the device: ``timed_on_device``)."""
+    device_slowdown: str | None = None
+    """For a metric timed on the device: why its telemetry shows the device slowed down for a reason of its own
+    (thermal, a hardware slowdown, a power brake: not the power cap a heavy kernel reaches by itself), or None."""
 
 
 def session_figure(samples: Sequence[float], *, higher_is_better: bool, figure: str) -> float:
@@ -701,16 +706,33 @@ def _session_metrics(document: dict[str, Any], figure: str) -> dict[tuple[str, s
             samples = [float(v) for v in entry["samples"]]
             key = (str(entry["test"]), str(entry["metric"]))
             context = entry.get("context")
+            context = context if isinstance(context, dict) else {}
             higher_is_better = bool(entry["higher_is_better"])
+            on_device = timed_on_device(context)
             found[key] = SessionMetric(
                 figure=session_figure(samples, higher_is_better=higher_is_better, figure=figure),
                 unit=str(entry.get("unit", "")),
                 higher_is_better=higher_is_better,
-                state=machine_state(context) if isinstance(context, dict) else None,
+                state=None if on_device else machine_state(context),
+                device_slowdown=device_slowdown(context) if on_device else None,
             )
         except (KeyError, TypeError, ValueError, statistics.StatisticsError):  # min/max of no samples: ValueError
             continue  # a malformed entry of another version: that metric is not compared in this pair
     return found
+
+
+def device_slowdown(context: dict[str, Any]) -> str | None:
+    """Why a measurement's device telemetry shows the device slowed down by itself, or None (none recorded, or
+    none seen). The power cap a heavy kernel reaches is not such a reason: a stack whose kernels draw more power
+    is slowed by it, and that is the stack's doing, which the comparison must see."""
+    telemetry = context.get("telemetry")
+    return check_conditions(telemetry, None).problem if isinstance(telemetry, dict) else None
+
+
+def devices_slowed(a: SessionMetric, b: SessionMetric) -> str | None:
+    """Why a pair of a metric timed on the device is left out: a session whose device slowed down by itself."""
+    slowed = [f"{side}: {why}" for side, why in (("A", a.device_slowdown), ("B", b.device_slowdown)) if why]
+    return "; ".join(slowed) or None
 
 
 def canaries_differ(a: MachineState | None, b: MachineState | None) -> str | None:
@@ -805,7 +827,9 @@ def _add_pair(pair: PairRecord, result: AbResult) -> None:
             metric.missing = None
             if metric.decided or (result.rules is not None and len(metric.log_ratios) >= result.rules.max_pairs):
                 continue  # decided, or its last look taken: AMBIGUOUS stays AMBIGUOUS
-            left_out = why_left_out(a[key].state, b[key].state, taking_turns=result.plan.take_turns)
+            left_out = devices_slowed(a[key], b[key]) or why_left_out(
+                a[key].state, b[key].state, taking_turns=result.plan.take_turns
+            )
             if left_out:
                 metric.contended.append(f"pair {pair.index}: {left_out}")
                 continue

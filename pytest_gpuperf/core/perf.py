@@ -18,12 +18,19 @@ import pytest
 from pytest_gpuperf.core import schema
 from pytest_gpuperf.core.stats import Comparison, Verdict, summarize
 from pytest_gpuperf.core.store import Curve
-from pytest_gpuperf.core.verdict import RULE_VERDICTS, External, Rule
+from pytest_gpuperf.core.verdict import DEVICE_CLOCK, RULE_VERDICTS, External, Rule
 from pytest_gpuperf.machine.contention import MachineState, MachineWindow, judge_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 
 Timer = Callable[[Callable[[], object], int], list[float]]
-"""Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say)."""
+"""Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say). A timer
+that reads the accelerator's own clock says so with an attribute ``clock = "device"`` (``timer_clock``)."""
+
+
+def timer_clock(timer: Timer | None) -> str:
+    """Whose clock times the calls: "device" for a timer that declares it (CUDA events time the device's own
+    work), else "host" (the wall clock, which the host's load moves)."""
+    return DEVICE_CLOCK if timer is not None and getattr(timer, "clock", None) == DEVICE_CLOCK else "host"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -265,7 +272,9 @@ class Perf:
         in the metric's context. A round whose spread exceeds the noise limit, in which the device throttled or
         ran its clocks below 90% of the baseline's, or in which the machine was contended (or its reference
         canary ran slower than the baseline's) is measured again, up to ``--gpuperf-remeasure`` times; the best
-        round is kept (comparable conditions first, then the least spread).
+        round is kept (comparable conditions first, then the least spread). A ``timer`` on the device's own
+        clock (``timer_clock``: CUDA events) is judged by the device's telemetry alone; the host's state is
+        still recorded, for the report.
 
         Sequential sampling: when that round is clean and its verdict against the baseline would be AMBIGUOUS,
         up to ``--gpuperf-extend`` more rounds are taken and pooled with it, while each stays clean and the test's
@@ -285,6 +294,7 @@ class Perf:
         # Taking turns: call by call where this module times the calls, else round by round (a custom timer's
         # calls are its own); the warm-up and the first round then run on one turn, back to back.
         by_call = self._turn is not None and timer is None
+        on_device = timer_clock(timer) == DEVICE_CLOCK
         turn_held = False
         if not by_call:
             self._take_turn()
@@ -314,8 +324,13 @@ class Perf:
                     f"{repeats} positive durations in seconds"
                 )
             samples = [work / t for t in seconds] if work is not None else list(seconds)
-            conditions = window.conditions(baseline_telemetry, baseline_machine)
-            return samples, conditions, summarize(samples).spread, window.context, time.perf_counter() - started
+            if on_device:  # the device's time: its telemetry says whether it was itself, not the host's canaries
+                conditions = window.conditions(baseline_telemetry)
+                context = {**window.context, "clock": DEVICE_CLOCK}
+            else:
+                conditions = window.conditions(baseline_telemetry, baseline_machine)
+                context = window.context
+            return samples, conditions, summarize(samples).spread, context, time.perf_counter() - started
 
         best: tuple[tuple[bool, float], list[float], dict[str, Any], float] | None = None
         rounds = 0

@@ -165,6 +165,19 @@ def judge(
     return replace(comparison, verdict=decision.verdict, reason=f"{rule.name}: {decision.reason}")
 
 
+DEVICE_CLOCK = "device"
+"""``context["clock"]`` of a measurement timed by the accelerator's own clock (CUDA events), not the host's."""
+
+
+def timed_on_device(context: Mapping[str, Any]) -> bool:
+    """Whether a measurement was timed by the accelerator's own clock (``perf.measure`` with a timer whose
+    ``clock`` is "device"). Such figures are the device's time: the host's state is not theirs to answer for
+    (on the H200 an A/A's GEMM pairs agreed within 0.3% while the host canaries of their sessions differed by
+    15-106%), so the machine check (host canaries, steal, run-queue wait) does not judge them; the device's
+    telemetry (clocks, throttling) does."""
+    return context.get("clock") == DEVICE_CLOCK
+
+
 def machine_state(context: Mapping[str, Any]) -> MachineState | None:
     """The machine state a measurement's context holds, or None (none recorded, or written by another version)."""
     stored = context.get("machine")
@@ -200,11 +213,13 @@ def judge_on_machine(
     sittings: Sittings | None = None,
 ) -> MachineJudgement:
     """``judge`` with the machine's state: a contended measurement or baseline is NOISY with the reason, unless
-    the verdict is one the machine's canary-measured factor cannot explain (``beyond_the_machine``)."""
+    the verdict is one the machine's canary-measured factor cannot explain (``beyond_the_machine``). A
+    measurement timed on the device (``timed_on_device``) is judged without the host's state."""
     judged = [list(run) for run in runs]
     check: MachineCheck | None = None
     machine_conditions = None
-    if judged and machine_check and unit not in UNMOVED_BY_LOAD and not exact_agreement(samples, judged):
+    host_timed = not timed_on_device(context)
+    if judged and machine_check and host_timed and unit not in UNMOVED_BY_LOAD and not exact_agreement(samples, judged):
         # a size, a count or a figure that reproduces exactly is not a timing: the machine's load does not move it
         check = judge_machine(machine_state(context), [machine_state(c) for c in run_contexts])
         machine_conditions = check.conditions
