@@ -261,6 +261,8 @@ def test_headline_says_why_metrics_are_undecided_and_machine_notes_read_plain_co
     note = rollup.machine_note(quiet, [loaded, loaded])
     assert note == "canary 1.7x slower when the baseline was recorded; steal 20% in the baseline, 0% now"
     assert rollup.machine_note(quiet, [quiet]) is None and rollup.machine_note({}, [loaded]) is None
+    # timed on the device (CUDA events): the host's state is not the measurement's evidence
+    assert rollup.machine_note(quiet | {"clock": "device"}, [loaded, loaded]) is None
     kernels = {"kernel_canary_s": {"sgemm": [0.0014], "copy": [0.0028]}, "kernel_library": "numpy 2.4.6"}
     fast = {"machine": quiet["machine"] | kernels | {"kernel_canary_s": {"sgemm": [0.001], "copy": [0.0014]}}}
     slow = {"machine": quiet["machine"] | kernels}

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_gpuperf.core.verdict import timed_on_device
 from pytest_gpuperf.machine.contention import CANARIES
 
 DECIDED = ("REGRESSED", "IMPROVED", "PASS")
@@ -185,7 +186,10 @@ def evidence(verdict: str, machine_note: str | None, *, source: str = "baseline"
 def machine_note(current: Mapping[str, Any] | None, baseline: Sequence[Mapping[str, Any] | None]) -> str | None:
     """How the machine's state differed between a measurement and its baseline runs, from the ``machine``
     context each measurement records (canary timings, the kernel canaries' too; steal; other cores' load), or None
-    when it did not or when either side did not record it. Reads plain dicts: runs of any version slot in."""
+    when it did not or when either side did not record it, or when the measurement was timed on the device (the
+    host's state is not its evidence: ``timed_on_device``). Reads plain dicts: runs of any version slot in."""
+    if current is not None and timed_on_device(current):
+        return None
     now = _machine(current)
     before = [state for state in (_machine(context) for context in baseline) if state]
     if not now or not before:
