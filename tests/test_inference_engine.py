@@ -160,6 +160,59 @@ def test_continuous_batching_shares_decode_steps_and_matches_sequential_generati
     assert sum(trace.prefill_rows) == len(requests) and trace.prefill_rows[0] == 2  # slots 0, 1: equal prompts
 
 
+@pytest.mark.parametrize("model_name", ["tiny-llama", "tiny-moe"])
+def test_keys_rounded_up_to_the_caches_multiple_change_no_token(
+    model_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A GPU's cache attends over key lengths rounded up to 256 (KVCache.key_multiple), so a decode's attention
+    # sees a few shapes instead of a new one every step (each cost ~70 ms on an H200). The mask hides the extra
+    # keys: with rows at different positions (continuous batching, decodes crossing 256), no token may change.
+    import functools
+
+    import torch
+
+    from pytest_gpuperf.inference.engine import LocalEngine, make_prompts, sequential_greedy
+    from pytest_gpuperf.models.llama import KVCache
+    from pytest_gpuperf.models.registry import get_spec
+
+    max_len = 320
+    model = dataclasses.replace(get_spec(model_name), max_seq_len=max_len).build(seed=3).eval()
+    lengths = [250, 240, 252, 230, 251]
+    news = [12, 20, 9, 30, 6]
+    requests = [
+        Request(id=i, prompt=make_prompts(count=1, length=n, vocab_size=256, seed=i)[0], max_new_tokens=m)
+        for i, (n, m) in enumerate(zip(lengths, news))
+    ]
+    reference = [sequential_greedy(model, r.prompt, r.max_new_tokens) for r in requests]
+
+    for_model, update = KVCache.for_model, KVCache.update
+    attended: list[tuple[int, int, int]] = []  # (the forward's tokens, its end, keys handed to attention)
+
+    def spy(
+        self: KVCache, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, end: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = update(self, layer, k, v, positions, end)
+        if layer == 0:
+            attended.append((positions.shape[1], end, keys[0].shape[1]))
+        return keys
+
+    monkeypatch.setattr(KVCache, "update", spy)
+    for multiple in (1, 256):
+        monkeypatch.setattr(KVCache, "for_model", functools.partial(for_model, key_multiple=multiple))
+        attended.clear()
+        done = LocalEngine(model, max_len=max_len).generate(requests, concurrency=3)
+        assert [c.tokens for c in done] == reference, f"key_multiple {multiple}"
+        onto_cache = [(end, keys) for tokens, end, keys in attended if end != tokens]
+        assert {end for end, _ in onto_cache} >= {255, 256, 257}  # decodes cross the multiple
+        fresh = [(end, keys) for tokens, end, keys in attended if end == tokens]
+        assert fresh and all(keys == end for end, keys in fresh)  # prefills keep the exact causal path
+        if multiple == 1:
+            assert all(keys == end for end, keys in onto_cache)
+        else:
+            assert {keys for _, keys in onto_cache} == {256, max_len}
+            assert all(keys >= end for end, keys in onto_cache)
+
+
 def test_engine_refuses_a_request_longer_than_its_cache(tiny: object) -> None:
     from pytest_gpuperf.inference.engine import LocalEngine
 

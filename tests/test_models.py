@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_gpuperf.models import SPECS, ModelSpec, get_spec
-from pytest_gpuperf.models.llama import KVCache, LlamaConfig, Transformer
+from pytest_gpuperf.models.llama import GPU_KEY_MULTIPLE, KVCache, LlamaConfig, Transformer
 from pytest_gpuperf.models.lora import LoRALinear, apply_lora, lora_parameters
 from pytest_gpuperf.models.moe import load_balancing_loss
 
@@ -185,15 +185,17 @@ class _LargestOutput(TorchDispatchMode):
         return out
 
 
-def test_grouped_query_cache_attention_matches_full_forward_without_copying_the_cache() -> None:
+@pytest.mark.parametrize("key_multiple", [1, 4])
+def test_grouped_query_cache_attention_matches_full_forward_without_copying_the_cache(key_multiple: int) -> None:
     # 8 query heads share 2 kv heads (4 per group, as in Llama 3). A chunk at start_pos > 0 with several
     # queries and a decode step with rows at different positions both take the masked path, whose folded
-    # query groups must pair each query head with the kv head repeat_interleave would give it.
+    # query groups must pair each query head with the kv head repeat_interleave would give it. With
+    # key_multiple 4 that path attends over 12 keys at ends 9..12, the mask hiding the ones not written yet.
     model = SMALL_GQA_TIED.build(seed=4).eval()
     tokens = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         full = model(tokens)
-        cache = KVCache.for_model(model, batch_size=2, max_len=16)
+        cache = KVCache.for_model(model, batch_size=2, max_len=16, key_multiple=key_multiple)
         parts = [model(tokens[:, :5], cache=cache, start_pos=0), model(tokens[:, 5:9], cache=cache, start_pos=5)]
         for pos in range(9, 11):
             parts.append(model(tokens[:, pos : pos + 1], cache=cache, start_pos=torch.tensor([pos, pos])))
@@ -214,6 +216,25 @@ def test_last_only_gives_the_last_position_of_a_full_forward() -> None:
         last = model(tokens, cache=cache, start_pos=0, last_only=True)
     assert last.shape == (3, 1, 256)
     torch.testing.assert_close(last, full[:, -1:], rtol=1e-4, atol=1e-5)
+
+
+def test_kv_cache_rounds_the_keys_of_a_forward_onto_it_to_its_device_s_multiple() -> None:
+    # A GPU pays per attention shape (docs/inference.md, GPU tier): off the CPU a cache rounds the attended key
+    # length up to 256, so a decode sees a few shapes; the CPU keeps exact lengths (its baselines have them).
+    assert KVCache.for_model(get_spec("tiny-llama").build(seed=0), batch_size=2).key_multiple == 1
+    meta = get_spec("tiny-llama").build(seed=0, device="meta")
+    cache = KVCache.for_model(meta, batch_size=4, max_len=600)
+    assert cache.key_multiple == GPU_KEY_MULTIPLE == 256 and cache.rows(1, 3).key_multiple == 256
+    assert [cache.key_length(end) for end in (1, 255, 256, 257, 512, 513, 600)] == [256, 256, 256, 512, 512, 600, 600]
+    assert KVCache.for_model(meta, batch_size=1, max_len=600, key_multiple=1).key_length(257) == 257
+    # A fresh prefill (end == its own length) keeps exactly its keys: its attention is the causal one.
+    cpu = KVCache(n_layers=1, batch_size=1, max_len=600, n_kv_heads=1, head_dim=2, key_multiple=256)
+    fresh = torch.arange(5)[None]
+    assert cpu.update(0, torch.ones(1, 5, 1, 2), torch.ones(1, 5, 1, 2), fresh, 5)[0].shape[1] == 5
+    step = torch.tensor([[5]])
+    assert cpu.update(0, torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2), step, 6)[0].shape[1] == 256
+    with pytest.raises(ValueError, match="key_multiple must be a positive int, got 0"):
+        KVCache(n_layers=1, batch_size=1, max_len=8, n_kv_heads=1, head_dim=2, key_multiple=0)
 
 
 def test_kv_cache_refuses_overflow() -> None:
