@@ -44,10 +44,12 @@ class Step:
     """Wall-clock bound of the step; the three together stay under 8 minutes."""
 
 
+# On one H200 (2026-12-04) micro took 26 s and training 36 s plus ~28 s for its fp8 MoE workload; inference
+# finished nothing in its former 90 s and is sized for ~110 s of its 210 (pytest_gpuperf/suites/test_inference.py).
 STEPS: tuple[Step, ...] = (
-    Step(name="micro", path="pytest_gpuperf/suites/test_micro.py", marker="micro", timeout_s=210),
+    Step(name="micro", path="pytest_gpuperf/suites/test_micro.py", marker="micro", timeout_s=90),
     Step(name="training", path="pytest_gpuperf/suites/test_training.py", marker="perf and gpu_tier", timeout_s=150),
-    Step(name="inference", path="pytest_gpuperf/suites/test_inference.py", marker="perf and gpu_tier", timeout_s=90),
+    Step(name="inference", path="pytest_gpuperf/suites/test_inference.py", marker="perf and gpu_tier", timeout_s=210),
 )
 
 # Import name -> (distribution to install from .whl/, why the check needs it). Required ones stop the check.

@@ -12,10 +12,10 @@ interactivity, output parity against goldens (docs/inference.md).
 - ``test_output_parity``: greedy tokens and teacher-forced logits of fixed prompts against a stored golden.
 
 CPU tier: the tiny Llama (fp32, one thread), pairs 128/128, 512/64, 64/512, concurrency 1, 2, 4, 8.
-GPU tier (``gpu_tier``, run by scripts/gpu_check.sh within 90 s): a 2-layer proxy of Llama 3 8B in bf16, pairs
-1k/1k at concurrency 1, 8, 64 and 8k/1k at 1, 64, one request per client; sized from estimates (below), not yet
-run on a GPU. The 1k/8k pair (1, 64) is a GPU sweep too but not ``gpu_tier``: ``-m perf --gpuperf-device cuda``
-runs it (~1.5 min more).
+GPU tier (``gpu_tier``, run by scripts/gpu_check.sh within 210 s): a 2-layer proxy of Llama 3 8B in bf16, pairs
+1k/1k at concurrency 1, 8, 64 and 8k/1k at 1, 64, one request per client; sized from decode steps measured on an
+H200 (below), but the tier itself has not finished on a GPU yet. The 1k/8k pair (1, 64) is a GPU sweep too but
+not ``gpu_tier``: ``-m perf --gpuperf-device cuda`` runs it (~4 min more).
 """
 
 from __future__ import annotations
@@ -79,25 +79,28 @@ SWEEPS = [
     pytest.param("cpu", 64, 512, id="cpu-64-512"),
     pytest.param("cuda", 1024, 1024, id="gpu-1k-1k", marks=pytest.mark.gpu_tier),
     pytest.param("cuda", 8192, 1024, id="gpu-8k-1k", marks=pytest.mark.gpu_tier),
-    # 3 runs x 2 x 8k = 49k decode steps, ~100 s alone: more than the GPU check's whole 90 s (see below).
+    # 3 runs x 2 x 8k = 49k decode steps, ~250 s alone: more than the GPU check's 210 s for the tier (see below).
     pytest.param("cuda", 1024, 8192, id="gpu-1k-8k"),
 ]
 GPU_CONCURRENCIES = {(8192, 1024): (1, 64), (1024, 8192): (1, 64)}
 """(ISL, OSL) -> concurrencies where the GPU sweep leaves out the tier's middle point (its cost is in decode steps)."""
 
-# Sizing of the GPU tier for scripts/gpu_check.sh's 90 s on one H200 (estimates; nothing here has run on one):
+# Sizing of the GPU tier for scripts/gpu_check.sh's 210 s on one H200, from benchmarks/inference_probe.py on an
+# H200 (2026-12-04, torch 2.11.0+cu130, this model through LocalEngine). The tier as a whole has not run since.
 # - one wave of requests per run, so a sweep is runs x concurrencies x (OSL - 1) decode forwards, each one
 #   shared by every active request. 1k/1k (1, 8, 64) + 8k/1k (1, 64) at 3 runs: 3 x 5 x 1023 = 15.3k steps.
-# - a decode step of the 2-layer proxy is host-bound in eager mode: ~150 aten ops (2 layers of norms, RoPE,
-#   cache writes, attention, SwiGLU, then the head) at ~10 us of dispatch and launch each, ~1.5-2 ms; the device
-#   side is ~0.5 ms of weights (1.9 GB of bf16, the 128k-row head being half) plus at most 1.1 ms of cache reads
-#   (64 rows x 9k positions x 2 layers x 8 KB). At 2 ms: ~31 s.
-# - prefill: 3 x (1 + 64) x 8k + a 64 x 8k warm-up ~ 2.1M tokens x ~1 GFLOP (2 x 0.44 G layer weights + causal
-#   attention; the head projects the last position only) ~ 2 PFLOP, ~5 s at 40% of the bf16 peak; 1k/1k ~1 s.
-# - four model builds (~1.5 G fp32 weights initialised on the device, cast to bf16) and parity ~5 s; process
-#   start, import and CUDA init ~15-20 s. In all ~60 s; a 1.5x slower decode step still ends by ~75 s.
-GPU_DECODE_STEP_S = 2e-3
-"""Estimated wall time of one eager decode forward of the GPU tier's model on an H200 (see above)."""
+# - a decode step measured 2.8 ms (1 row, 1k prompt), 4.1 ms (1 row, 8k) and 4.6 ms (64 rows, 1k, key lengths
+#   already seen; 1688 kernels for 8 steps and a prefill, device busy 117 ms: host-bound). While every step's
+#   key length was new to the attention kernel, a step of 8 or 64 rows took ~70 ms and the tier finished
+#   nothing in 90 s; KVCache.key_multiple (models/llama.py) now rounds that length up to 256 on a GPU. 64 rows
+#   at 8k were not measured with lengths seen (~1 ms more of cache reads than at 1k). At 5 ms: ~77 s.
+# - prefill: 64 x 8k measured 1.15 s, so the 8k/1k sweep's 3 x (1 + 64) + a 64 x 8k warm-up ~ 5 s, 1k/1k ~1 s;
+#   ~20 attention shapes (4 rounded key lengths per concurrency) at ~70 ms each ~1.5 s.
+# - three model builds (0.84 s measured) and parity ~5 s; process start, import and CUDA init ~15-20 s. In all
+#   ~110 s; a 1.5x slower decode step still ends by ~150 s (tests/test_inference_sizing.py checks this).
+GPU_DECODE_STEP_S = 5e-3
+"""Wall time of one eager decode forward of the GPU tier's model on an H200: measured 2.8-4.6 ms (see above),
+rounded up for the 64-row 8k point that was not."""
 
 PARITY_PROMPTS = 4
 PARITY_PROMPT_LEN = 32
@@ -277,9 +280,10 @@ OPEN_LOOPS = {
     # the top rate at ~half the slots, so a 2x slower loaded machine still serves it without runaway queueing.
     # 3 runs x (32 requests at 15, 30, 60 req/s) ~ 3 x 3.7 s of schedule, ~12 s in all.
     "cpu": OpenLoop(isl=64, osl=32, rates=(15.0, 30.0, 60.0), cap=8, requests=32, edge_requests=3),
-    # Not run on a GPU yet, and not in gpu_tier: sized from the closed-loop estimates (a ~2 ms decode step at up
-    # to 64 rows, so a 1k/256 request takes ~0.5 s and cap 64 serves ~120 req/s at most). 3 runs x 128 requests
-    # at 8, 24, 64 req/s ~ 3 x 23 s of schedule, ~75 s in all.
+    # Not run on a GPU yet, and not in gpu_tier: sized from the closed-loop estimate of a ~2 ms decode step at up
+    # to 64 rows (a 1k/256 request in ~0.5 s, so cap 64 served ~120 req/s at most). 3 runs x 128 requests at 8,
+    # 24, 64 req/s ~ 3 x 23 s of schedule, ~75 s in all. At the ~5 ms since measured (GPU_DECODE_STEP_S) a
+    # request takes ~1.3 s and cap 64 serves ~50 req/s: the top rate is past saturation until this is re-sized.
     "cuda": OpenLoop(isl=1024, osl=256, rates=(8.0, 24.0, 64.0), cap=64, requests=128, edge_requests=8),
 }
 
