@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.cli import main as cli
+from pytest_gpuperf.cli.ab_turns import UNPINNED
 from pytest_gpuperf.core.turns import ASK, DONE, GRANT, Turns
 
 WORKLOAD = """
@@ -306,7 +307,12 @@ def test_the_command_line_takes_turns_by_default_and_either_flag_overrides_it(
     monkeypatch.setattr(ab_cli, "turns_by_default", lambda args, commands: asked.append((args, commands)) or default)
     code = cli.main(["ab", "--a", PYTHON, "--b", f"env X=1 {PYTHON}", *flag, "--out", str(tmp_path), "--", "t.py"])
     assert code == 0
-    assert plans[0].take_turns is turns and plans[0].take_turns_why == why
-    assert why in capsys.readouterr().err
+    said = f"{why}; {UNPINNED}" if turns else why  # taking turns unpinned says what pinning would do
+    assert plans[0].take_turns is turns and plans[0].take_turns_why == said
+    assert said in capsys.readouterr().err
     assert asked == ([] if flag else [(["t.py"], [(sys.executable,), ("env", "X=1", sys.executable)])])
-    assert json.loads((tmp_path / "ab.json").read_text())["take_turns_why"] == why
+    assert json.loads((tmp_path / "ab.json").read_text())["take_turns_why"] == said
+    if turns:  # pinned by the user: nothing to suggest
+        pinned = ["--cpus", str(min(os.sched_getaffinity(0)))]
+        cli.main(["ab", "--a", PYTHON, "--b", PYTHON, *flag, *pinned, "--out", str(tmp_path / "p"), "--", "t.py"])
+        assert plans[-1].take_turns_why == why and plans[-1].cpus

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, AbResult, MetricOutcome, run_ab
-from pytest_gpuperf.cli.ab_turns import turns_by_default
+from pytest_gpuperf.cli.ab_turns import UNPINNED, turns_by_default
 from pytest_gpuperf.cli.loading import InputError, junit_address
 from pytest_gpuperf.core.stats import Verdict
 
@@ -53,6 +53,8 @@ def plan_from_args(
     else:
         take_turns = args.take_turns
         turns_why = "taking turns (--take-turns)" if take_turns else "one session after the other (--no-take-turns)"
+    if take_turns and args.cpus is None:
+        turns_why = f"{turns_why}; {UNPINNED}"
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return AbPlan(
         cmd_a=cmd_a,

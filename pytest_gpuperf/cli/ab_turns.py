@@ -43,6 +43,14 @@ EXIT_WAIT_S = 30.0
 """How long a session that said "done" may take to exit before its partner gets the turn anyway."""
 
 
+UNPINNED = (
+    "the sessions are not pinned: for a one-thread workload, --cpus N (both sides on one core) is what met the "
+    "targets on 2-core VMs (docs/ab.md)"
+)
+"""Said after taking turns without --cpus: unpinned, the two sessions of a pair tend to stay on different cores
+(benchmarks/README.md), and pinning is never chosen for the user (a test's own threads or ranks would share it)."""
+
+
 def turns_by_default(
     pytest_args: Sequence[str],
     commands: Sequence[Sequence[str]],
