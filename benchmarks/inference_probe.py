@@ -19,6 +19,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.inference.engine import LocalEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -78,14 +82,14 @@ def main() -> int:
         print(json.dumps(point), flush=True)
     figures["points"] = points
     if args.device == "cuda" and time.perf_counter() - began < args.budget:
-        figures["profiled_step"] = profile_step(engine, vocab, torch)
+        figures["profiled_step"] = profile_step(engine, vocab)
         print(json.dumps(figures["profiled_step"]), flush=True)
     figures["probe_s"] = round(time.perf_counter() - began, 1)
     print("summary " + json.dumps(figures), flush=True)
     return 0
 
 
-def profile_step(engine: object, vocab: int, torch: object) -> dict[str, object]:
+def profile_step(engine: LocalEngine, vocab: int) -> dict[str, object]:
     """One generation of 64 requests x 8 tokens under torch.profiler: kernels and device time per decode step
     against its host wall time."""
     from torch.profiler import ProfilerActivity, profile
@@ -96,8 +100,8 @@ def profile_step(engine: object, vocab: int, torch: object) -> dict[str, object]
     prompts = make_prompts(count=64, length=1024, vocab_size=vocab, seed=1)
     requests = [Request(id=i, prompt=p, max_new_tokens=9) for i, p in enumerate(prompts)]
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        done = engine.generate(requests, concurrency=64)  # type: ignore[attr-defined]
-    steps = engine.trace.decode_steps  # type: ignore[attr-defined]
+        done = engine.generate(requests, concurrency=64)
+    steps = engine.trace.decode_steps
     kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
     device_us = sum(e.device_time for e in kernels)
     gaps = [b - a for c in done for a, b in zip(c.token_times[1:], c.token_times[2:])]

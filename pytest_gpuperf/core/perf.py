@@ -24,13 +24,8 @@ from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, Tel
 
 Timer = Callable[[Callable[[], object], int], list[float]]
 """Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say). A timer
-that reads the accelerator's own clock says so with an attribute ``clock = "device"`` (``timer_clock``)."""
-
-
-def timer_clock(timer: Timer | None) -> str:
-    """Whose clock times the calls: "device" for a timer that declares it (CUDA events time the device's own
-    work), else "host" (the wall clock, which the host's load moves)."""
-    return DEVICE_CLOCK if timer is not None and getattr(timer, "clock", None) == DEVICE_CLOCK else "host"
+that reads the accelerator's own clock says so with an attribute ``clock = "device"`` (CUDA events time the
+device's own work; any other timer, like the default, reads the host's wall clock, which the host's load moves)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -273,8 +268,8 @@ class Perf:
         ran its clocks below 90% of the baseline's, or in which the machine was contended (or its reference
         canary ran slower than the baseline's) is measured again, up to ``--gpuperf-remeasure`` times; the best
         round is kept (comparable conditions first, then the least spread). A ``timer`` on the device's own
-        clock (``timer_clock``: CUDA events) is judged by the device's telemetry alone; the host's state is
-        still recorded, for the report.
+        clock (``clock = "device"``: CUDA events) is judged by the device's telemetry alone; the host's state is
+        still kept in the results.
 
         Sequential sampling: when that round is clean and its verdict against the baseline would be AMBIGUOUS,
         up to ``--gpuperf-extend`` more rounds are taken and pooled with it, while each stays clean and the test's
@@ -294,7 +289,7 @@ class Perf:
         # Taking turns: call by call where this module times the calls, else round by round (a custom timer's
         # calls are its own); the warm-up and the first round then run on one turn, back to back.
         by_call = self._turn is not None and timer is None
-        on_device = timer_clock(timer) == DEVICE_CLOCK
+        on_device = getattr(timer, "clock", None) == DEVICE_CLOCK
         turn_held = False
         if not by_call:
             self._take_turn()

@@ -15,6 +15,6 @@ def device_timer(perf: Any) -> Callable[[Callable[[], object], int], list[float]
     repetitions on a GPU; None on CPU, where ``perf.measure``'s wall clock applies."""
     if perf.device != "cuda":
         return None
-    from pytest_gpuperf.micro.timing import cuda_event_timer
+    from pytest_gpuperf.micro.timing import CudaEventTimer
 
-    return cuda_event_timer()
+    return CudaEventTimer()

@@ -45,8 +45,3 @@ class CudaEventTimer:
             end.record()
         torch.cuda.synchronize()
         return [start.elapsed_time(end) / 1e3 for start, end in zip(starts, ends)]  # elapsed_time is in ms
-
-
-def cuda_event_timer(*, flush_bytes: int = L2_FLUSH_BYTES) -> CudaEventTimer:
-    """A timer that records CUDA events around each call and flushes L2 before it; seconds per call."""
-    return CudaEventTimer(flush_bytes=flush_bytes)
