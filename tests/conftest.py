@@ -13,6 +13,7 @@ import pytest
 
 TORCH_FREE = frozenset(
     {
+        "test_bounded_reads.py",
         "test_changepoints.py",
         "test_cli.py",
         "test_cli_inputs.py",

@@ -27,7 +27,7 @@ from pytest_gpuperf.core.results import FINGERPRINT_PROPERTY
 from pytest_gpuperf.core.schema import SchemaError, quote
 from pytest_gpuperf.core.store import is_sibling
 
-MAX_BYTES = 256 * 1024 * 1024
+MAX_BYTES = schema.MAX_BYTES
 """Larger inputs are refused rather than read into memory."""
 UNKNOWN_HARDWARE = "unknown-hardware"
 SUFFIXES = (".json", ".xml")
@@ -162,71 +162,25 @@ def junit_address(nodeid: str) -> str:
 
 
 def read_bytes(path: Path, *, limit: int = MAX_BYTES) -> bytes:
-    """The bytes of one regular file, at most ``limit`` of them.
-
-    Devices and FIFOs are refused before anything is read: ``/dev/zero`` reports size 0 and never ends, a FIFO
-    blocks its reader until someone writes. The file is opened non-blocking (a FIFO swapped in after the check
-    does not hang the open) and checked again on the open descriptor; the read itself stops at ``limit + 1``
-    bytes, because the reported size can lie (``/proc`` files report 0, a file can grow while it is read).
-    """
+    """The bytes of one regular file, at most ``limit`` of them (``schema.read_file``, the reader of every
+    gpuperf document: devices and FIFOs refused unopened, the read bounded whatever size the file reports)."""
     try:
-        _check_regular(path, os.stat(path).st_mode)
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC)
-        with os.fdopen(descriptor, "rb", buffering=0) as handle:
-            status = os.fstat(handle.fileno())
-            _check_regular(path, status.st_mode)
-            if status.st_size > limit:
-                raise InputError(f"{path}: {status.st_size} bytes is larger than the {limit} bytes a file may have")
-            chunks, total = [], 0
-            while total <= limit:
-                chunk = handle.read(min(1 << 20, limit + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-            if total > limit:
-                raise InputError(f"{path}: more than the {limit} bytes a file may have (larger than its reported size)")
-            return b"".join(chunks)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file or folder") from None
-    except NotADirectoryError:
-        raise InputError(f"{path}: no such file (a part of the path is a file, not a folder)") from None
-    except OSError as error:
-        raise _unreadable(path, error) from None
-
-
-def _unreadable(path: Path, error: OSError) -> InputError:
-    hint = "; check its permissions" if isinstance(error, PermissionError) else ""
-    return InputError(f"{path}: cannot be read ({error.strerror or error}){hint}")
-
-
-def _check_regular(path: Path, mode: int) -> None:
-    if stat.S_ISREG(mode):
-        return
-    if stat.S_ISDIR(mode):
-        raise InputError(f"{path}: is a folder where a file was expected")
-    kind = (
-        "character device"
-        if stat.S_ISCHR(mode)
-        else "block device"
-        if stat.S_ISBLK(mode)
-        else "FIFO (named pipe)"
-        if stat.S_ISFIFO(mode)
-        else "socket"
-        if stat.S_ISSOCK(mode)
-        else "special file"
-    )
-    raise InputError(f"{path}: is a {kind}, not a regular file; save the data to a file and give that")
+        return schema.read_file(path, limit=limit)
+    except schema.UnreadableFile as error:
+        raise InputError(str(error)) from None
 
 
 def check_regular_file(path: Path) -> None:
     """Refuse a path that is not a regular file before a reader outside this module opens it (baseline files)."""
     try:
-        _check_regular(path, os.stat(path).st_mode)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file or folder") from None
-    except OSError as error:
-        raise _unreadable(path, error) from None
+        schema.check_regular_file(path)
+    except schema.UnreadableFile as error:
+        raise InputError(str(error)) from None
+
+
+def _unreadable(path: Path, error: OSError) -> InputError:
+    hint = "; check its permissions" if isinstance(error, PermissionError) else ""
+    return InputError(f"{path}: cannot be read ({error.strerror or error}){hint}")
 
 
 def walk_files(folder: Path, suffixes: tuple[str, ...] = SUFFIXES) -> list[Path]:

@@ -10,14 +10,21 @@ are refused, and nesting deeper than the parser can follow is an error, never a 
 
 Own code rather than a JSON Schema library: the messages must name the exact entry ("test 't' metric 'm':
 samples must be positive") in one line, and the number rules (range, digits) are not JSON Schema's.
+
+What a test records (core/perf.py) passes the same rules when it is recorded (``plain`` for a context, the field
+rules for the rest), so a value no reader would take fails the test that recorded it, never a later session.
+Every document is read through ``read_file``: regular files only, and a bounded number of bytes.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
-from typing import Any, TypeGuard
+import stat
+from pathlib import Path
+from typing import Any, Literal, TypeGuard
 
 SAMPLE_MIN = 1e-100
 SAMPLE_MAX = 1e100
@@ -26,12 +33,33 @@ of them stays finite in float64, so the statistics cannot overflow; no physical 
 VALUE_MAX = 1e100
 """Largest magnitude of a curve value (losses, throughputs) for the same reason."""
 MAX_INTEGER_DIGITS = 100
+MAX_DEPTH = 64
+"""Deepest nesting of a recorded context: far beyond any real one, far within what the parser can read back."""
+MAX_BYTES = 256 * 1024 * 1024
+"""Larger files are refused rather than read into memory (a 200 MB baseline file is still read whole)."""
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]*")
 """A hardware slug names a folder under the baselines root: lower-case words and dashes, nothing else."""
 
 
 class SchemaError(ValueError):
     """What is wrong with a document, in one line; the caller adds the file's name."""
+
+
+FileProblemKind = Literal["missing", "folder", "special", "large", "unreadable"]
+
+
+class UnreadableFile(Exception):
+    """A path that is no regular file of a size gpuperf reads, or that cannot be read.
+
+    ``problem`` says what is wrong without the path, ``hint`` the usual next step; ``kind`` lets a reader with a
+    better next step of its own (the baseline store) say that instead. ``str()`` is the whole one-line message."""
+
+    def __init__(self, path: Path, kind: FileProblemKind, problem: str, hint: str = "") -> None:
+        super().__init__(f"{path}: {problem}" + (f"; {hint}" if hint else ""))
+        self.path = path
+        self.kind = kind
+        self.problem = problem
+        self.hint = hint
 
 
 # -- strict JSON ------------------------------------------------------------------------------------------------
@@ -68,8 +96,85 @@ def dumps(document: Any) -> str:
     except ValueError as error:
         where = non_finite(document)
         raise SchemaError(f"holds a value JSON cannot carry{f' at {where}' if where else ''} ({error})") from None
+    except TypeError as error:  # recorders refuse such values (plain); this is the last guard, never a traceback
+        raise SchemaError(f"holds a value JSON cannot carry ({error})") from None
     except RecursionError:
         raise SchemaError("nested too deeply to write") from None
+
+
+# -- reading files ----------------------------------------------------------------------------------------------
+
+
+def read_file(path: Path, *, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of one regular file, at most ``limit`` of them; UnreadableFile says why not.
+
+    The one reader of every document gpuperf parses (baseline files, results files, model configurations).
+    Devices and FIFOs are refused before anything is read: ``/dev/zero`` reports size 0 and never ends, a FIFO
+    blocks its reader until someone writes. The file is opened non-blocking (a FIFO swapped in after the check
+    does not hang the open) and checked again on the open descriptor; the read itself stops at ``limit + 1``
+    bytes, because the reported size can lie (``/proc`` files report 0, a file can grow while it is read).
+    """
+    try:
+        _check_regular(path, os.stat(path).st_mode)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC)
+        with os.fdopen(descriptor, "rb", buffering=0) as handle:
+            status = os.fstat(handle.fileno())
+            _check_regular(path, status.st_mode)
+            if status.st_size > limit:
+                raise UnreadableFile(
+                    path, "large", f"{status.st_size} bytes is larger than the {limit} bytes a file may have"
+                )
+            chunks, total = [], 0
+            while total <= limit:
+                chunk = handle.read(min(1 << 20, limit + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            if total > limit:
+                raise UnreadableFile(
+                    path, "large", f"more than the {limit} bytes a file may have (larger than its reported size)"
+                )
+            return b"".join(chunks)
+    except FileNotFoundError:
+        raise UnreadableFile(path, "missing", "no such file or folder") from None
+    except NotADirectoryError:
+        raise UnreadableFile(path, "missing", "no such file (a part of the path is a file, not a folder)") from None
+    except IsADirectoryError:
+        raise UnreadableFile(path, "folder", "is a folder where a file was expected") from None
+    except OSError as error:
+        hint = "check its permissions" if isinstance(error, PermissionError) else ""
+        raise UnreadableFile(path, "unreadable", f"cannot be read ({error.strerror or error})", hint) from None
+
+
+def check_regular_file(path: Path) -> None:
+    """Refuse, as ``read_file`` would, a path that is no regular file, without opening it."""
+    try:
+        _check_regular(path, os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise UnreadableFile(path, "missing", "no such file or folder") from None
+    except OSError as error:
+        hint = "check its permissions" if isinstance(error, PermissionError) else ""
+        raise UnreadableFile(path, "unreadable", f"cannot be read ({error.strerror or error})", hint) from None
+
+
+def _check_regular(path: Path, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise UnreadableFile(path, "folder", "is a folder where a file was expected")
+    kind = (
+        "character device"
+        if stat.S_ISCHR(mode)
+        else "block device"
+        if stat.S_ISBLK(mode)
+        else "FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "socket"
+        if stat.S_ISSOCK(mode)
+        else "special file"
+    )
+    raise UnreadableFile(path, "special", f"is a {kind}, not a regular file", "save the data to a file and give that")
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -309,13 +309,13 @@ def read_document(path: Path) -> dict[str, Any]:
         "--gpuperf-save"
     )
     try:
-        data = path.read_bytes()
-    except IsADirectoryError:
-        raise BaselineFileError(path, "is a folder where a baseline file should be; move it away") from None
-    except OSError as error:
-        raise BaselineFileError(
-            path, f"cannot be read ({os_reason(error, path)}); fix its permissions or remove it"
-        ) from None
+        data = schema.read_file(path)  # regular files only, bounded: a FIFO or /dev/zero here must not hang a run
+    except schema.UnreadableFile as error:
+        if error.kind == "folder":
+            raise BaselineFileError(path, "is a folder where a baseline file should be; move it away") from None
+        if error.kind == "special":
+            raise BaselineFileError(path, f"{error.problem}; remove it (a baseline is a regular JSON file)") from None
+        raise BaselineFileError(path, f"{error.problem}; fix its permissions or remove it") from None
     try:
         document = schema.loads(data)
     except SchemaError as error:

@@ -52,6 +52,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuperf.core.schema import UnreadableFile, read_file
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -72,6 +74,8 @@ __all__ = [
 PREFIX = "hf:"
 CONFIG_DIR = Path(__file__).parent / "hf_configs"
 INSTALL_HINT = "pip install 'pytest-gpuperf[hf]'"
+CONFIG_MAX_BYTES = 16 * 1024 * 1024
+"""A config.json is a few kilobytes; anything near this is not one."""
 
 CPU_HIDDEN = 128
 CPU_VOCAB = 256
@@ -127,14 +131,18 @@ def _config_path(ref: str) -> Path:
 def read_config(ref: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json fields, the ``_gpuperf`` block or {}) of a shipped name or a path; JSON only, no transformers."""
     path = _config_path(ref)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise HFModelError(f"{path}: no such file (hf:PATH must name a config.json)") from None
-    except OSError as error:
-        raise HFModelError(f"{path}: cannot be read ({error.strerror})") from None
-    except ValueError as error:
+    try:  # the one bounded reader of regular files: a FIFO, /dev/zero or a huge file is refused, not read
+        data = json.loads(read_file(path, limit=CONFIG_MAX_BYTES).decode("utf-8"))
+    except UnreadableFile as error:
+        if error.kind == "missing":
+            raise HFModelError(f"{path}: no such file (hf:PATH must name a config.json)") from None
+        raise HFModelError(str(error)) from None
+    except ValueError as error:  # UnicodeDecodeError included
         raise HFModelError(f"{path}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise HFModelError(
+            f"{path}: not valid JSON (nested too deeply to read); give the model's config.json"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
         raise HFModelError(f"{path}: a config.json object with a 'model_type' string is expected")
     if isinstance(data.get("text_config"), dict) and "num_hidden_layers" not in data:
