@@ -29,6 +29,7 @@ TORCH_FREE = frozenset(
         "test_micro_suite.py",
         "test_peaks.py",
         "test_plugin.py",
+        "test_record_values.py",
         "test_stats.py",
         "test_store.py",
         "test_telemetry.py",

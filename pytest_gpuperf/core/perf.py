@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from pytest_gpuperf.core import schema
+from pytest_gpuperf.core.schema import SchemaError
 from pytest_gpuperf.core.stats import Comparison, Verdict, summarize
-from pytest_gpuperf.core.store import Curve
+from pytest_gpuperf.core.store import Curve, NotStorable
 from pytest_gpuperf.core.verdict import DEVICE_CLOCK, RULE_VERDICTS, External, Rule
 from pytest_gpuperf.machine.contention import MachineState, MachineWindow, judge_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
+
+if TYPE_CHECKING:
+    from pytest_gpuperf.core.results import MetricResult
 
 Timer = Callable[[Callable[[], object], int], list[float]]
 """Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say). A timer
@@ -204,15 +208,27 @@ class Perf:
         in ``context``, fails the test at once (the measurement diverged): that is a verdict on this test, and
         nothing of it reaches the baselines or the results, which stay writable for every other test.
 
+        ``context`` holds what a JSON file can: numpy and torch scalars (and 0-d arrays or tensors) become Python
+        numbers here; a set, an array, an object or a key that is not text raises ValueError at this call, as
+        does a ``unit`` or ``higher_is_better`` the baseline files would refuse (schema.py's rules, applied now
+        rather than by every later session that reads the file).
+
         ``rule`` (from core/verdict.py) judges the metric instead of the baseline comparison: ``StepsToTarget``
         for steps to a target loss over seeds, ``CurveMatch`` for a final loss whose curves meet a golden band."""
         self._check_name(name)
-        values = [float(value) for value in samples]
+        call = f"perf.record({name!r}) in {self.nodeid}"
+        unit = self._field(call, "unit", unit, schema.text)
+        higher_is_better = self._field(call, "higher_is_better", higher_is_better, schema.flag)
+        rounds = self._field(call, "rounds", rounds, _whole_count)
+        if unjudgeable is not None:
+            unjudgeable = self._field(call, "unjudgeable", unjudgeable, schema.text)
+        values = self._numbers(call, "samples", samples)
+        context = self._storable(call, context or {})
         problem = schema.sample_problem(values)
         if problem is not None:
             index, why = problem
             _diverged(f"metric {name!r} sample {index} {why}: the measurement diverged")
-        where = schema.non_finite(context or {})
+        where = schema.non_finite(context)
         if where is not None:
             _diverged(f"metric {name!r} context {where!r} is not a finite number (nan or inf)")
         if len(values) < 3:
@@ -226,7 +242,10 @@ class Perf:
                 f"perf.record({name!r}): samples must be finite positive numbers (times, rates, sizes: the "
                 f"verdict compares ratios), got {bad[:4]}"
             )
-        context = dict(context or {})
+        try:
+            schema.samples(values, call)  # the store's rule, the last word on what a file may hold
+        except SchemaError as error:
+            raise ValueError(str(error)) from None
         if "machine" not in context and self._test_window is not None:
             # samples timed by the test itself, outside perf.watch(): the machine's state since the test began
             context["machine"] = self._test_window.close().to_dict()
@@ -447,15 +466,23 @@ class Perf:
     def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
         """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks.
 
-        A NaN or infinite value (a diverged run) fails the test at once, naming the curve and the step."""
-        steps_list = [int(step) for step in steps]
-        values_list = [float(value) for value in values]
+        A NaN or infinite value (a diverged run) fails the test at once, naming the curve and the step. A name that
+        is not text, a step that is not a whole number a file can hold, or a value that is not a number raises
+        ValueError at this call (schema.py's rules for stored curves); numpy and torch numbers are taken."""
+        call = f"perf.record_curve({name!r}) in {self.nodeid}"
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{call}: the curve's name must be a non-empty string, got {schema.quote(name)}")
+        steps_list = [self._field(call, f"steps[{index}]", step, _real) for index, step in enumerate(steps)]
+        values_list = self._numbers(call, "values", values)
         if len(steps_list) != len(values_list):
             raise ValueError(f"perf.record_curve({name!r}): {len(steps_list)} steps but {len(values_list)} values")
         problem = schema.value_problem(values_list)
         if problem is not None:
             index, shown = problem
             _diverged(f"{name} diverged at step {steps_list[index]}: {shown}")
+        steps_list, values_list = self._field(
+            call, "curve", (steps_list, values_list), lambda raw, where, _: schema.curve(raw[0], raw[1], where)
+        )
         record = CurveRecord(name=name, steps=steps_list, values=values_list)
         self.curves.append(record)
         return record
@@ -464,11 +491,70 @@ class Perf:
         """The stored reference curves of this test under ``name`` for this hardware (empty if none)."""
         return self._baseline_curves(name)
 
+    @staticmethod
+    def _field(call: str, name: str, raw: Any, rule: Callable[[Any, str, str], Any]) -> Any:
+        """``raw`` through one of schema.py's field rules (numpy and torch scalars first made Python values), or
+        ValueError naming the call and the field: a value no gpuperf file could hold fails the test recording it.
+        """
+        try:
+            value = schema.plain(raw, f"{call}: {name!r}")
+        except SchemaError as error:
+            raise ValueError(str(error)) from None
+        try:
+            return rule(value, call, name)
+        except SchemaError as error:
+            raise ValueError(f"{error}; fix the value given to {call.split(' in ', 1)[0]}") from None
+
+    @classmethod
+    def _numbers(cls, call: str, name: str, raw: Iterable[Any]) -> list[float]:
+        """Samples or curve values as floats: numpy and torch numbers taken, anything else a ValueError."""
+        values = []
+        for index, value in enumerate(raw):
+            values.append(value if type(value) is float else float(cls._field(call, f"{name}[{index}]", value, _real)))
+        return values
+
+    @staticmethod
+    def _storable(call: str, context: Any) -> dict[str, Any]:
+        """A context as the files hold it (schema.plain), or ValueError naming the call and the key."""
+        try:
+            converted = schema.plain(context, f"{call}: context")
+        except SchemaError as error:
+            raise ValueError(str(error)) from None
+        if not isinstance(converted, dict):
+            raise ValueError(f"{call}: context is {schema.kind(converted)}, not a dict of what was observed")
+        return converted
+
+    def make_storable(self, results: Sequence[MetricResult]) -> None:
+        """Convert what a workload added to its metrics' contexts after recording them (``perf.metric(name)
+        .context[...] = np.int64(3)``), in the records and in their ``results``, as ``record`` converts a context;
+        NotStorable names the test, the metric and the key of a value no file can hold: that test fails, and
+        nothing of it reaches the baselines or the results, which every other test still gets."""
+        try:
+            for metric in self.metrics:
+                metric.context = schema.plain(metric.context, f"{self.nodeid}: metric {metric.name!r} context")
+            for result in results:
+                result.context = schema.plain(result.context, f"{self.nodeid}: metric {result.metric!r} context")
+        except SchemaError as error:
+            raise NotStorable(f"{error} (a value added after perf.record)") from None
+
     def _check_name(self, name: str) -> None:
         if not name or not isinstance(name, str):
             raise ValueError(f"metric name must be a non-empty string, got {name!r}")
         if any(metric.name == name for metric in self.metrics):
             raise ValueError(f"metric {name!r} recorded twice in {self.nodeid}; give each metric its own name")
+
+
+def _whole_count(raw: Any, where: str, name: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise SchemaError(f"{where}: {name!r} is {schema.quote(raw)}, not a whole number >= 1")
+    return raw
+
+
+def _real(raw: Any, where: str, name: str) -> int | float:
+    """A number of a sample, step or curve value (NaN and infinity pass: they are a verdict, said by the caller)."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise SchemaError(f"{where}: {name} holds {schema.quote(raw)}, not a number")
+    return raw
 
 
 def _diverged(message: str) -> NoReturn:

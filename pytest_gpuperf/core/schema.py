@@ -218,6 +218,69 @@ def non_finite(value: Any) -> str | None:
     return None
 
 
+def plain(value: Any, where: str) -> Any:
+    """``value`` as the JSON a gpuperf file may hold, or SchemaError naming ``where`` and the entry ("peak.mib").
+
+    What a workload records passes here at the call: numpy and torch scalars, and 0-d arrays and tensors, become
+    Python numbers (their ``item()``), tuples become lists, a ``str`` subclass plain text. Refused: other arrays
+    and tensors, sets, other objects, keys that are not text (JSON has none, and sorting mixed keys fails),
+    integers of more than MAX_INTEGER_DIGITS digits (the parser refuses them), nesting deeper than MAX_DEPTH.
+    NaN and infinity pass: ``non_finite`` finds them, a verdict of their own (the measurement diverged). numpy and
+    torch are never imported here: such a value is known by its ``shape`` and ``item``."""
+    return _plain(value, where, "", 0)
+
+
+def _plain(value: Any, where: str, path: str, depth: int) -> Any:
+    label = f"{where} {quote(path)}" if path else where
+    if depth > MAX_DEPTH:
+        raise SchemaError(f"{label} is nested more than {MAX_DEPTH} levels deep; record a flatter object")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        if abs(value) >= 10**MAX_INTEGER_DIGITS:
+            raise SchemaError(
+                f"{label} is an integer of more than {MAX_INTEGER_DIGITS} digits, which no gpuperf file can hold; "
+                "record float(x) instead"
+            )
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        converted: dict[str, Any] = {}
+        for key, child in value.items():
+            if not isinstance(key, str):
+                raise SchemaError(
+                    f"{label} has the key {quote(key)} ({type(key).__name__}); keys must be text: use str(key)"
+                )
+            converted[str(key)] = _plain(child, where, f"{path}.{key}" if path else str(key), depth + 1)
+        return converted
+    if isinstance(value, (list, tuple)):
+        return [_plain(child, where, f"{path}[{index}]", depth + 1) for index, child in enumerate(value)]
+    shape, item = getattr(value, "shape", None), getattr(value, "item", None)
+    if shape is not None and callable(item):
+        try:
+            dims = tuple(shape)
+        except TypeError:
+            dims = None
+        if dims == ():  # a numpy or torch scalar, or a 0-d array or tensor
+            number = item()
+            if isinstance(number, (bool, int, float)):
+                return _plain(number, where, path, depth)
+        elif dims is not None:
+            raise SchemaError(
+                f"{label} is an array of shape {dims} ({type(value).__name__}), which no gpuperf file can hold; "
+                "record a number (float(x)) or a list (x.tolist())"
+            )
+    if isinstance(value, (set, frozenset)):
+        raise SchemaError(f"{label} is a {type(value).__name__}, which no gpuperf file can hold; record sorted(x)")
+    raise SchemaError(
+        f"{label} is a {type(value).__name__} ({quote(value, 40)}), which no gpuperf file can hold; record numbers, "
+        "text, True/False, None, lists and dicts with text keys"
+    )
+
+
 # -- field rules --------------------------------------------------------------------------------------------------
 
 
@@ -263,8 +326,11 @@ def curve(steps: Any, values: Any, where: str) -> tuple[list[int], list[float]]:
     if len(step_list) != len(value_list):
         raise SchemaError(f"{where}: {len(step_list)} steps but {len(value_list)} values; they must pair up")
     for index, step in enumerate(step_list):
-        if not is_number(step) or float(step) != int(step):
-            raise SchemaError(f"{where}: steps[{index}] is {quote(step)}; steps must be whole numbers")
+        if not is_number(step) or float(step) != int(step) or abs(step) >= 10.0**MAX_INTEGER_DIGITS:
+            raise SchemaError(
+                f"{where}: steps[{index}] is {quote(step)}; steps must be whole numbers of at most "
+                f"{MAX_INTEGER_DIGITS} digits"
+            )
     for index, value in enumerate(value_list):
         if not is_number(value) or abs(value) > VALUE_MAX:
             raise SchemaError(

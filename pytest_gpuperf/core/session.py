@@ -253,7 +253,9 @@ class GpuperfSession:
 
         Raises NotStorable, keeping nothing of the test, when a figure is NaN or infinite: perf.record checks
         what it is given, but a workload may add to a metric's context afterwards (perf.metric(name).context),
-        and one such value must fail its own test rather than the save or the results of every test."""
+        and one such value must fail its own test rather than the save or the results of every test. A numpy or
+        torch number added so is made a Python one; a set, an array or an object is NotStorable too."""
+        perf.make_storable(results)
         for metric in perf.metrics:
             where = non_finite(metric.context)
             if where is not None:
