@@ -420,3 +420,34 @@ def test_a_forged_duplicate_results_block_does_not_verify(
     signature.write_text(duplicate_key(signature.read_text(), "files", first=True))
     code, out, err = gpuperf(capsys, "verify", "--public-key", f"{key}.pub", str(bundle))
     assert_clean_error(code, out, err, "bundle.sig", "key 'files' appears twice")
+
+
+# -- issue 38, item 13: the bootstrap's memory does not grow with the sample count --------------------------------
+
+
+def test_variance_of_a_million_sample_metric_stays_within_bounded_memory(tmp_path: Path) -> None:
+    """2,000 whole resamples of 1M samples asked for ~15 GiB; the m-out-of-n bootstrap needs tens of MiB."""
+    import random
+
+    rng = random.Random(3)
+    paths = []
+    for name, centre in (("reference.json", 1.0), ("submission.json", 1.001)):
+        document = copy.deepcopy(RESULTS)
+        document["results"] = [dict(document["results"][1], samples=[centre + rng.random() / 100 for _ in range(10**6)])]
+        path = tmp_path / name
+        path.write_text(json.dumps(document))
+        paths.append(str(path))
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_gpuperf.cli", "variance", "--reference", *paths, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr[-2000:]
+    [row] = json.loads(done.stdout)["rows"]
+    assert row["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE") and 0.99 < row["ratio"] < 1.0

@@ -1,4 +1,4 @@
-"""What a workload records is what a file can hold, or its own test fails at the call (issue 38, items 1, 2).
+"""What a workload records is what a file can hold, or its own test fails at the call (issue 38, items 1, 2, 13).
 
 numpy and torch numbers in a context (peak memory, token counts) are made Python numbers; a set, an array or an
 object is refused where it is recorded, naming the test, the metric and the key. A unit, a flag, a curve's name
@@ -266,3 +266,66 @@ def test_nothing_the_store_refuses_reaches_disk_and_the_next_session_runs(pytest
     second = run_project(pytester, "-k", "fine", "--gpuperf-results", "run.json")
     second.assert_outcomes(passed=1)
     assert second.ret == pytest.ExitCode.OK
+
+
+# -- item 13: a metric of more samples than the bootstrap resamples whole -------------------------------------
+
+
+def test_writing_a_metric_above_the_bootstrap_bound_warns(pytester: pytest.Pytester) -> None:
+    from pytest_gpuperf.core.stats import BOOTSTRAP_SAMPLES
+
+    pytester.makepyfile(
+        test_many=f"""
+        import pytest
+        @pytest.mark.perf
+        def test_every_step(perf):
+            perf.record("step_s", [1.0 + (i % 7) / 1000 for i in range({BOOTSTRAP_SAMPLES + 1})], unit="s",
+                        higher_is_better=False)
+        @pytest.mark.perf
+        def test_few(perf):
+            perf.record("t", {SAMPLES}, unit="s", higher_is_better=False)
+        """
+    )
+    result = run_project(pytester, "--gpuperf-results", "run.json")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            f"*GpuperfSamplesWarning: gpuperf: 1 metric(s) hold more than {BOOTSTRAP_SAMPLES} samples: "
+            f"test_many.py::test_every_step 'step_s' ({BOOTSTRAP_SAMPLES + 1}); *"
+        ]
+    )
+    quiet = run_project(pytester, "-k", "few", "--gpuperf-results", "run.json")
+    quiet.assert_outcomes(passed=1)
+    assert "GpuperfSamplesWarning" not in quiet.stdout.str()
+
+
+def test_the_bootstrap_of_a_large_run_is_bounded_and_agrees_with_the_whole_one() -> None:
+    import tracemalloc
+
+    from pytest_gpuperf.core import stats
+
+    rng = np.random.default_rng(1)
+    rules = stats.Rules(delta=0.02, resamples=300)
+    base = [np.exp(rng.normal(0.0, 0.05, 20_000)), np.exp(rng.normal(0.0, 0.05, 20_000))]
+    now = np.exp(rng.normal(0.01, 0.05, 20_000))
+    tracemalloc.start()
+    bounded = stats.ratio_interval(now, base, 0.0, higher_is_better=False, rules=rules)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 40 << 20, peak  # whole resamples of one 20k-sample run: 300 x 20k draws and indices, 96 MB
+    whole = _whole_interval(now, base, rules)
+    width, whole_width = bounded[1] - bounded[0], whole[1] - whole[0]
+    assert abs(width / whole_width - 1) < 0.25, (bounded, whole)
+    assert abs((bounded[0] + bounded[1]) / 2 - (whole[0] + whole[1]) / 2) < whole_width / 4
+
+
+def _whole_interval(now: np.ndarray, base: list[np.ndarray], rules: Any) -> tuple[float, float]:
+    """ratio_interval as it was before the bound: every resample whole."""
+    rng = np.random.default_rng(rules.seed)
+    b = rules.resamples
+    current = np.median(rng.choice(now, size=(b, now.size)), axis=1)
+    per_run = np.stack([np.median(rng.choice(run, size=(b, run.size)), axis=1) for run in base], axis=1)
+    per_run = np.take_along_axis(per_run, rng.integers(0, len(base), size=(b, len(base))), axis=1)
+    log_ratio = -(np.log(current) - np.log(np.median(per_run, axis=1)))
+    low, high = np.quantile(log_ratio, [0.025, 0.975])
+    return float(np.exp(low)), float(np.exp(high))

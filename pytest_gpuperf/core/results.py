@@ -19,6 +19,7 @@ optional, so a results file may be written by hand or by another tool).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,10 @@ JUNIT_METRIC_FIELDS = (
     "stack_changes",
 )
 """The fields of a metric's ``gpuperf.<metric>.<field>`` JUnit testcase properties (junit_properties)."""
+
+
+class GpuperfSamplesWarning(UserWarning):
+    """A results document holds a metric of more samples than the bootstrap resamples whole."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -128,7 +133,24 @@ def build_document(
     results: list[MetricResult],
     curves: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The ``--gpuperf-results`` document of a session, results and curves in a stable order."""
+    """The ``--gpuperf-results`` document of a session, results and curves in a stable order.
+
+    Warns (GpuperfSamplesWarning) of each metric with more samples than the bootstrap resamples whole: its file
+    is large, and its verdicts' intervals are m-out-of-n bootstrap ones (stats.BOOTSTRAP_SAMPLES)."""
+    from pytest_gpuperf.core.stats import BOOTSTRAP_SAMPLES
+
+    large = [result for result in results if len(result.samples) > BOOTSTRAP_SAMPLES]
+    if large:
+        named = ", ".join(f"{r.test} {r.metric!r} ({len(r.samples)})" for r in large[:3])
+        warnings.warn(
+            GpuperfSamplesWarning(
+                f"gpuperf: {len(large)} metric(s) hold more than {BOOTSTRAP_SAMPLES} samples: {named}"
+                f"{' and more' if len(large) > 3 else ''}; their bootstrap intervals resample {BOOTSTRAP_SAMPLES} "
+                "of them (m out of n) and every results and baseline file holds all of them: record a summary "
+                "per block of steps (the median of each 100, say) rather than every step"
+            ),
+            stacklevel=2,
+        )
     return {
         "schema": SCHEMA_VERSION,
         "tool": {"name": "pytest-gpuperf", "version": version},

@@ -64,6 +64,14 @@ class Verdict(str, enum.Enum):
     NO_BASELINE = "NO_BASELINE"
 
 
+BOOTSTRAP_SAMPLES = 4096
+"""Most samples of one run the bootstrap interval resamples whole (``ratio_interval``); a larger run is resampled
+m out of n (``_bootstrap_medians``), so the draws never exceed resamples x BOOTSTRAP_SAMPLES values (~130 MiB with
+their indices at 2,000 resamples) whatever the count: 2,000 whole resamples of a 1M-sample run asked for ~15 GiB."""
+BOOTSTRAP_BLOCK = 1 << 22
+"""Values drawn at once for a run above BOOTSTRAP_SAMPLES (~64 MiB of draws and indices)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rules:
     """How a comparison is decided. Fractions, not percentages."""
@@ -483,8 +491,8 @@ def ratio_interval(
     """
     rng = np.random.default_rng(rules.seed)
     b = rules.resamples
-    current_medians = np.median(rng.choice(current, size=(b, current.size), replace=True), axis=1)
-    per_run = np.stack([np.median(rng.choice(run, size=(b, run.size), replace=True), axis=1) for run in runs], axis=1)
+    current_medians = _bootstrap_medians(rng, current, b)
+    per_run = np.stack([_bootstrap_medians(rng, run, b) for run in runs], axis=1)
     if len(runs) > 1:
         picks = rng.integers(0, len(runs), size=(b, len(runs)))
         per_run = np.take_along_axis(per_run, picks, axis=1)
@@ -496,6 +504,26 @@ def ratio_interval(
     tail = (1 - rules.confidence) / 2
     low, high = np.quantile(log_ratio, [tail, 1 - tail])
     return math.exp(float(low)), math.exp(float(high))
+
+
+def _bootstrap_medians(rng: np.random.Generator, values: np.ndarray, b: int) -> np.ndarray:
+    """``b`` bootstrap medians of ``values``, in memory bounded whatever their count (BOOTSTRAP_SAMPLES).
+
+    Up to BOOTSTRAP_SAMPLES values, each resample is a whole one, drawn as always (the same draws, so the same
+    verdicts). A larger run is resampled m out of n (m = BOOTSTRAP_SAMPLES), in blocks of rows, and each median's
+    deviation from the run's median scaled by sqrt(m / n): the m-out-of-n bootstrap (Bickel, Goetze and van Zwet
+    1997), whose spread of the median matches the full resample's for large n."""
+    n = values.size
+    if n <= BOOTSTRAP_SAMPLES:
+        return np.median(rng.choice(values, size=(b, n), replace=True), axis=1)
+    m = BOOTSTRAP_SAMPLES
+    rows = max(1, BOOTSTRAP_BLOCK // m)
+    medians = np.empty(b)
+    for start in range(0, b, rows):
+        stop = min(b, start + rows)
+        medians[start:stop] = np.median(rng.choice(values, size=(stop - start, m), replace=True), axis=1)
+    centre = float(np.median(values))
+    return centre + (medians - centre) * math.sqrt(m / n)
 
 
 def samples_needed(rules: Rules, baseline_n: int) -> int:
