@@ -17,6 +17,7 @@ TORCH_FREE = frozenset(
         "test_changepoints.py",
         "test_cli.py",
         "test_cli_inputs.py",
+        "test_cli_outputs.py",
         "test_convergence.py",
         "test_distributed_env.py",
         "test_distributed_mesh.py",

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -474,6 +475,20 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
 
 
+OUTPUT_OPTIONS = {"output": "-o/--output", "junitxml": "--junitxml"}
+"""The options naming a file a command writes: its folder must exist (cli/output.py ``check_folder``)."""
+
+
+def _check_output_folders(args: argparse.Namespace) -> None:
+    """Before any work: an output file whose folder does not exist is refused, for every command alike."""
+    for name, option in OUTPUT_OPTIONS.items():
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            from pytest_gpuperf.cli.output import check_folder
+
+            check_folder(Path(value), what=f"{option} file")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -483,6 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pytest_gpuperf.cli.loading import InputError
 
     try:
+        _check_output_folders(args)
         return int(args.run(args))
     except InputError as error:
         print(f"gpuperf {args.command}: error: {error}", file=sys.stderr)

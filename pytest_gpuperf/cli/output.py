@@ -1,11 +1,12 @@
 """Writing what the commands produce: reports, tables, signatures, keys.
 
 Every failure to write (a folder where a file was asked for, a path under a file, no permission, a full disk, a
-FIFO nobody reads) becomes an ``InputError`` naming the path and what to do. A regular file is written to a
-temporary file beside it and renamed over it, so a failed write leaves any earlier file whole; devices, pipes
-(``-o /dev/stdout``) and a writable file in a folder that cannot take new files are written in place. Text is
-made printable first: a lone surrogate (from a test id of undecodable bytes) is written as its ``\\udXXX``
-escape instead of failing the UTF-8 encoder.
+FIFO nobody reads, a folder that does not exist: none is created, as `keygen` creates none) becomes an
+``InputError`` naming the path and what to do. A regular file is written to a temporary file beside it and
+renamed over it, so a failed write leaves any earlier file whole; devices, pipes (``-o /dev/stdout``) and a
+writable file in a folder that cannot take new files are written in place. Text is made printable first: a lone
+surrogate (from a test id of undecodable bytes) is written as its ``\\udXXX`` escape instead of failing the
+UTF-8 encoder.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def write_bytes(
         _write_in_place(path, data, what, hint)
         return
     target = Path(os.path.realpath(path))  # through a link to the file it names, keeping the link
+    check_folder(target, what=what, shown=path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except PermissionError as error:
         if status is None:
@@ -88,6 +89,21 @@ def write_bytes(
         if isinstance(error, OSError):
             raise _cannot(path, error, what, hint) from None
         raise
+
+
+def check_folder(path: Path, *, what: str = "output file", shown: Path | None = None) -> None:
+    """Refuse an output whose folder does not exist, as `gpuperf keygen` does: a typo in a path must not create a
+    tree of folders somewhere else. Any other problem with the path is left to the write, which names it."""
+    folder = path.parent
+    try:
+        os.stat(folder)
+    except FileNotFoundError:
+        raise InputError(
+            f"{shown or path}: cannot write the {what}: no such folder {folder}; create it (mkdir -p {folder}) "
+            f"first or {OUTPUT_HINT}"
+        ) from None
+    except OSError:
+        return
 
 
 def _write_in_place(path: Path, data: bytes, what: str, hint: str) -> None:
