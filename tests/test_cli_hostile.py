@@ -433,7 +433,9 @@ def test_variance_of_a_million_sample_metric_stays_within_bounded_memory(tmp_pat
     paths = []
     for name, centre in (("reference.json", 1.0), ("submission.json", 1.001)):
         document = copy.deepcopy(RESULTS)
-        document["results"] = [dict(document["results"][1], samples=[centre + rng.random() / 100 for _ in range(10**6)])]
+        document["results"] = [
+            dict(document["results"][1], samples=[centre + rng.random() / 100 for _ in range(10**6)])
+        ]
         path = tmp_path / name
         path.write_text(json.dumps(document))
         paths.append(str(path))

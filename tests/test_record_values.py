@@ -8,7 +8,6 @@ or step that the baseline files would refuse is refused the same way, so no late
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,34 +116,34 @@ def test_a_non_finite_numpy_value_is_a_diverged_measurement() -> None:
         perf().record("t", SAMPLES, unit="s", higher_is_better=False, context={"peak": np.float32("nan")})
 
 
-CONTEXTS = """
+CONTEXTS = f"""
 import numpy as np
 import pytest
 
 @pytest.mark.perf
 def test_numpy(perf):
-    perf.record("t", {samples}, unit="s", higher_is_better=False,
+    perf.record("t", {SAMPLES}, unit="s", higher_is_better=False,
                 context={{"peak_mib": np.int64(7), "ratio": np.float32(0.5)}})
     perf.metric("t").context["tokens"] = np.int64(3)  # a workload's figure, added after recording
 
 @pytest.mark.perf
 def test_set_at_the_call(perf):
-    perf.record("t", {samples}, unit="s", higher_is_better=False, context={{"ranks": {{0, 1}}}})
+    perf.record("t", {SAMPLES}, unit="s", higher_is_better=False, context={{"ranks": {{0, 1}}}})
 
 @pytest.mark.perf
 def test_set_added_later(perf):
-    perf.record("t", {samples}, unit="s", higher_is_better=False)
+    perf.record("t", {SAMPLES}, unit="s", higher_is_better=False)
     perf.metric("t").context["ranks"] = {{0, 1}}
 
 @pytest.mark.perf
 def test_array_added_later(perf):
-    perf.record("t", {samples}, unit="s", higher_is_better=False)
+    perf.record("t", {SAMPLES}, unit="s", higher_is_better=False)
     perf.metric("t").context["per_step"] = np.ones(4)
 
 @pytest.mark.perf
 def test_fine(perf):
-    perf.record("t", {samples}, unit="s", higher_is_better=False)
-""".format(samples=SAMPLES)
+    perf.record("t", {SAMPLES}, unit="s", higher_is_better=False)
+"""
 
 
 def test_one_tests_value_never_costs_another_tests_save(pytester: pytest.Pytester) -> None:
@@ -199,7 +198,8 @@ def test_a_field_the_store_would_refuse_is_refused_at_the_call(keywords: dict[st
 
 
 def test_numpy_flags_and_units_are_taken() -> None:
-    record = perf().record("t", np.array(SAMPLES), unit=np.str_("s"), higher_is_better=np.bool_(True))
+    flag: Any = np.bool_(True)  # what a workload's own comparison gives
+    record = perf().record("t", np.array(SAMPLES), unit=np.str_("s"), higher_is_better=flag)
     assert (record.unit, record.higher_is_better) == ("s", True) and type(record.higher_is_better) is bool
 
 
@@ -230,16 +230,16 @@ def test_numpy_steps_and_values_are_taken() -> None:
     assert all(type(step) is int for step in record.steps)
 
 
-FIELDS = """
+FIELDS = f"""
 import pytest
 
 @pytest.mark.perf
 def test_bad_unit(perf):
-    perf.record("t", {samples}, unit=5, higher_is_better=False)
+    perf.record("t", {SAMPLES}, unit=5, higher_is_better=False)
 
 @pytest.mark.perf
 def test_bad_flag(perf):
-    perf.record("t", {samples}, unit="s", higher_is_better=1)
+    perf.record("t", {SAMPLES}, unit="s", higher_is_better=1)
 
 @pytest.mark.perf
 def test_bad_curve(perf):
@@ -251,9 +251,9 @@ def test_curve_named_7(perf):
 
 @pytest.mark.perf
 def test_fine(perf):
-    perf.record("t", {samples}, unit="s", higher_is_better=False)
+    perf.record("t", {SAMPLES}, unit="s", higher_is_better=False)
     perf.record_curve("loss", [0, 1], [2.0, 1.0])
-""".format(samples=SAMPLES)
+"""
 
 
 def test_nothing_the_store_refuses_reaches_disk_and_the_next_session_runs(pytester: pytest.Pytester) -> None:

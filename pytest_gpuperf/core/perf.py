@@ -190,7 +190,7 @@ class Perf:
     def record(
         self,
         name: str,
-        samples: Sequence[float],
+        samples: Iterable[float],
         *,
         unit: str,
         higher_is_better: bool,
@@ -463,7 +463,7 @@ class Perf:
             )
         self.metric(name).rule = External(rule=rule, verdict=Verdict(verdict), reason=reason)
 
-    def record_curve(self, name: str, steps: Sequence[int], values: Sequence[float]) -> CurveRecord:
+    def record_curve(self, name: str, steps: Iterable[int], values: Iterable[float]) -> CurveRecord:
         """Record a curve (loss per step, say); stored with the baseline as a golden for convergence checks.
 
         A NaN or infinite value (a diverged run) fails the test at once, naming the curve and the step. A name that
