@@ -12,6 +12,12 @@ def pytest_gpuperf_stack(config: pytest.Config) -> dict[str, str] | None:
     """Extra stack components to record and diff (firmware, a vendor library); results of all hooks merge."""
 
 
+@pytest.hookspec(firstresult=True)
+def pytest_gpuperf_machine(config: pytest.Config) -> str | None:
+    """A name for this machine that replaces the identity read from the system (a scheduler's node name, say):
+    baseline runs recorded under another name are another machine's. None: read it (machine/identity.py)."""
+
+
 @pytest.hookspec
 def pytest_gpuperf_judged(item: pytest.Item, results: list[Any]) -> None:
     """Called after a test's metrics were judged, with its list of ``session.MetricResult``."""

@@ -54,6 +54,11 @@ def pytest_configure(config: pytest.Config) -> None:
             "--gpuperf-take-turns is one session's turn in a `gpuperf ab` pair: xdist workers (-n) or torchrun ranks "
             "cannot share it; use `gpuperf ab --no-take-turns`, or run without -n and let the tests launch their ranks"
         )
+    if settings.save and settings.inject_slowdown:
+        raise pytest.UsageError(
+            "--gpuperf-inject-slowdown (or GPUPERF_INJECT_SLOWDOWN) slows the workloads on purpose: saving their "
+            "figures as baselines would hide that slowdown from every later run; unset it, or drop --gpuperf-save"
+        )
     if settings.take_turns:
         from pytest_gpuperf.core.turns import TurnError, check_channel
 
@@ -98,9 +103,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Before any test runs, and only in a run that uses `perf`: a project with its own baselines/ folder (or its
     # own `perf` fixture) and no use of this plugin must not have its files judged as gpuperf's.
-    if hasattr(session.config, "workerinput") or session.config.pluginmanager.hasplugin("dsession"):
+    if session.config.pluginmanager.hasplugin("dsession"):
+        return  # an xdist controller: its workers collect, and each one counts the job's tests itself
+    planned = [item for item in session.items if item_uses_fixture(item, "perf", __name__)]
+    if not planned:
         return
-    if any(item_uses_fixture(item, "perf", __name__) for item in session.items):
+    # The job's metrics form one family for its false-failure rate (core/session.py family_size).
+    gpuperf_session(session.config).planned_tests = [stable_test_id(item.path, item.nodeid) for item in planned]
+    if not hasattr(session.config, "workerinput"):
         _check_baselines(session.config)
 
 
@@ -119,27 +129,6 @@ def perf(request: pytest.FixtureRequest) -> Perf:
     return recorder
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-    """A perf test runs through core/attempts.py, which repeats the whole protocol to confirm a regression."""
-    settings = get_settings(item.config)
-    if "perf" not in getattr(item, "fixturenames", ()) or not (settings.confirm and not settings.save):
-        return None  # nothing to confirm: pytest's own protocol runs the test
-    if not reporting(item.config):
-        return None
-    from pytest_gpuperf.core.attempts import run_protocol
-
-    return run_protocol(item, nextitem)
-
-
-def pytest_report_teststatus(report: pytest.TestReport) -> Any:
-    if getattr(report, "gpuperf_attempt", None):
-        from pytest_gpuperf.core.attempts import report_status
-
-        return report_status(report)
-    return None
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     outcome = yield  # a test that raised is not judged: the exception propagates from the yield
@@ -150,10 +139,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     from pytest_gpuperf.core.attempts import settle
 
     try:
-        final = settle(item, session, session.evaluate(recorder))
-        if final is None:  # suspected REGRESSED: another attempt of the whole test decides
-            return outcome
-        results = final
+        results = settle(item, session, session.evaluate(recorder))  # a suspected regression is run again first
         session.accept(recorder, results)
     except StoreError as error:
         pytest.fail(f"gpuperf: {error}", pytrace=False)
@@ -199,7 +185,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     payload = getattr(node, "workeroutput", {}).get("gpuperf")
-    keys = ("results", "curves", "saved_files", "not_saved", "save_failures", "telemetry_note")
+    keys = ("results", "curves", "saved_files", "not_saved", "save_failures", "telemetry_note", "unresolved")
     if payload and any(payload.get(key) for key in keys):
         gpuperf_session(node.config).absorb_worker(payload)
 
@@ -234,6 +220,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         )
         for test, metric, why in state.not_saved:
             terminalreporter.write_line(shorten(f"  not saved: {test} {metric}: {why}", 120), yellow=True)
+        if state.unresolved:
+            from pytest_gpuperf.core.report import unresolved_lines
+
+            for line in unresolved_lines(state.unresolved, state.rules().delta, width=120):
+                terminalreporter.write_line(line, yellow=True)
     for path, reason in state.save_failures:
         terminalreporter.write_line(f"gpuperf: baselines not saved: {path}: {reason}", red=True)
     if state.results_failure is not None:

@@ -14,6 +14,7 @@ import pytest
 TORCH_FREE = frozenset(
     {
         "test_bounded_reads.py",
+        "test_ab_hostile.py",
         "test_changepoints.py",
         "test_cli.py",
         "test_cli_inputs.py",
@@ -26,10 +27,12 @@ TORCH_FREE = frozenset(
         "test_gpu_check.py",
         "test_inference_sizing.py",
         "test_isolation.py",
+        "test_job_verdict.py",
         "test_layout.py",
         "test_micro_suite.py",
         "test_peaks.py",
         "test_plugin.py",
+        "test_report_inputs.py",
         "test_record_values.py",
         "test_stats.py",
         "test_store.py",

@@ -24,3 +24,11 @@ def cpu_settings(baselines_dir: Path, **overrides: Any) -> Settings:
         "remeasure": 2,
     }
     return Settings(**(fields | overrides))
+
+
+def this_machine() -> dict[str, str]:
+    """The context key a baseline run recorded on this machine carries (core/session.py accept): hand-built runs
+    that stand for this machine's own add it, so the verdict compares like with like, not across machines."""
+    from pytest_gpuperf.machine.identity import read_identity
+
+    return {"machine_id": read_identity().id}

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from session_settings import cpu_settings
+from session_settings import cpu_settings, this_machine
 
 from pytest_gpuperf.core import perf as perf_module
 from pytest_gpuperf.core.perf import Perf
@@ -53,7 +53,7 @@ def make_session(
                 unit="s",
                 higher_is_better=False,
                 run=MetricRun(
-                    samples=samples, stack=stack, date=RECORDED_NOW, summary={}, context={"machine": machine}
+                    samples=samples, stack=stack, date=RECORDED_NOW, summary={}, context={"machine": machine} | this_machine()
                 ),
             )
             for samples, machine in runs
@@ -386,7 +386,7 @@ def test_a_size_is_not_moved_by_the_machine(tmp_path: Path) -> None:
                 stack=session.fingerprint.stack,
                 date=RECORDED_NOW,
                 summary={},
-                context={"machine": state(runqueue=0.5)},
+                context={"machine": state(runqueue=0.5)} | this_machine(),
             ),
         )
         for f in (1.0, 1.01, 0.99)
@@ -446,7 +446,7 @@ def test_each_parameter_leaves_itself_out_of_its_siblings_prior(tmp_path: Path) 
             name="loop",
             unit="s",
             higher_is_better=False,
-            run=MetricRun(samples=samples, stack=stack, date=RECORDED_NOW, summary={}, context={}),
+            run=MetricRun(samples=samples, stack=stack, date=RECORDED_NOW, summary={}, context=this_machine()),
         )
 
     for drifting, steady in ((1.0, 1.0), (1.1, 1.001), (0.92, 0.999)):

@@ -121,8 +121,11 @@ def test_an_upgrade_reads_as_the_evidence_supports(
     # the stack difference once; beside a metric only what the evidence supports
     assert summary.count(CHANGE) == 1
     machine = "differs from baseline; the machine's state also differed: canary 1.7x slower when the baseline"
-    assert summary.count("differs from baseline [1]") == 3
-    assert "[1] the machine's state also differed: canary 1.7x slower when the baseline was recorded" in summary
+    assert summary.count("differs from baseline *") == 3
+    # how the machine's state differed: one line under the table, counted, not a footnote per metric
+    assert "* the machine's state differed from the baseline's for 3 of 4 metrics: canary slower when the " in (
+        " ".join(summary.split())
+    )
     assert "caused by" not in summary and "mylib" not in summary.split(CHANGE, 1)[1]
     assert all(len(line) <= 120 for line in summary.splitlines() if not line.startswith("results written: "))
 
@@ -253,8 +256,10 @@ def test_headline_says_why_metrics_are_undecided_and_machine_notes_read_plain_co
     built = rollup.build(rows)
     assert built.suites["test_micro.py"] == {"REGRESSED": 0, "IMPROVED": 0, "PASS": 1, "undecided": 1}
     assert built.suites["test_inference"]["undecided"] == 1
-    assert built.headline.startswith("undecided: 2 of 3 metrics could not be judged (1 AMBIGUOUS:")
-    assert "more repeats" in built.headline and "--gpuperf-save" in built.headline
+    assert built.headline == "undecided: 2 of 3 metrics could not be judged"
+    why = rollup.undecided_lines(built.undecided)  # one line per reason, its count first
+    assert why[0].startswith("  1 AMBIGUOUS: ") and "more repeats" in why[0]
+    assert why[1].startswith("  1 NO_BASELINE: ") and "--gpuperf-save" in why[1]
     assert rollup.build(rows[:1]).headline == "no regression found"
     quiet = {"machine": {"canary_s": [0.010, 0.011, 0.010], "steal_share": 0.0}}
     loaded = {"machine": {"canary_s": [0.017, 0.017, 0.018], "steal_share": 0.2}}

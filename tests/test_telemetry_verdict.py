@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from session_settings import cpu_settings
+from session_settings import cpu_settings, this_machine
 
 from pytest_gpuperf.core.perf import Perf
 from pytest_gpuperf.core.session import GpuperfSession
@@ -61,7 +61,7 @@ def make_session(tmp_path: Path) -> GpuperfSession:
                     stack=stack,
                     date=RECORDED_NOW,
                     summary={},
-                    context={"telemetry": full_clock.to_dict()},
+                    context={"telemetry": full_clock.to_dict()} | this_machine(),
                 ),
             )
             for samples in (BASELINE, [v * 1.002 for v in BASELINE], [v * 0.998 for v in BASELINE])

@@ -1,115 +1,213 @@
-"""Confirmation attempts: a test whose metrics look REGRESSED runs again through pytest's own runtest protocol.
+"""Confirmation: a test whose metrics look REGRESSED is measured again in a fresh interpreter before it fails.
 
-A transient slowdown of a shared machine lasts seconds; a real regression shows in every attempt. So before a
-REGRESSED verdict fails a test, the test is run once more (``--gpuperf-confirm N`` times at most) and
-core/session.py ``confirm`` keeps REGRESSED only for the metrics that regressed in consecutive attempts.
-
-Each attempt is a full setup/call/teardown: function-scoped fixtures are torn down and built afresh, so state a
-test changed does not leak into the next attempt, and other plugins (durations, timeouts, JUnit) see each call
-as a call. Wider-scoped fixtures (module, session) stay set up between attempts: tearing down only the test's
-own node is what pytest does between two tests of one module. The attempt that asked for a confirmation is
-reported with the outcome "rerun" (as pytest-rerunfailures reports its re-runs), so one test counts once.
-
-This drives ``_pytest.runner.call_and_report``, the one step of the protocol pytest does not export; it is
-what ``runtestprotocol`` itself calls and what re-run plugins build on.
+A state of the machine that lasts minutes (a neighbour's burst, a VM's frequency, a cache or allocator state of
+this process) moves every metric measured in it, and an attempt repeated inside the same process and the same
+minute confirms that state, not a regression. So the confirmation is another pytest session in a new process,
+running only this test with the same options (``fresh_session_argv``), measuring only (``--gpuperf-measure-only``:
+it saves nothing, fails nothing and confirms nothing itself); its samples, with the machine state it read, are
+judged here against the same baselines under the same rules, and ``session.confirm`` keeps REGRESSED only where
+every attempt regressed. A confirmation that cannot run (a torchrun rank, a session that failed to start) leaves
+the metric AMBIGUOUS and says why: a regression never fails a test unconfirmed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from pytest_gpuperf.core.session import GpuperfSession, MetricResult
 
-attempt_key = pytest.StashKey[int]()
-"""The attempt now running (1, 2, ...), set only while this module runs the item's protocol."""
-_again_key = pytest.StashKey[bool]()
-_previous_key = pytest.StashKey["list[MetricResult]"]()
-
-RERUN = "rerun"
+_XDIST_ENVIRONMENT = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+CONFIRM_SLACK_S = 120.0
+"""Time a confirmation session may take beyond the test's own budget: a new interpreter, torch and the module's
+fixtures start again."""
 
 
-def settle(item: pytest.Item, session: GpuperfSession, results: list[MetricResult]) -> list[MetricResult] | None:
-    """The final results of this attempt, or None when another attempt is to confirm a suspected regression.
-
-    Called from the call phase, after the test body ran. Outside ``run_protocol`` (confirmation off, or another
-    plugin runs the protocol) a test has one attempt and its results are final.
-    """
+def settle(item: pytest.Item, session: GpuperfSession, results: list[MetricResult]) -> list[MetricResult]:
+    """The final results of a test: as measured, or, where a metric looks REGRESSED, after each confirmation
+    attempt (``--gpuperf-confirm N`` fresh processes) had its say."""
     from pytest_gpuperf.core.session import confirm
 
-    attempt = item.stash.get(attempt_key, None)
-    if attempt is None:
-        return results
-    if attempt > 1:
-        results = confirm(item.stash[_previous_key], results, attempt)
-    if attempt <= session.settings.confirm and session.suspects_regression(results):
-        item.stash[_previous_key] = results
-        item.stash[_again_key] = True
-        return None
+    attempt = 1
+    while attempt <= session.settings.confirm and session.suspects_regression(results):
+        suspects = [r for r in results if r.verdict.value == "REGRESSED"]
+        _progress(item, f"{_names(suspects)} REGRESSED in attempt {attempt}; confirming in a fresh process")
+        started = time.monotonic()
+        latest = fresh_attempt(item, session, results)
+        attempt += 1
+        if isinstance(latest, str):
+            results = unconfirmable(results, latest, attempt)
+            _progress(item, f"not confirmed: {latest}")
+            break
+        results = confirm(results, latest, attempt)
+        still = [r for r in results if r.verdict.value == "REGRESSED"]
+        _progress(
+            item,
+            f"attempt {attempt} ({time.monotonic() - started:.0f} s): "
+            + (f"{_names(still)} REGRESSED again" if still else "did not regress"),
+        )
     return results
 
 
-def run_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
-    """Run the item's setup/call/teardown once per attempt, logging one test's reports."""
-    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    attempt = 1
-    while True:
-        item.stash[attempt_key] = attempt
-        item.stash[_again_key] = False
-        reports = _one_attempt(item, nextitem)
-        again = item.stash[_again_key]
-        for report in reports:
-            if again and report.when == "call" and report.passed:
-                report.outcome = RERUN  # type: ignore[assignment]  # the outcome re-run plugins use
-                report.longrepr = f"gpuperf: attempt {attempt} looks REGRESSED; running the test again to confirm"
-                setattr(report, "gpuperf_attempt", attempt)  # noqa: B010  # travels with the report under xdist
-            elif again and report.when == "teardown" and report.passed:
-                # JUnit XML closes a test case at its teardown report: only the last attempt's closes it
-                continue
-            item.ihook.pytest_runtest_logreport(report=report)
-        if not again:
-            break
-        attempt += 1
-    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-    return True
+def fresh_attempt(item: pytest.Item, session: GpuperfSession, previous: list[MetricResult]) -> list[MetricResult] | str:
+    """This test measured once more by a new pytest session, judged here; or why that could not be done."""
+    from pytest_gpuperf.core.results import parse_document
+    from pytest_gpuperf.core.schema import SchemaError
 
-
-def _one_attempt(item: pytest.Item, nextitem: pytest.Item | None) -> list[pytest.TestReport]:
-    """One setup/call/teardown of the item, as pytest's runtestprotocol does, reports not yet logged. When the
-    call asked for another attempt, teardown stops at the item's parent: the test's own fixtures go, the
-    module's and session's stay for the next attempt."""
-    from _pytest.runner import call_and_report, show_test_item
-
-    function = item if isinstance(item, pytest.Function) else None
-    if function is not None and not function._request:
-        function._initrequest()  # a fresh fixture request: this attempt builds its own function-scoped fixtures
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    if world.isdigit() and int(world) > 1:
+        return "a torchrun rank cannot start a session of its own for one test; run the test again"
+    folder = Path(tempfile.mkdtemp(prefix="gpuperf-confirm-"))
     try:
-        reports = [call_and_report(item, "setup", log=False)]
-        if reports[0].passed:
-            setup_only = item.config.getoption("setuponly", False)
-            if item.config.getoption("setupshow", False):
-                show_test_item(item, add_space=not setup_only)
-            if not setup_only:
-                reports.append(call_and_report(item, "call", log=False))
-        if item.session.shouldfail or item.session.shouldstop:
-            item.stash[_again_key] = False
-            target: pytest.Item | pytest.Collector | None = None  # tear everything down, as runtestprotocol does
-        elif item.stash[_again_key]:
-            target = item.parent
-        else:
-            target = nextitem
-        reports.append(call_and_report(item, "teardown", log=False, nextitem=target))
+        results_path = folder / "results.json"
+        argv = fresh_session_argv(item, folder)
+        log = folder / "output.txt"
+        timeout = _timeout_s(item)
+        try:
+            with open(log, "wb") as output:
+                subprocess.run(
+                    argv,
+                    cwd=item.config.invocation_params.dir,
+                    env={k: v for k, v in os.environ.items() if k not in _XDIST_ENVIRONMENT},
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout,
+                    check=False,
+                )
+        except subprocess.TimeoutExpired:
+            return f"the confirmation session ran past {timeout:.0f} s{_tail(log)}"
+        except OSError as error:
+            return f"the confirmation session could not start: {error}"
+        if not results_path.is_file():
+            return f"the confirmation session wrote no results{_tail(log)}"
+        try:
+            document = parse_document(results_path.read_bytes(), where=str(results_path))
+        except SchemaError as error:
+            return f"the confirmation session's results could not be read: {error}"
+        return _judge_again(session, previous, document, log)
     finally:
-        if function is not None:  # as runtestprotocol: the attempt's fixture values go with its teardown
-            function._request = False  # type: ignore[assignment]
-            function.funcargs = None  # type: ignore[assignment]
-    return reports
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def report_status(report: pytest.TestReport) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
-    """The terminal's word for an attempt that asked for a confirmation."""
-    if report.outcome == RERUN and getattr(report, "gpuperf_attempt", None):
-        return RERUN, "R", ("RERUN", {"yellow": True})
-    return None
+def fresh_session_argv(item: pytest.Item, folder: Path) -> list[str]:
+    """The command of a pytest session that runs only ``item``, with this session's options, measuring only.
+
+    The invocation's options are kept (markers, ini overrides, gpuperf settings, plugins); its positional arguments
+    (paths and node ids) are replaced by this test's. Later options override earlier ones, so what the fresh session
+    must not share with this one (the results file, JUnit XML, the temporary folder pytest wipes, the cache) is
+    pointed into ``folder``; xdist is asked for no workers."""
+    config = item.config
+    positional = {str(arg) for arg in config.args}
+    kept = [arg for arg in config.invocation_params.args if str(arg) not in positional]
+    test = f"{item.path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else str(item.path)
+    argv = [sys.executable, "-m", "pytest", *kept, test]
+    argv += [
+        "--gpuperf-measure-only",
+        "--gpuperf-extend",
+        "0",
+        "--gpuperf-results",
+        str(folder / "results.json"),
+        f"--basetemp={folder / 'tmp'}",
+        f"--junitxml={folder / 'junit.xml'}",
+        "-o",
+        f"cache_dir={folder / 'cache'}",
+        "-p",
+        "no:randomly",
+    ]
+    if config.pluginmanager.hasplugin("xdist"):
+        argv += ["-n", "0"]
+    return argv
+
+
+def _judge_again(
+    session: GpuperfSession, previous: list[MetricResult], document: dict[str, Any], log: Path
+) -> list[MetricResult] | str:
+    """The fresh session's metrics of this test, judged by this session: same baselines, same rules, same family.
+    A metric judged by a rule of its own (convergence) keeps the fresh session's verdict: its rule ran there."""
+    from pytest_gpuperf.core.perf import MetricRecord
+    from pytest_gpuperf.core.results import MetricResult
+
+    test = previous[0].test
+    measured = {entry["metric"]: entry for entry in document.get("results", []) if entry.get("test") == test}
+    missing = [result.metric for result in previous if result.metric not in measured]
+    if missing:
+        return f"the confirmation session measured no {', '.join(missing)}{_tail(log)}"
+    latest = []
+    for result in previous:
+        entry = measured[result.metric]
+        if "judged_by" in result.context:
+            latest.append(MetricResult.from_dict(entry))
+            continue
+        context = dict(entry.get("context") or {})
+        unjudgeable = context.get("unjudgeable")
+        record = MetricRecord(
+            name=result.metric,
+            unit=entry["unit"],
+            higher_is_better=entry["higher_is_better"],
+            samples=[float(value) for value in entry["samples"]],
+            rounds=int(entry.get("rounds") or 1),
+            context=context,
+            unjudgeable=unjudgeable if isinstance(unjudgeable, str) else None,
+        )
+        latest.append(session.evaluate_metric(test, record))
+    return latest
+
+
+def unconfirmable(results: list[MetricResult], why: str, attempt: int) -> list[MetricResult]:
+    """The results when no confirmation could be made: a REGRESSED metric is AMBIGUOUS, saying why."""
+    from pytest_gpuperf.core.stats import Verdict
+
+    for result in results:
+        if result.verdict is Verdict.REGRESSED:
+            result.context = {**result.context, "unconfirmed_regression": attempt - 1, "attempts": attempt}
+            result.comparison = replace(
+                result.comparison,
+                verdict=Verdict.AMBIGUOUS,
+                reason=f"REGRESSED in attempt {attempt - 1}, could not be confirmed ({why}); "
+                + result.comparison.reason,
+            )
+    return results
+
+
+def _timeout_s(item: pytest.Item) -> float | None:
+    from pytest_gpuperf.core.budget import budget_of
+
+    budget = budget_of(item)
+    return None if budget is None else budget.seconds + CONFIRM_SLACK_S
+
+
+def _tail(log: Path, lines: int = 8) -> str:
+    try:
+        text = log.read_text(errors="replace").strip().splitlines()[-lines:]
+    except OSError:
+        return ""
+    return ("; its last lines:\n" + "\n".join(text)) if text else ""
+
+
+def _names(results: list[MetricResult]) -> str:
+    return ", ".join(result.metric for result in results)
+
+
+def _progress(item: pytest.Item, text: str) -> None:
+    """A line on the terminal while the test runs (captured output stays captured)."""
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    capture = item.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    line = f"gpuperf: {item.nodeid}: {text}"
+    if capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+    else:
+        reporter.write_line(line)

@@ -220,7 +220,7 @@ class Perf:
         unit = self._field(call, "unit", unit, schema.text)
         higher_is_better = self._field(call, "higher_is_better", higher_is_better, schema.flag)
         rounds = self._field(call, "rounds", rounds, _whole_count)
-        if unjudgeable is not None:
+        if unjudgeable:  # "" says nothing, as None
             unjudgeable = self._field(call, "unjudgeable", unjudgeable, schema.text)
         values = self._numbers(call, "samples", samples)
         context = self._storable(call, context or {})

@@ -85,6 +85,7 @@ def rollup_rows(results: Iterable[MetricResult]) -> list[rollup.Row]:
             ratio=r.comparison.ratio,
             ci_low=r.comparison.ci_low,
             ci_high=r.comparison.ci_high,
+            because=rollup.undecided_because(r.verdict.value, r.comparison.reason, r.context),
         )
         for r in results
     ]
@@ -122,7 +123,7 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
     lines += [part for line in stack_lines(results) for part in textwrap.wrap(line, width, subsequent_indent="  ")]
     header = ("test", "metric", "now", "baseline", "ratio", "verdict", "evidence")
     rows = []
-    footnotes: dict[str, int] = {}
+    notes: list[str] = []
     for result in sorted(results, key=lambda r: (rollup.suite_of(r.test), r.test, r.metric)):
         now = summarize(result.samples)
         baseline = "-"
@@ -130,6 +131,8 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
             baseline = format_value(rollup.baseline_median(result.baseline_runs), result.unit)
         ratio = f"{result.comparison.ratio:.3f}" if result.comparison.ratio is not None else "-"
         note = result.context.get("machine_note")
+        if isinstance(note, str):
+            notes.append(note)
         rows.append(
             [
                 result.test,
@@ -138,21 +141,34 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
                 baseline,
                 ratio,
                 result.verdict.value,
-                short_evidence(result.verdict.value, note if isinstance(note, str) else None, footnotes),
+                short_evidence(result.verdict.value, note if isinstance(note, str) else None),
             ]
         )
     lines += fit_table(header, rows, width=width, shrink=(1, 0, 6))
-    for note, number in footnotes.items():
-        lines += textwrap.wrap(f"[{number}] the machine's state also differed: {note}", width, subsequent_indent="    ")
+    if notes:
+        lines += textwrap.wrap(machine_notes_line(notes, len(results)), width, subsequent_indent="    ")
     return lines
 
 
-def short_evidence(verdict: str, note: str | None, footnotes: dict[str, int]) -> str:
-    """``rollup.evidence`` for a table cell: the machine's state, long, goes to a numbered note under the table."""
-    if not note:
-        return rollup.evidence(verdict, None)
-    number = footnotes.setdefault(note, len(footnotes) + 1)
-    return f"{rollup.evidence(verdict, None)} [{number}]"
+def short_evidence(verdict: str, note: str | None) -> str:
+    """``rollup.evidence`` for a table cell: that the machine's state differed is marked with '*'; how is said
+    once under the table (``machine_notes_line``), not per metric."""
+    return rollup.evidence(verdict, None) + (" *" if note else "")
+
+
+def machine_notes_line(notes: list[str], total: int) -> str:
+    """One line for every metric whose machine state differed from its baseline's: how many, and the most
+    frequent ways (the results JSON keeps each metric's note under context.machine_note)."""
+    kinds: dict[str, int] = {}
+    for note in notes:
+        for part in note.split("; "):
+            kind = rollup.machine_note_kind(part)
+            kinds[kind] = kinds.get(kind, 0) + 1
+    common = ", ".join(f"{kind} ({n})" for kind, n in sorted(kinds.items(), key=lambda item: -item[1])[:3])
+    return (
+        f"* the machine's state differed from the baseline's for {len(notes)} of {total} metrics: {common} "
+        "(each metric's note: context.machine_note in the results JSON)"
+    )
 
 
 def fit_table(header: Sequence[str], rows: list[list[str]], *, width: int, shrink: Sequence[int]) -> list[str]:
@@ -173,3 +189,17 @@ def fit_table(header: Sequence[str], rows: list[list[str]], *, width: int, shrin
         ]
         out.append(rollup.fit("  ".join(cells).rstrip(), width))
     return out
+
+
+def unresolved_lines(unresolved: list[tuple[str, str, float]], threshold: float, *, width: int = 120) -> list[str]:
+    """Said once at save time: the saved metrics whose runs vary more than the threshold can resolve, worst
+    first (five named; the count says how many)."""
+    worst = sorted(unresolved, key=lambda entry: -entry[2])
+    head = (
+        f"gpuperf: {len(worst)} saved metric(s) vary between runs on this machine more than the {threshold:.1%} "
+        "threshold can resolve: a stored baseline decides only changes beyond the size shown; `gpuperf ab` "
+        "compares two stacks paired, in one sitting"
+    )
+    lines = textwrap.wrap(head, width, subsequent_indent="  ")
+    lines += [rollup.shorten(f"  {test} {metric}: beyond {size:.1%}", width) for test, metric, size in worst[:5]]
+    return lines

@@ -23,10 +23,43 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.core.verdict import timed_on_device
+from pytest_gpuperf.core.stats import NOT_AMONG, OTHER_SITTING, OVER_NOISE_LIMIT
+from pytest_gpuperf.core.verdict import ACROSS_UNMEASURED, timed_on_device
 from pytest_gpuperf.machine.contention import CANARIES
 
 DECIDED = ("REGRESSED", "IMPROVED", "PASS")
+UNDECIDED_BECAUSE = {
+    "another machine": (
+        "baseline recorded on another machine of this hardware key, the spread between machines not measured",
+        "a baseline recorded on this machine (--gpuperf-save), `gpuperf ab`, or a fleet's --gpuperf-machine-noise",
+    ),
+    "not among the job's metrics": (
+        "a change significant for its metric alone, not among all the metrics the job judges",
+        "running that test on its own, or `gpuperf ab`",
+    ),
+    "not confirmed": (
+        "REGRESSED in one attempt, not in the fresh process that re-ran the test",
+        "running the test again",
+    ),
+    "another sitting": (
+        "baseline recorded in another sitting: the machine's shift between sittings is in the noise",
+        "baseline runs recorded in several sittings, or `gpuperf ab` (one session, paired)",
+    ),
+    "for information": (
+        "recorded for information only (a path this machine cannot time steadily)",
+        "a machine with a native kernel for it",
+    ),
+    "unjudgeable": (
+        "samples that cannot support a verdict, as the workload says (a p99 of too few requests, say)",
+        "a longer measurement",
+    ),
+    "too noisy": ("spread above the noise limit", "a quiet machine, or more repeats (--gpuperf-repeats)"),
+    "machine conditions": (
+        "measured under other machine or device conditions than the baseline",
+        "a quiet machine, or a baseline recorded on one",
+    ),
+}
+"""Per reason an undecided metric was not decided (``undecided_because``): what it means, and what would decide it."""
 UNDECIDED_WHY = {
     "NOISY": (
         "too noisy or measured under other machine conditions",
@@ -59,10 +92,34 @@ class Row:
     """Oriented ratio (< 1 is worse), stats.compare's definition."""
     ci_low: float | None = None
     ci_high: float | None = None
+    because: str | None = None
+    """Why an undecided metric was not decided: a key of ``UNDECIDED_BECAUSE`` (None: its verdict's own why)."""
 
     @property
     def suite(self) -> str:
         return suite_of(self.test)
+
+
+def undecided_because(verdict: str, reason: str, context: Mapping[str, Any]) -> str | None:
+    """The reason an undecided verdict was reached, as a key of ``UNDECIDED_BECAUSE``; None for a decided verdict
+    or one whose verdict alone says why (NO_BASELINE, MISSING, a plain AMBIGUOUS)."""
+    if verdict in DECIDED:
+        return None
+    if reason.startswith(ACROSS_UNMEASURED):
+        return "another machine"
+    if context.get("unconfirmed_regression") is not None:
+        return "not confirmed"
+    if NOT_AMONG in reason:
+        return "not among the job's metrics"
+    if verdict == "NOISY":
+        if isinstance(context.get("unjudgeable"), str):
+            return "for information" if context.get("information_only") else "unjudgeable"
+        if OVER_NOISE_LIMIT in reason:
+            return "too noisy"
+        return "machine conditions"
+    if verdict == "AMBIGUOUS" and OTHER_SITTING in reason:
+        return "another sitting"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,7 +155,8 @@ def build(rows: Iterable[Row]) -> RollUp:
             counts[row.verdict] += 1
         else:
             counts["undecided"] += 1
-            undecided[row.verdict] = undecided.get(row.verdict, 0) + 1
+            key = row.because if row.because in UNDECIDED_BECAUSE else row.verdict
+            undecided[key] = undecided.get(key, 0) + 1
     regressed = sorted((r for r in rows if r.verdict == "REGRESSED"), key=lambda r: (r.ratio or 1.0, r.test, r.metric))
     return RollUp(
         suites=dict(sorted(suites.items())),
@@ -110,26 +168,37 @@ def build(rows: Iterable[Row]) -> RollUp:
 
 
 def headline(regressions: int, undecided: Mapping[str, int], total: int) -> str:
-    """The one line: no regression found / N regressions / undecided: X of Y (why; what would decide them)."""
+    """The one line: no regression found / N regressions / undecided: X of Y could not be judged (the reasons
+    follow, a line each: ``undecided_lines``)."""
     count = sum(undecided.values())
     if total == 0:
         return "no metrics were measured"
-    parts = []
-    for verdict, n in sorted(undecided.items()):
-        cause, cure = UNDECIDED_WHY.get(verdict, ("not judged", "a rerun"))
-        parts.append(f"{n} {verdict}: {cause}, decided by {cure}")
-    why = "; ".join(parts)
     if regressions:
         text = f"{regressions} regression{'s' if regressions != 1 else ''}"
         return text + (f" (and {count} of {total} metrics undecided)" if count else "")
     if count:
-        return f"undecided: {count} of {total} metrics could not be judged ({why})"
+        return f"undecided: {count} of {total} metrics could not be judged"
     return "no regression found"
+
+
+def undecided_lines(undecided: Mapping[str, int]) -> list[str]:
+    """One line per reason metrics were left undecided, most frequent first: count, why, what would decide."""
+    lines = []
+    for key, n in sorted(undecided.items(), key=lambda item: (-item[1], item[0])):
+        if key in UNDECIDED_BECAUSE:
+            cause, cure = UNDECIDED_BECAUSE[key]
+            lines.append(f"  {n} undecided: {cause}; decided by {cure}")
+        else:
+            cause, cure = UNDECIDED_WHY.get(key, ("not judged", "a rerun"))
+            lines.append(f"  {n} {key}: {cause}; decided by {cure}")
+    return lines
 
 
 def render(rollup: RollUp, *, width: int = 120) -> list[str]:
     """The roll-up as text lines, none wider than ``width``."""
     lines = textwrap.wrap(f"verdict: {rollup.headline}", width, subsequent_indent="  ")
+    for line in undecided_lines(rollup.undecided):
+        lines += textwrap.wrap(line, width, subsequent_indent="      ")
     if not rollup.suites:
         return lines
     name_width = min(max(len(suite) for suite in rollup.suites), 48)
@@ -217,6 +286,20 @@ def machine_note(current: Mapping[str, Any] | None, baseline: Sequence[Mapping[s
             f"{now_others:.1f} now"
         )
     return "; ".join(notes) or None
+
+
+def machine_note_kind(part: str) -> str:
+    """What one part of a ``machine_note`` says, without its figures: the key its count is grouped under."""
+    name = part.split(" ", 1)[0]
+    if "slower when the baseline was recorded" in part:
+        return f"{name} slower when the baseline was recorded"
+    if "slower now" in part:
+        return f"{name} slower now"
+    if part.startswith("steal"):
+        return "steal differed"
+    if part.startswith("other processes"):
+        return "other processes' load differed"
+    return part
 
 
 def _machine(context: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pytest_gpuperf import __version__
 from pytest_gpuperf.core import results as results_format
 from pytest_gpuperf.core.perf import MetricRecord, Perf
@@ -22,7 +24,14 @@ from pytest_gpuperf.core.rollup import machine_note
 from pytest_gpuperf.core.schema import SchemaError, non_finite
 from pytest_gpuperf.core.settings import Settings
 from pytest_gpuperf.core.sittings import group_sittings
-from pytest_gpuperf.core.stats import Rules, Verdict, summarize, with_siblings
+from pytest_gpuperf.core.stats import (
+    Rules,
+    Verdict,
+    exact_agreement,
+    smallest_decided_change,
+    summarize,
+    with_siblings,
+)
 from pytest_gpuperf.core.store import (
     BaselineStore,
     Curve,
@@ -36,7 +45,15 @@ from pytest_gpuperf.core.store import (
     write_atomic,
 )
 from pytest_gpuperf.core.turns import Turns
-from pytest_gpuperf.core.verdict import judge_on_machine, machine_state
+from pytest_gpuperf.core.verdict import (
+    ANOTHER_MACHINE,
+    ANOTHER_SITTING,
+    THIS_SITTING,
+    UNMOVED_BY_LOAD,
+    judge_on_machine,
+    machine_state,
+    runs_of_this_machine,
+)
 from pytest_gpuperf.machine.contention import MachineState, waiting_for_turn
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
@@ -62,10 +79,16 @@ class GpuperfSession:
     """Everything the plugin keeps for one pytest session (or one xdist worker)."""
 
     def __init__(
-        self, settings: Settings, *, extra_stack: dict[str, str] | None = None, telemetry: TelemetryOpener | None = None
+        self,
+        settings: Settings,
+        *,
+        extra_stack: dict[str, str] | None = None,
+        telemetry: TelemetryOpener | None = None,
+        machine_name: str | None = None,
     ) -> None:
         self.settings = settings
         self._extra_stack = extra_stack or {}
+        self._machine_name = machine_name
         self._open_telemetry = telemetry
         self._telemetry: DeviceReader | None = None
         self._telemetry_opened = False
@@ -89,6 +112,12 @@ class GpuperfSession:
         """Ctrl-C stopped the save: save_failures lists what was not saved."""
         self.results_failure: str | None = None
         """Why ``--gpuperf-results`` could not be written, naming the file."""
+        self.unresolved: list[tuple[str, str, float]] = []
+        """(test, metric, smallest decidable change) of saved metrics whose runs vary more than the threshold can
+        resolve: a stored baseline cannot decide a change of the threshold's size for them."""
+        self.planned_tests: list[str] = []
+        """The stable ids of the perf tests this session collected: the job whose metrics form one family."""
+        self._family_size: int | None = None
         self.turns = Turns(settings.take_turns) if settings.take_turns else None
         """The turn channel of a `gpuperf ab --take-turns` session: each perf test and measured round waits for it."""
 
@@ -103,7 +132,7 @@ class GpuperfSession:
     @property
     def fingerprint(self) -> Fingerprint:
         if self._fingerprint is None:
-            self._fingerprint = LazyFingerprint(self.device, self._extra_stack)
+            self._fingerprint = LazyFingerprint(self.device, self._extra_stack, machine_name=self._machine_name)
         return self._fingerprint.get()
 
     @property
@@ -150,7 +179,38 @@ class GpuperfSession:
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
             run_noise=self.settings.for_device(self.device, "run_noise"),
             sitting_noise=self.settings.for_device(self.device, "sitting_noise"),
+            machine_noise=self.settings.machine_noise,
+            job_alpha=self.settings.job_alpha,
+            family_size=self.family_size(),
         )
+
+    def family_size(self) -> int:
+        """How many metrics this job may decide: those stored for this hardware key of the perf tests collected
+        (``planned_tests``; every xdist worker collects them all, so each counts the same family), less those no
+        current run can turn REGRESSED (``decidable``). At least 1."""
+        if self._family_size is None:
+            count = 0
+            for test in sorted(set(self.planned_tests)):
+                count += sum(self.decidable(test, name) for name in self.store.metric_names(test))
+            self._family_size = max(1, count)
+        return self._family_size
+
+    def decidable(self, nodeid: str, name: str) -> bool:
+        """Whether a stored metric can be decided whatever is measured now: not when its baseline's spread is past
+        the noise limit (NOISY whatever the run), nor when it is a timing recorded only on other machines and the
+        spread between machines is not measured (AMBIGUOUS whatever the run: core/verdict.py)."""
+        baseline = self.store.metric(nodeid, name)
+        if baseline is None or not baseline.runs:
+            return False
+        runs = [run.samples for run in baseline.runs]
+        if float(np.median([summarize(run).spread for run in runs])) > self.settings.for_device(
+            self.device, "noise_limit"
+        ):
+            return False
+        across = runs_of_this_machine(self.fingerprint.machine_id, [run.context for run in baseline.runs]) is None
+        exact = exact_agreement(runs[0], runs[1:]) if len(runs) > 1 else min(runs[0]) == max(runs[0])
+        timing = baseline.unit not in UNMOVED_BY_LOAD and not exact
+        return not (across and timing and self.settings.machine_noise == 0)
 
     def sibling_rules(self, nodeid: str, name: str) -> Rules:
         """The rules for one metric: the device's, with the between-run noise its sibling baselines show here."""
@@ -198,28 +258,37 @@ class GpuperfSession:
         rules = self.sibling_rules(nodeid, metric.name).for_looks(metric.looks)
         stack = self.fingerprint.stack
         baseline = self.store.metric(nodeid, metric.name)
-        runs = [run.samples for run in baseline.runs] if baseline else []
+        stored = list(baseline.runs) if baseline else []
         if baseline and baseline.higher_is_better != metric.higher_is_better:
-            runs = []  # the metric's meaning changed: an old baseline says nothing about it
+            stored = []  # the metric's meaning changed: an old baseline says nothing about it
+        mine = runs_of_this_machine(self.fingerprint.machine_id, [run.context for run in stored])
+        across = bool(stored) and mine is None
+        if mine is not None:  # this machine's own runs are the comparison; another machine's are not its noise
+            stored = [stored[index] for index in mine]
+        runs = [run.samples for run in stored]
         context, conditions = self._check_conditions(nodeid, metric.name, metric.context, bool(runs))
         if metric.unjudgeable:
             conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
+        sittings = group_sittings(
+            [run.date for run in stored], dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        )
         judged = judge_on_machine(
             metric.samples,
             runs,
-            [run.context for run in baseline.runs] if baseline and runs else [],
+            [run.context for run in stored],
             context=metric.context,
-            sittings=group_sittings(
-                [run.date for run in baseline.runs] if baseline and runs else [],
-                dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            ),
+            sittings=sittings,
             unit=metric.unit,
             higher_is_better=metric.higher_is_better,
             rules=rules,
             conditions=conditions,
             rule=metric.rule,
             machine_check=self.settings.machine_check == "on",
+            across_machines=across,
         )
+        if runs:
+            kind = ANOTHER_MACHINE if across else THIS_SITTING if sittings.joined else ANOTHER_SITTING
+            context = {**context, "comparison": kind}
         comparison, runs = judged.comparison, judged.runs
         if judged.check is not None:
             context = {**context, "machine_check": judged.check.as_dict()}
@@ -230,8 +299,8 @@ class GpuperfSession:
             )
         if metric.rule is not None:  # its own rule decided; the comparison's figures stay for the report
             context = {**context, "judged_by": metric.rule.name}
-        baseline_stack = baseline.runs[-1].stack if baseline and runs else None
-        note = machine_note(metric.context, [run.context for run in baseline.runs]) if baseline and runs else None
+        baseline_stack = stored[-1].stack if runs else None
+        note = machine_note(metric.context, [run.context for run in stored]) if runs else None
         if note:
             context = {**context, "machine_note": note}
         return MetricResult(
@@ -265,6 +334,8 @@ class GpuperfSession:
             if where is not None:
                 raise NotStorable(f"curve {curve.name!r} {where} is not a finite number: the run diverged")
         stack = self.fingerprint.stack
+        machine_id = self.fingerprint.machine_id
+        machine = {"machine_id": machine_id} if machine_id else {}  # whose run it is: the next verdict's comparison
         today = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         verdicts = {result.metric: result for result in results}
         for metric in perf.metrics:
@@ -280,6 +351,8 @@ class GpuperfSession:
                     )
                 )
                 continue
+            if self.settings.save:
+                self._note_resolution(perf.nodeid, metric)
             self._to_save.append(
                 NewMetric(
                     test=perf.nodeid,
@@ -291,7 +364,7 @@ class GpuperfSession:
                         stack=stack,
                         date=today,
                         summary=summarize(metric.samples).as_dict(),
-                        context=metric.context,
+                        context=metric.context | machine,
                     ),
                 )
             )
@@ -305,6 +378,19 @@ class GpuperfSession:
                 )
             )
         self.results.extend(results)
+
+    def _note_resolution(self, nodeid: str, metric: MetricRecord) -> None:
+        """Remember a saved metric whose runs on this machine, this one included, vary more than its threshold can
+        resolve (``stats.smallest_decided_change``): the save summary says so once."""
+        if metric.unit in UNMOVED_BY_LOAD or metric.unjudgeable:
+            return
+        baseline = self.store.metric(nodeid, metric.name)
+        stored = list(baseline.runs) if baseline and baseline.higher_is_better == metric.higher_is_better else []
+        mine = runs_of_this_machine(self.fingerprint.machine_id, [run.context for run in stored]) or []
+        rules = self.sibling_rules(nodeid, metric.name)
+        smallest = smallest_decided_change([*(stored[i].samples for i in mine), metric.samples], rules)
+        if smallest is not None and smallest > rules.delta:
+            self.unresolved.append((nodeid, metric.name, smallest))
 
     def suspects_regression(self, results: list[MetricResult]) -> bool:
         return self.settings.gating and any(result.verdict is Verdict.REGRESSED for result in results)
@@ -363,6 +449,8 @@ class GpuperfSession:
             "save_failures": [[str(path), reason] for path, reason in self.save_failures],
             "save_interrupted": self.save_interrupted,
             "telemetry_note": self.telemetry_note,
+            "unresolved": [list(entry) for entry in self.unresolved],
+            "family_size": self._family_size,
         }
 
     def absorb_worker(self, payload: dict[str, Any]) -> None:
@@ -373,6 +461,9 @@ class GpuperfSession:
         self.save_failures.extend((Path(path), reason) for path, reason in payload.get("save_failures", []))
         self.save_interrupted = self.save_interrupted or bool(payload.get("save_interrupted"))
         self.telemetry_note = self.telemetry_note or payload.get("telemetry_note")
+        self.unresolved.extend((str(t), str(m), float(x)) for t, m, x in payload.get("unresolved", []))
+        if isinstance(payload.get("family_size"), int):  # every worker counts the same family
+            self._family_size = payload["family_size"]
         if payload.get("fingerprint") and self._fingerprint is None:
             fingerprint = payload["fingerprint"]
             lazy = LazyFingerprint(payload.get("device") or "cpu")
@@ -380,6 +471,7 @@ class GpuperfSession:
                 hardware_key=fingerprint["hardware_key"],
                 stack=fingerprint["stack"],
                 labels=fingerprint.get("labels") or {},
+                machine=fingerprint.get("machine") or {},
             )
             self._fingerprint = lazy
             self._device = payload.get("device")
@@ -397,6 +489,9 @@ class GpuperfSession:
                 "noise_limit": self.settings.for_device(device, "noise_limit"),
                 "run_noise": self.settings.for_device(device, "run_noise"),
                 "sitting_noise": self.settings.for_device(device, "sitting_noise"),
+                "machine_noise": self.settings.machine_noise,
+                "job_alpha": self.settings.job_alpha,
+                "family_size": self._family_size,
                 "repeats": self.settings.repeats,
                 "warmup": self.settings.warmup,
                 "strict": self.settings.strict,

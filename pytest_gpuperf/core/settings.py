@@ -118,6 +118,19 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def parse_slowdowns(text: str) -> dict[str, float]:
+    """'micro=10' or 'micro=10,training=3' -> {"micro": 0.10, "training": 0.03}: the suites' injected slowdowns."""
+    slowdowns: dict[str, float] = {}
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        suite, sep, amount = part.partition("=")
+        if not sep or not re.fullmatch(r"[a-z_]+", suite.strip()):
+            raise SettingError("expected SUITE=PCT[,SUITE=PCT...] such as micro=10 (suites: their markers)")
+        slowdowns[suite.strip()] = parse_percentage(amount)
+    if not slowdowns:
+        raise SettingError("expected SUITE=PCT[,SUITE=PCT...] such as micro=10")
+    return slowdowns
+
+
 def parse_text(text: str) -> str:
     if not text.strip():
         raise SettingError("expected a non-empty value")
@@ -278,6 +291,23 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="PCT",
     ),
     OptionSpec(
+        name="machine-noise",
+        help="standard deviation between machines of one hardware key, in percent, as a fleet of them measured it: "
+        "a baseline recorded on another machine is then judged with it; 0 (default): not measured, and such a "
+        "baseline cannot fail a timing",
+        parse=parse_percentage_or_zero,
+        default=0.0,
+        metavar="PCT",
+    ),
+    OptionSpec(
+        name="job-alpha",
+        help="the chance, in percent, that a job with nothing changed fails on sampling noise: each metric's change "
+        "is decided at this level divided by the number of metrics the job judges (Bonferroni; default 1)",
+        parse=parse_percentage,
+        default=0.01,
+        metavar="PCT",
+    ),
+    OptionSpec(
         name="baseline-runs",
         help="runs kept per baseline entry; --gpuperf-save appends a run on the same stack (default 5)",
         parse=parse_count(1),
@@ -339,6 +369,14 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="N",
     ),
     OptionSpec(
+        name="inject-slowdown",
+        help="make a suite's workloads deliberately heavier by PCT percent while reporting their nominal work, to "
+        "prove a gate catches a slowdown: SUITE=PCT[,SUITE=PCT...], e.g. micro=10 (never with --gpuperf-save)",
+        parse=parse_slowdowns,
+        default=None,
+        metavar="SUITE=PCT",
+    ),
+    OptionSpec(
         name="timeout",
         help="time budget of each gpuperf test in seconds, setup to teardown; past it the test fails and the "
         "session goes on (default 600 on CPU, 1200 for the GPU tier; 0: none; marker gpuperf_timeout overrides)",
@@ -384,6 +422,11 @@ class Settings:
     """Prior between-run sd (fraction); None: the device's default."""
     sitting_noise: float | None = None
     """Prior sd of the shift between sittings (fraction); None: the device's default."""
+    machine_noise: float = 0.0
+    """Sd between machines of one hardware key (fraction); 0: not measured (another machine's baseline cannot fail
+    a timing)."""
+    job_alpha: float = 0.01
+    """The job's family-wise false-failure level (fraction)."""
     repeats: int
     warmup: int
     strict: bool
@@ -403,6 +446,9 @@ class Settings:
     """Time a test may spend on those rounds."""
     measure_only: bool = False
     """Measure only (a `gpuperf ab` session): verdicts are recorded but fail nothing, nothing is saved."""
+    inject_slowdown: dict[str, float] | None = None
+    """Suite marker -> fraction of extra work its workloads do while reporting their nominal work (a proof that the
+    gate catches a slowdown); None: none."""
     take_turns: str | None = None
     """The turn channel's path prefix (core/turns.py) in a `gpuperf ab --take-turns` session; None: no turns."""
 
@@ -410,6 +456,10 @@ class Settings:
     def gating(self) -> bool:
         """Whether a verdict may fail a test: not while recording baselines, not in a measure-only session."""
         return not (self.save or self.measure_only)
+
+    def slowdown(self, suite: str) -> float:
+        """The fraction of extra work injected into ``suite``'s workloads (0: none)."""
+        return (self.inject_slowdown or {}).get(suite, 0.0)
 
     def for_device(self, device: str, name: str) -> float:
         """A device-dependent setting: the explicit value, else the device's default."""

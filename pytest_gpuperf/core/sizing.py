@@ -119,6 +119,16 @@ class Sizing:
         if reason:
             pytest.skip(reason)
 
+    def for_information(self, metric: Any, dtype: str) -> None:
+        """Record a metric measured on this CPU's slow path for information only: a fallback kernel's speed moves
+        with whatever the machine does (an fp16 GEMM without avx512_fp16 read 0.731x, 1.043x and 0.874x of its
+        baseline within minutes), so it is kept in the results and never judged (verdict NOISY, said why)."""
+        reason = self.slow_path(dtype)
+        if reason:
+            metric.unjudgeable = f"{reason}: recorded for information, not judged"
+            metric.context["unjudgeable"] = metric.unjudgeable
+            metric.context["information_only"] = True
+
     def annotate(self, metric: Any) -> None:
         """Say that a metric was measured shrunk: in its context (with the probed rates) and as a pytest warning."""
         if self.note:

@@ -33,9 +33,11 @@ def gpuperf_session(config: pytest.Config) -> GpuperfSession:
         extra: dict[str, str] = {}
         for found in config.hook.pytest_gpuperf_stack(config=config):
             extra.update({str(k): str(v) for k, v in (found or {}).items()})
+        machine = config.hook.pytest_gpuperf_machine(config=config)
         session = GpuperfSession(
             get_settings(config),
             extra_stack=extra,
+            machine_name=str(machine) if machine is not None else None,
             telemetry=lambda device: config.hook.pytest_gpuperf_telemetry_reader(config=config, device=device),
         )
         config.stash[session_key] = session

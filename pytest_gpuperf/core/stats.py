@@ -95,6 +95,15 @@ class Rules:
     sitting_noise: float = 0.0
     """Prior sd (log scale) of the machine's shift between sittings, at ``prior_runs`` degrees of freedom: what a
     measurement in another sitting than its baseline's runs may move with nothing changed (0: no such shift)."""
+    machine_noise: float = 0.0
+    """Sd (log scale) of the spread between machines of one hardware key, for a baseline recorded on another
+    machine than this one; 0: not measured, and such a comparison cannot decide a change of a timing
+    (core/verdict.py says so instead)."""
+    family_size: int = 1
+    """How many metrics the job judges: a change is decided only at ``job_alpha / family_size`` (Bonferroni over
+    the job), so the job, not each metric, holds the false-failure rate."""
+    job_alpha: float = 0.01
+    """The job's family-wise level: the chance that a job with nothing changed fails on sampling noise."""
     resamples: int = 2000
     """Bootstrap resamples for the interval."""
     seed: int = 0
@@ -109,8 +118,18 @@ class Rules:
             raise ValueError(f"confidence must be in (0.5, 1), got {self.confidence!r}")
         if self.noise_limit <= 0 or self.run_noise < 0 or self.prior_runs < 0:
             raise ValueError("noise_limit must be > 0, run_noise and prior_runs >= 0")
-        if self.sibling_noise < 0 or self.sibling_dof < 0 or self.sitting_noise < 0:
-            raise ValueError("sibling_noise, sibling_dof and sitting_noise must be >= 0")
+        if self.sibling_noise < 0 or self.sibling_dof < 0 or self.sitting_noise < 0 or self.machine_noise < 0:
+            raise ValueError("sibling_noise, sibling_dof, sitting_noise and machine_noise must be >= 0")
+        if self.family_size < 1 or not 0 < self.job_alpha < 0.5:
+            raise ValueError(
+                f"family_size must be >= 1 and job_alpha in (0, 0.5), got {self.family_size!r}, {self.job_alpha!r}"
+            )
+
+    @property
+    def decisive_alpha(self) -> float:
+        """The level a change must reach to be decided (REGRESSED or IMPROVED): the metric's own ``alpha``, or the
+        job's share of its family-wise level where that is stricter."""
+        return min(self.alpha, self.job_alpha / self.family_size)
 
     @property
     def prior_noise(self) -> float:
@@ -123,6 +142,14 @@ class Rules:
         var = (self.prior_runs * self.run_noise**2 + self.sibling_dof * self.sibling_noise**2) / weight
         return max(self.run_noise, math.sqrt(var))
 
+    @property
+    def prior_dof(self) -> float:
+        """The prior's weight in degrees of freedom: the configured ``prior_runs`` plus what the siblings measured
+        (limma's d0 + the evidence behind it). With the siblings' runs the noise is known well enough that a
+        change can be decided at a job's level (1% over hundreds of metrics) without a t of five degrees of freedom,
+        whose tail at that level asks for a change of ten standard deviations."""
+        return self.prior_runs + self.sibling_dof
+
     def for_looks(self, looks: int) -> Rules:
         """The rules for the last of ``looks`` sequential looks at one measurement: alpha and the interval's
         non-coverage divided by ``looks``, so that repeated looks do not buy false verdicts."""
@@ -130,7 +157,12 @@ class Rules:
             raise ValueError(f"looks must be >= 1, got {looks!r}")
         if looks == 1:
             return self
-        return replace(self, alpha=self.alpha / looks, confidence=1 - (1 - self.confidence) / looks)
+        return replace(
+            self,
+            alpha=self.alpha / looks,
+            job_alpha=self.job_alpha / looks,
+            confidence=1 - (1 - self.confidence) / looks,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,8 +260,12 @@ def compare(
     rules: Rules,
     conditions: str | None = None,
     sittings: Sittings | None = None,
+    across_machines: bool = False,
 ) -> Comparison:
     """Judge the current run's samples against the baseline's runs (each run a list of samples).
+
+    ``across_machines``: the baseline's runs were recorded on another machine of this hardware key; the spread
+    between machines (``Rules.machine_noise``, where measured) then adds to the noise like a shift between sittings.
 
     ``sittings`` groups the baseline's runs by sitting and says whether the current run shares theirs
     (``sittings.group_sittings``, from the stored dates); without it every run is taken as one sitting with the
@@ -266,6 +302,10 @@ def compare(
         shift_scale = shift_sd * math.sqrt(1.0 + 1.0 / len(groups))
         dof = _satterthwaite((scale, dof), (shift_scale, shift_dof))
         scale = math.hypot(scale, shift_scale)
+    if across_machines and rules.machine_noise > 0 and not exact:
+        dof = _satterthwaite((scale, dof), (rules.machine_noise, rules.prior_runs))
+        scale = math.hypot(scale, rules.machine_noise)
+        shift_scale = math.hypot(shift_scale, rules.machine_noise)
     if scale > 0:
         p_run_worse = float(scipy_stats.t.cdf(log_ratio / scale, dof))
         p_run_better = float(scipy_stats.t.sf(log_ratio / scale, dof))
@@ -313,23 +353,26 @@ def compare(
         spread = max(now_spread, base_spread)
         return Comparison(
             verdict=Verdict.NOISY,
-            reason=f"{side} spread {spread:.1%} (log Q3/Q1) exceeds the noise limit {rules.noise_limit:.1%}",
+            reason=f"{side} spread {spread:.1%} (log Q3/Q1) {OVER_NOISE_LIMIT} {rules.noise_limit:.1%}",
             **figures,
         )
     # The tests and the interval must agree: a change whose interval still holds "no change" (a rate point of
     # a few runs read [0.871, 1.015] beside p=0.0088) is not shown as REGRESSED or IMPROVED.
+    decisive = rules.decisive_alpha
     if p_worse < rules.alpha and ratio <= 1 - rules.delta and ci_high < 1:
-        return Comparison(
-            verdict=Verdict.REGRESSED,
-            reason=f"worse by {1 - ratio:.1%} (threshold {rules.delta:.1%}), p={p_worse:.2g} < {rules.alpha}",
-            **figures,
-        )
+        change = f"worse by {1 - ratio:.1%} (threshold {rules.delta:.1%})"
+        if p_worse < decisive:
+            return Comparison(
+                verdict=Verdict.REGRESSED, reason=f"{change}, p={p_worse:.2g} < {decisive:.2g}", **figures
+            )
+        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_worse, rules), **figures)
     if p_better < rules.alpha and ratio >= 1 + rules.delta and ci_low > 1:
-        return Comparison(
-            verdict=Verdict.IMPROVED,
-            reason=f"better by {ratio - 1:.1%} (threshold {rules.delta:.1%}), p={p_better:.2g} < {rules.alpha}",
-            **figures,
-        )
+        change = f"better by {ratio - 1:.1%} (threshold {rules.delta:.1%})"
+        if p_better < decisive:
+            return Comparison(
+                verdict=Verdict.IMPROVED, reason=f"{change}, p={p_better:.2g} < {decisive:.2g}", **figures
+            )
+        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_better, rules), **figures)
     if 1 - rules.delta <= ci_low and ci_high <= 1 + rules.delta:
         reason = f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.delta:.1%}"
         if exact:
@@ -348,7 +391,7 @@ def compare(
     if shift_sd:
         where = "its one sitting" if len(groups) == 1 else f"its {len(groups)} sittings"
         reason += (
-            f" (measured in another sitting than the baseline's runs, {where}: the machine's shift between "
+            f" ({OTHER_SITTING}, {where}: the machine's shift between "
             f"sittings, {shift_sd:.1%} sd, is in the noise; record baseline runs in several sittings, or let "
             "`gpuperf ab` compare two stacks paired in one session)"
         )
@@ -359,6 +402,20 @@ def compare(
             f"configured {rules.run_noise:.1%}; `gpuperf ab` compares two stacks paired, in one session)"
         )
     return Comparison(verdict=Verdict.AMBIGUOUS, reason=reason, **figures)
+
+
+OVER_NOISE_LIMIT = "exceeds the noise limit"
+OTHER_SITTING = "measured in another sitting than the baseline's runs"
+NOT_AMONG = "significant for this metric alone, not among the"
+"""How the reason of a change that the job's family-wise level did not decide begins its second part."""
+
+
+def _not_among(change: str, p_value: float, rules: Rules) -> str:
+    return (
+        f"{change}, p={p_value:.2g}: {NOT_AMONG} {rules.family_size} metrics this job judges (family-wise "
+        f"{rules.job_alpha:.2g}: p < {rules.decisive_alpha:.2g} decides); a run on its own, or `gpuperf ab`, would "
+        "decide it"
+    )
 
 
 def exact_agreement(
@@ -407,11 +464,25 @@ def pooled_run_noise(
     if own_only:  # runs that agree exactly have no spread, not a rounding error's worth
         exact_var = 0.0 if k < 2 or np.ptp(log_run_medians) == 0 else sample_var
         return math.sqrt(exact_var), float(max(sample_dof, 1))
-    dof = sample_dof + rules.prior_runs
+    dof = sample_dof + rules.prior_dof
     if dof == 0:
         return 0.0, 1.0
-    var = (sample_dof * sample_var + rules.prior_runs * rules.prior_noise**2) / dof
+    var = (sample_dof * sample_var + rules.prior_dof * rules.prior_noise**2) / dof
     return math.sqrt(var), dof
+
+
+def smallest_decided_change(runs: Sequence[Sequence[float]], rules: Rules) -> float | None:
+    """The smallest change (a fraction) a baseline of these runs can decide in the sitting it was recorded in, at
+    the job's level: the run-level test's critical value times its scale. None with fewer than two runs, or for a
+    figure whose runs agree exactly (it has no between-run noise). Said once at save time, so a metric whose runs
+    vary more than its threshold can resolve is known for what it is before any verdict is read."""
+    kept = [_as_array(run, "baseline run") for run in runs if len(run) > 0]
+    if len(kept) < 2 or exact_agreement(kept[-1], kept[:-1]):
+        return None
+    log_medians = np.log([np.median(run) for run in kept])
+    run_sd, dof = pooled_run_noise(log_medians, rules)
+    scale = run_sd * math.sqrt(1.0 + 1.0 / len(kept))
+    return math.expm1(float(scipy_stats.t.ppf(1 - rules.decisive_alpha, dof)) * scale)
 
 
 def sitting_shift_noise(

@@ -198,6 +198,11 @@ class BaselineStore:
                 siblings.append([list(run["samples"]) for run in metric["runs"]])
         return siblings
 
+    def metric_names(self, nodeid: str) -> list[str]:
+        """The metrics stored for a test that hold at least one run: what a session will judge of it."""
+        entry = self._document(self.path_for(nodeid))["tests"].get(entry_key(nodeid), {})
+        return [name for name, metric in entry.get("metrics", {}).items() if metric.get("runs")]
+
     def curves(self, nodeid: str, name: str) -> list[Curve]:
         entry = self._document(self.path_for(nodeid))["tests"].get(entry_key(nodeid), {}).get("curves", {}).get(name)
         return [Curve(**{**run, "stack": schema.stack(run["stack"], nodeid)}) for run in entry["runs"]] if entry else []

@@ -37,6 +37,7 @@ Everything else (times, rates, and figures derived from them such as MFU or scal
 
 RULE_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.NO_BASELINE)
 """What a rule of its own may decide."""
+CHANGES = (Verdict.REGRESSED, Verdict.IMPROVED)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +140,27 @@ class CurveMatch:
         return Decision(verdict=Verdict.PASS if curve.passed else Verdict.REGRESSED, reason=curve.message)
 
 
+THIS_SITTING = "this machine, this sitting"
+ANOTHER_SITTING = "this machine, another sitting"
+ANOTHER_MACHINE = "another machine of this hardware key"
+"""Which comparison a stored-baseline verdict made (``context["comparison"]``); `gpuperf ab`'s is "this sitting,
+paired". Each is judged with its own noise: the runs' spread, plus the shift between sittings, plus the spread
+between machines."""
+
+ACROSS_UNMEASURED = "baseline recorded on another machine of this hardware key"
+"""How the reason of a timing that another machine's baseline could not decide begins."""
+
+
+def runs_of_this_machine(machine_id: str | None, run_contexts: Sequence[Mapping[str, Any]]) -> list[int] | None:
+    """The indices of the baseline runs recorded on this machine (``context["machine_id"]``), or None when none
+    was: the comparison is then with another machine. A run that recorded no identity (older baselines) is not
+    known to be this machine's."""
+    if machine_id is None:
+        return None
+    mine = [index for index, context in enumerate(run_contexts) if context.get("machine_id") == machine_id]
+    return mine or None
+
+
 def judge(
     samples: Sequence[float],
     baseline_runs: Sequence[Sequence[float]],
@@ -148,6 +170,7 @@ def judge(
     conditions: str | None = None,
     rule: Rule | None = None,
     sittings: Sittings | None = None,
+    across_machines: bool = False,
 ) -> Comparison:
     """The verdict on one metric: the baseline comparison, or the metric's own rule with the comparison's
     figures kept for the report."""
@@ -158,6 +181,7 @@ def judge(
         rules=rules,
         conditions=conditions,
         sittings=sittings,
+        across_machines=across_machines,
     )
     if rule is None:
         return comparison
@@ -211,15 +235,22 @@ def judge_on_machine(
     rule: Rule | None = None,
     machine_check: bool = True,
     sittings: Sittings | None = None,
+    across_machines: bool = False,
 ) -> MachineJudgement:
     """``judge`` with the machine's state: a contended measurement or baseline is NOISY with the reason, unless
     the verdict is one the machine's canary-measured factor cannot explain (``beyond_the_machine``). A
-    measurement timed on the device (``timed_on_device``) is judged without the host's state."""
+    measurement timed on the device (``timed_on_device``) is judged without the host's state.
+
+    ``across_machines``: the runs were recorded on another machine of this hardware key. A timing is then judged
+    with the spread between machines (``Rules.machine_noise``); where that is not measured, a change it shows is
+    AMBIGUOUS with what would decide it, never REGRESSED at a threshold meant for one machine."""
     judged = [list(run) for run in runs]
     check: MachineCheck | None = None
     machine_conditions = None
     host_timed = not timed_on_device(context)
-    if judged and machine_check and host_timed and unit not in UNMOVED_BY_LOAD and not exact_agreement(samples, judged):
+    timing = bool(judged) and unit not in UNMOVED_BY_LOAD and not exact_agreement(samples, judged)
+    across_machines = across_machines and timing
+    if judged and machine_check and host_timed and timing:
         # a size, a count or a figure that reproduces exactly is not a timing: the machine's load does not move it
         check = judge_machine(machine_state(context), [machine_state(c) for c in run_contexts])
         machine_conditions = check.conditions
@@ -234,16 +265,33 @@ def judge_on_machine(
         conditions="; ".join(filter(None, (conditions, machine_conditions))) or None,
         rule=rule,
         sittings=sittings,
+        across_machines=across_machines,
     )
     if check is not None and machine_conditions and rule is None:
         # A machine the canary shows slower can hide nothing in one direction: judge without its conditions and
         # keep a verdict the machine's factor cannot explain, saying so; anything else stays NOISY.
         unmasked = judge(
-            samples, judged, higher_is_better=higher_is_better, rules=rules, conditions=conditions, sittings=sittings
+            samples,
+            judged,
+            higher_is_better=higher_is_better,
+            rules=rules,
+            conditions=conditions,
+            sittings=sittings,
+            across_machines=across_machines,
         )
         stands = beyond_the_machine(unmasked.verdict.value, unmasked.ci_low, unmasked.ci_high, check, rules.delta)
         if stands is not None:
             comparison = replace(unmasked, reason=f"{unmasked.reason} ({stands}; {machine_conditions})")
+    if across_machines and rules.machine_noise == 0 and rule is None and comparison.verdict in CHANGES:
+        comparison = replace(
+            comparison,
+            verdict=Verdict.AMBIGUOUS,
+            reason=f"{ACROSS_UNMEASURED}, and the spread between machines of this key is not measured, so "
+            f"it cannot decide a change at a threshold meant for one machine ({comparison.verdict.value} against "
+            "it: "
+            f"{comparison.reason}); decided by a baseline recorded on this machine (--gpuperf-save), by `gpuperf "
+            "ab` comparing two stacks here, or by the spread a fleet of this key measured (--gpuperf-machine-noise)",
+        )
     if check is not None and check.dropped:
         left_out = ", ".join(str(i + 1) for i in check.dropped)
         comparison = replace(

@@ -29,6 +29,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_gpuperf.machine.identity import named_identity, read_gpu_uuids, read_identity
+
 UNKNOWN = "unknown"
 
 # Versions read from package metadata, so none of these packages is imported.
@@ -45,18 +47,28 @@ class Fingerprint:
     """Recorded to attribute a change: driver, CUDA/HIP, cuDNN/MIOpen, NCCL/RCCL, torch, python, kernel..."""
     labels: dict[str, str] = field(default_factory=dict)
     """Names for people, never matched: ``labels["cpu"]`` is the CPU's model name ("AMD EPYC")."""
+    machine: dict[str, Any] = field(default_factory=dict)
+    """Which machine of the key this is (machine/identity.py): {"id", "host", "parts"}; empty where not read."""
 
     @property
     def slug(self) -> str:
         return hardware_slug(self.hardware_key)
 
+    @property
+    def machine_id(self) -> str | None:
+        value = self.machine.get("id")
+        return value if isinstance(value, str) and value else None
+
     def as_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "hardware_key": self.hardware_key,
             "hardware_slug": self.slug,
             "stack": self.stack,
             "labels": self.labels,
         }
+        if self.machine:
+            document["machine"] = self.machine
+        return document
 
     @property
     def legacy_slug(self) -> str:
@@ -113,8 +125,9 @@ def _short_cpu(model: str) -> str:
     return " ".join(cleaned.split())
 
 
-def collect(device: str, *, extra_stack: dict[str, str] | None = None) -> Fingerprint:
-    """Read the fingerprint for measurements on ``device`` ("cpu" or "cuda")."""
+def collect(device: str, *, extra_stack: dict[str, str] | None = None, machine_name: str | None = None) -> Fingerprint:
+    """Read the fingerprint for measurements on ``device`` ("cpu" or "cuda"); ``machine_name`` replaces the
+    machine's identity read from the system (the ``pytest_gpuperf_machine`` hook)."""
     stack = read_stack()
     accelerator = None
     if device == "cuda":
@@ -124,7 +137,13 @@ def collect(device: str, *, extra_stack: dict[str, str] | None = None) -> Finger
         stack.update(extra_stack)
     cpu, name = read_cpu()
     key: dict[str, Any] = {"device": device, "accelerator": accelerator, "cpu": cpu, "nodes": read_nodes()}
-    return Fingerprint(hardware_key=key, stack=dict(sorted(stack.items())), labels={"cpu": name})
+    if machine_name is not None:
+        machine = named_identity(machine_name)
+    else:
+        machine = read_identity(gpu_uuids=read_gpu_uuids() if device == "cuda" else None)
+    return Fingerprint(
+        hardware_key=key, stack=dict(sorted(stack.items())), labels={"cpu": name}, machine=machine.as_dict()
+    )
 
 
 # The widest vector ISA, best first, as (name, /proc/cpuinfo flags that must all be present). On x86 these are
@@ -559,9 +578,10 @@ class LazyFingerprint:
 
     device: str
     extra_stack: dict[str, str] = field(default_factory=dict)
+    machine_name: str | None = None
     _value: Fingerprint | None = None
 
     def get(self) -> Fingerprint:
         if self._value is None:
-            self._value = collect(self.device, extra_stack=self.extra_stack)
+            self._value = collect(self.device, extra_stack=self.extra_stack, machine_name=self.machine_name)
         return self._value

@@ -157,6 +157,15 @@ def gemm_errors_skip(precision: str, device: str, capability: tuple[int, int] | 
     return None
 
 
+def heavier(size: int, slowdown: float, *, multiple: int = 1) -> int:
+    """``size`` grown by ``slowdown`` (a fraction; --gpuperf-inject-slowdown micro=PCT), rounded up to a multiple:
+    the work a deliberately slowed workload does while its metric is computed from the nominal size."""
+    if slowdown <= 0:
+        return size
+    grown = size * (1 + slowdown)
+    return int(-(-grown // multiple) * multiple)
+
+
 def _gemm(precision: str, m: int, k: int, n: int, device: str) -> Any:
     import torch
 
@@ -184,8 +193,9 @@ def test_gemm(perf: Any, device_timer: Any, cpu_threads: None, gpuperf_sizing: A
     gpuperf_sizing.measure(precision, flops_per_call=flops)  # skips what the probe says would run for minutes
     capability = torch.cuda.get_device_capability() if perf.device == "cuda" else None
     skip_on_error = gemm_errors_skip(precision, perf.device, capability, bool(torch.version.hip))
-    with matmul_precision(precision):
-        call = _gemm(precision, m, k, n, perf.device)
+    slowdown = perf.settings.slowdown("micro")
+    with matmul_precision(precision):  # a slowed GEMM reduces over a longer K; its TFLOP/s counts the nominal K
+        call = _gemm(precision, m, heavier(k, slowdown, multiple=16 if precision == "fp8" else 1), n, perf.device)
         started = time.perf_counter()
         try:
             out = call()
@@ -202,7 +212,9 @@ def test_gemm(perf: Any, device_timer: Any, cpu_threads: None, gpuperf_sizing: A
                      warmup=plan.warmup, repeats=plan.repeats)  # fmt: skip
     attach_peak(perf, "tflops", dtype=precision)
     perf.metric("tflops").context["shape"] = {"m": m, "k": k, "n": n}
+    note_slowdown(perf, "tflops", slowdown)
     gpuperf_sizing.annotate(perf.metric("tflops"))
+    gpuperf_sizing.for_information(perf.metric("tflops"), precision)
 
 
 @pytest.mark.parametrize("kind", ["copy", "read"])
@@ -211,16 +223,18 @@ def test_memory_bandwidth(perf: Any, device_timer: Any, cpu_threads: None, kind:
     import torch
 
     size = BANDWIDTH_BYTES[perf.device]
-    src = torch.ones(size // 4, device=perf.device, dtype=torch.float32)
+    slowdown = perf.settings.slowdown("micro")
+    src = torch.ones(heavier(size // 4, slowdown), device=perf.device, dtype=torch.float32)
     if kind == "copy":
         dst = torch.empty_like(src)
         call, traffic = (lambda: dst.copy_(src)), 2 * size
     else:
         call, traffic = (lambda: src.sum()), size
-        assert call().item() == pytest.approx(size // 4, rel=1e-5)  # the whole buffer was read
+        assert call().item() == pytest.approx(src.numel(), rel=1e-5)  # the whole buffer was read
     perf.measure("bandwidth", call, unit="GB/s", work=traffic / 1e9, timer=device_timer)
     attach_peak(perf, "bandwidth", dtype=None)
     perf.metric("bandwidth").context["bytes_moved"] = traffic
+    note_slowdown(perf, "bandwidth", slowdown)
 
 
 def sdpa_backends_ran(op_names: Iterable[str]) -> list[str]:
@@ -259,11 +273,14 @@ def test_sdpa(perf: Any, device_timer: Any, cpu_threads: None, backend: str) -> 
         pytest.skip(f"cuDNN attention needs cuDNN >= 9; this torch has {torch.backends.cudnn.version()}")
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator(device=device).manual_seed(0)
+    slowdown = perf.settings.slowdown("micro")
+    # attention's work grows with the square of the sequence: a slowed one runs sqrt(1 + slowdown) times longer
+    worked = heavier(seq, (1 + slowdown) ** 0.5 - 1, multiple=8 if device == "cuda" else 1)
     q, k, v = (
-        torch.randn(batch, heads, seq, dim, device=device, dtype=dtype, generator=generator, requires_grad=True)
+        torch.randn(batch, heads, worked, dim, device=device, dtype=dtype, generator=generator, requires_grad=True)
         for _ in range(3)
     )
-    grad = torch.randn(batch, heads, seq, dim, device=device, dtype=dtype, generator=generator)
+    grad = torch.randn(batch, heads, worked, dim, device=device, dtype=dtype, generator=generator)
 
     def forward() -> Any:
         return scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -289,3 +306,10 @@ def test_sdpa(perf: Any, device_timer: Any, cpu_threads: None, backend: str) -> 
         perf.measure("tflops", step, unit="TFLOP/s", work=flops / 1e12, timer=device_timer)
     attach_peak(perf, "tflops", dtype=dtype_name)
     perf.metric("tflops").context["backends_ran"] = used
+    note_slowdown(perf, "tflops", slowdown)
+
+
+def note_slowdown(perf: Any, metric: str, slowdown: float) -> None:
+    """Say in the metric's context that its workload was made heavier on purpose (--gpuperf-inject-slowdown)."""
+    if slowdown > 0:
+        perf.metric(metric).context["injected_slowdown"] = slowdown
