@@ -2,25 +2,62 @@
 
 A thin layer over cli/ab_engine.py: parses the command line, prints a progress line per pair and the final
 table (~120 columns), writes ab.json under --out and JUnit with --junitxml. Exit status 0 when nothing
-REGRESSED, 1 when something did, 2 on bad input or a comparison that could not go on.
+REGRESSED, 1 when something did, 2 on bad input or a comparison that could not go on, 3 when it compared nothing
+(every pair stopped by --budget, no metric both sides measured), 128 + the signal when interrupted (130 for
+Ctrl-C, 143 for SIGTERM): a CI gate `gpuperf ab ... || fail` must not pass a comparison that never happened.
+
+Everything printed that a side wrote (its log's last line, test ids, metric names, stack versions) goes through
+``terminal_text``: a side's output must not rewrite the terminal with escape sequences.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
+import re
 import shlex
 import shutil
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
-from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, AbResult, MetricOutcome, run_ab
+from pytest_gpuperf.cli.ab_engine import (
+    MAX_BUDGET_S,
+    MAX_PAIR_COUNT,
+    AbError,
+    AbPlan,
+    AbResult,
+    MetricOutcome,
+    document_text,
+    run_ab,
+)
 from pytest_gpuperf.cli.ab_turns import UNPINNED, turns_by_default
 from pytest_gpuperf.cli.loading import InputError, junit_address
+from pytest_gpuperf.cli.output import printable, write_text
 from pytest_gpuperf.core.stats import Verdict
 
 WIDTH = 120
+EXIT_NOTHING_COMPARED = 3
+"""Exit status of a comparison that judged no pair of any metric: not a pass (0), not a regression (1), not bad
+input (2). An interrupted comparison exits 128 + the signal's number, as a shell reports it."""
+INTERRUPTING_SIGNALS = tuple(
+    sig for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if sig
+)
+"""Ctrl-C, a CI job's cancel (SIGTERM) and a closed terminal (SIGHUP) all stop the running sessions' process
+groups and end with the verdicts so far, ab.json written."""
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` safe to print: control characters (escape sequences, carriage returns, newlines, bidirectional
+    overrides) as their ``\\xNN`` / ``\\uNNNN`` escapes, lone surrogates as theirs."""
+    escaped = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+    return printable(escaped)
 
 
 def split_command(text: str, option: str) -> tuple[str, ...]:
@@ -41,8 +78,21 @@ def plan_from_args(
 ) -> AbPlan:
     """The comparison the ab options on the command line ask for (`gpuperf ab` and each `gpuperf bisect` step);
     refuses PYTEST_ARGS that name nothing and a pair range that is empty. ``command`` names the default --out."""
+    for option in ("min_pairs", "max_pairs", "max_left_out", "max_dropped"):
+        value = getattr(args, option)
+        if value is not None and value > MAX_PAIR_COUNT:
+            shown = str(value) if len(str(value)) <= 20 else f"of {len(str(value))} digits"
+            raise InputError(
+                f"--{option.replace('_', '-')} {shown}: at most {MAX_PAIR_COUNT} pairs (a comparison of "
+                f"{MAX_PAIR_COUNT} pairs takes hours); give a smaller number, with --budget to bound the time"
+            )
     if args.min_pairs > args.max_pairs:
         raise InputError(f"--min-pairs {args.min_pairs} is more than --max-pairs {args.max_pairs}")
+    if args.budget is not None and not args.budget <= MAX_BUDGET_S:
+        raise InputError(
+            f"--budget of {args.budget:.3g} s: at most {MAX_BUDGET_S:.0f} s (a year); give a duration such as 15m "
+            "or 2h, or leave --budget out for no time limit"
+        )
     pytest_args = [arg for arg in args.pytest_args if arg != "--"]
     if not pytest_args:
         raise InputError(
@@ -80,27 +130,93 @@ def plan_from_args(
 def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args, command="ab", cmd_a=split_command(args.a, "--a"), cmd_b=split_command(args.b, "--b"))
     out = plan.out_dir
-    print(
+    say(
         f"gpuperf ab: A = {shlex.join(plan.cmd_a)}; B = {shlex.join(plan.cmd_b)}; sessions in {out}; "
-        f"{plan.take_turns_why}",
-        file=sys.stderr,
+        f"{plan.take_turns_why}"
     )
-    try:
-        result = run_ab(plan, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except AbError as error:
-        if error.result is not None:
-            _write(error.result, args)
-        print(f"gpuperf ab: error: {error}", file=sys.stderr)
-        return 2
+    with _signals_interrupt() as received:
+        try:
+            result = run_ab(plan, progress=say)
+        except AbError as error:
+            if error.result is not None:
+                _write(error.result, args)
+            say(f"gpuperf ab: error: {error}")
+            return 2
     _write(result, args)
-    print("\n".join(table(result)))
+    print("\n".join(terminal_text(line) for line in table(result)))
+    if result.stopped == "interrupted":
+        number = received[0] if received else signal.SIGINT
+        name = signal.Signals(number).name
+        say(
+            f"gpuperf ab: interrupted ({name}) after {result.complete_pairs} complete pair(s): not a pass; the "
+            f"verdicts so far are above and in {out / 'ab.json'}"
+        )
+        return 128 + int(number)
+    nothing = nothing_compared(result)
+    if nothing:
+        say(f"gpuperf ab: nothing compared: {nothing}")
+        return EXIT_NOTHING_COMPARED
     return 1 if result.regressed() else 0
+
+
+def say(line: str) -> None:
+    """A line on stderr (the first line, progress, errors): what a side wrote is in it, so it is escaped."""
+    print(terminal_text(line), file=sys.stderr, flush=True)
+
+
+def nothing_compared(result: AbResult) -> str | None:
+    """Why no metric had a single pair judged, with what to do, or None when something was compared."""
+    measured = [m for m in result.judged() if not m.missing]
+    if any(m.log_ratios for m in measured):
+        return None
+    if result.complete_pairs == 0:
+        if result.stopped == "budget":
+            budget = result.plan.budget_s or 0.0
+            return (
+                f"--budget {budget:g} s ran out before any pair completed (each session was stopped, "
+                f"{len(result.pairs)} pair(s) started); give a longer --budget, or select fewer tests"
+            )
+        return f"no pair completed (stopped: {result.stopped}); see the sessions' logs in {result.plan.out_dir}"
+    if not measured:
+        return (
+            f"no metric was recorded by both sides in {result.complete_pairs} pair(s); check that PYTEST_ARGS select "
+            "the same perf tests on both stacks"
+        )
+    first = next((m for m in measured if m.contended), None)
+    cause = f" ({first.contended[0]})" if first is not None else ""
+    return (
+        f"every pair was left out of every metric, the machine not itself{cause}; run on a quieter machine, or "
+        "pass --gpuperf-machine-check off among PYTEST_ARGS to judge every pair"
+    )
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[list[int]]:
+    """SIGTERM and SIGHUP stop the comparison as Ctrl-C does (the engine stops the running sessions' groups and
+    returns the verdicts so far); yields the signals received. One stop is enough: later signals are noted, not
+    raised again, so they cannot cut short the stopping of the sessions or the writing of ab.json."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def interrupt(number: int, frame: FrameType | None) -> None:
+        received.append(number)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, interrupt) for number in INTERRUPTING_SIGNALS}
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _write(result: AbResult, args: argparse.Namespace) -> None:
     path = result.plan.out_dir / "ab.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.as_dict(), indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    write_text(path, document_text(result.as_dict()), what="comparison (ab.json)", hint="give another --out")
     if args.junitxml:
         write_junit(result, Path(args.junitxml))
 
@@ -115,7 +231,7 @@ COLUMNS = (("test", 28), ("metric", 14), ("A median", 9), ("B median", 9), ("rat
 
 def table(result: AbResult) -> list[str]:
     rules = result.rules
-    rows = [_row(metric) for metric in result.judged()]
+    rows = [[terminal_text(cell) for cell in _row(metric)] for metric in result.judged()]  # widths as printed
     natural = [max([len(name)] + [len(row[i]) for row in rows]) for i, (name, _) in enumerate(COLUMNS)]
     widths = [min(w, limit) if limit else w for w, (_, limit) in zip(natural, COLUMNS)]
     separators = 2 * (len(COLUMNS) - 1)
@@ -164,7 +280,7 @@ def table(result: AbResult) -> list[str]:
                 f"{metric.reason()}); "
                 + (f"~{needed} pairs would decide it if the change held" if needed else "no number of pairs would")
             )
-    return lines + notes
+    return lines + [terminal_text(note) for note in notes]
 
 
 def _row(metric: MetricOutcome) -> list[str]:

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import math
 import os
 import random
 import shlex
 import signal
+import stat
 import statistics
 import subprocess
 import time
@@ -52,7 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from pytest_gpuperf.core import children, schema
 from pytest_gpuperf.core.paired import PairedJudgement, PairedRules, judge, log_ratio
+from pytest_gpuperf.core.results import parse_document
+from pytest_gpuperf.core.schema import SchemaError
 from pytest_gpuperf.core.stats import Verdict
 from pytest_gpuperf.core.verdict import machine_state, timed_on_device
 from pytest_gpuperf.machine.contention import (
@@ -71,6 +74,15 @@ a_medians/b_medians, always medians)."""
 SIDES = ("A", "B")
 SESSION_FIGURES = ("best", "median")
 """A session's figure for a metric: its best sample (lowest time, highest rate) or its median."""
+MAX_PAIR_COUNT = 500
+"""The most max_pairs, max_left_out or max_dropped may be. The sequential boundary's calibration simulates
+40,000 sequences of max_pairs looks (~20 s and ~1 GB at 500, growing with the square), and 500 pairs of even
+one-second sessions take hours; a larger number is a typo, which must not hang building the order."""
+MAX_BUDGET_S = 366 * 24 * 3600.0
+"""The longest --budget: a year. Beyond it a budget is a typo (or overflows to infinity)."""
+MAX_RESULTS_DEPTH = 100
+"""A session's results document nested deeper than this is refused: ab.json embeds it, and writing it must not
+hit the interpreter's recursion limit (results documents are ~6 levels deep; a test's context adds a few)."""
 
 
 class AbError(Exception):
@@ -128,6 +140,12 @@ class AbPlan:
     def __post_init__(self) -> None:
         if self.session_figure not in SESSION_FIGURES:
             raise ValueError(f"session_figure must be one of {', '.join(SESSION_FIGURES)}, got {self.session_figure!r}")
+        for name in ("min_pairs", "max_pairs", "max_left_out", "max_dropped"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= MAX_PAIR_COUNT:
+                raise ValueError(f"{name} must be a whole number from 0 to {MAX_PAIR_COUNT}, got {value}")
+        if self.budget_s is not None and not 0 < self.budget_s <= MAX_BUDGET_S:
+            raise ValueError(f"budget_s must be above 0 and at most {MAX_BUDGET_S:.0f} s (a year), got {self.budget_s}")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -318,6 +336,39 @@ class AbResult:
         }
 
 
+def document_text(document: dict[str, Any]) -> str:
+    """ab.json's text (and bisect.json's): strict JSON, sorted and indented. A figure that is not finite (an
+    interval without a bound, a budget beyond float range) is written as null, never as NaN or Infinity, which
+    strict readers (gpuperf's own included) refuse. Values of other types are written as their text."""
+    try:
+        return schema.dumps(_json_values(document))
+    except SchemaError:  # nested too deeply to write: keep everything but the sessions' raw documents
+        return schema.dumps(_json_values(_without_raw_results(document)))
+
+
+def _json_values(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if depth > 4 * MAX_RESULTS_DEPTH:
+        return "(nested too deeply to keep)"
+    if isinstance(value, dict):
+        return {str(key): _json_values(child, depth + 1) for key, child in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_values(child, depth + 1) for child in value]
+    return str(value)
+
+
+def _without_raw_results(document: dict[str, Any]) -> dict[str, Any]:
+    pairs = [
+        {**pair, "sessions": [{**session, "results": None} for session in pair.get("sessions", [])]}
+        for pair in document.get("pairs", [])
+        if isinstance(pair, dict)
+    ]
+    return {**document, "pairs": pairs, "note": "the sessions' results documents are left out: nested too deeply"}
+
+
 class SessionRunner(Protocol):
     """Runs one session: argv, where its output goes, an optional time limit; returns (returncode, seconds),
     returncode None when the limit killed it. Replaceable so tests and other front ends can drive the engine."""
@@ -330,7 +381,9 @@ class SessionRunner(Protocol):
 def subprocess_runner(
     argv: list[str], *, log_file: Path, timeout: float | None, cwd: Path | None, env: dict[str, str]
 ) -> tuple[int | None, float]:
-    """A real session: no shell, output to its log; on Ctrl-C the session is stopped before re-raising."""
+    """A real session: no shell, output to its log, in a process group of its own (core/children.py); at the
+    time limit or on Ctrl-C the whole group is stopped (before re-raising), and what it leaves behind when it
+    exits is ended, so no process of it measures beside the next session."""
     started = time.monotonic()
     with log_file.open("wb") as log:
         process = start_session(argv, log, cwd=cwd, env=env)
@@ -342,28 +395,49 @@ def subprocess_runner(
         except BaseException:  # Ctrl-C: the session must not outlive the comparison
             stop_session(process)
             raise
+    end_strays()
     return returncode, time.monotonic() - started
 
 
+_STARTED: list[subprocess.Popen[bytes]] = []
+"""Sessions started and not yet known to be gone with their groups: the taking-turns runner (cli/ab_turns.py)
+starts and waits for its own, so the engine ends their strays after each pair and stops them all on its way out."""
+
+
 def start_session(argv: list[str], log: IO[bytes], *, cwd: Path | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """One session's process, output to ``log``, no shell; AbError names a command that cannot be run."""
+    """One session's process, output to ``log``, no shell, leading a process group of its own (a wrapper's
+    children are stopped with it); AbError names a command that cannot be run."""
     try:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+        process = children.start_group(argv, stdout=log, cwd=cwd, env=env)
     except FileNotFoundError:
         raise AbError(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:3])} ...)") from None
     except PermissionError:
         raise AbError(f"command not executable: {shlex.quote(argv[0])}") from None
+    _STARTED.append(process)
+    return process
 
 
 def stop_session(process: subprocess.Popen[bytes]) -> None:
-    """SIGINT (pytest writes what it has), then kill after 5 s."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """The session's whole process group: SIGINT (pytest writes what it has), SIGTERM, SIGKILL, 5 s apart."""
+    children.stop_group(process)
+
+
+def end_strays() -> None:
+    """End what finished sessions left running in their groups (a wrapper's background job)."""
+    for process in list(_STARTED):
+        if process.poll() is not None:
+            children.end_strays(process)
+            _STARTED.remove(process)
+
+
+def _stop_all() -> None:
+    """Every session still running, with its group: the comparison is over (an error, Ctrl-C)."""
+    for process in list(_STARTED):
+        if process.poll() is None:
+            stop_session(process)
+        else:
+            children.end_strays(process)
+        _STARTED.remove(process)
 
 
 def session_argv(plan: AbPlan, side: str, results_file: Path, turns: Path | None = None) -> list[str]:
@@ -402,7 +476,10 @@ def run_ab(
     if not plan.cmd_a or not plan.cmd_b:
         raise AbError("--a and --b each need a command prefix (a Python, for example .venv/bin/python)")
     with _pinned(plan.cpus):
-        return _run_pairs(plan, runner, progress, clock)
+        try:
+            return _run_pairs(plan, runner, progress, clock)
+        finally:
+            _stop_all()
 
 
 @contextlib.contextmanager
@@ -416,7 +493,9 @@ def _pinned(cpus: frozenset[int] | None) -> Iterator[None]:
     allowed = os.sched_getaffinity(0)
     if not cpus or not cpus <= allowed:
         raise AbError(
-            f"--cpus {_cpu_text(cpus)}: this process may run only on CPUs {_cpu_text(allowed)}; choose among those"
+            f"--cpus {_cpu_text(cpus)}: this process may run only on CPUs {_cpu_text(allowed)}"
+            + (f" (not on {_cpu_text(cpus - allowed)})" if cpus - allowed and len(cpus) > 1 else "")
+            + "; choose among those"
         )
     os.sched_setaffinity(0, cpus)
     try:
@@ -426,7 +505,17 @@ def _pinned(cpus: frozenset[int] | None) -> Iterator[None]:
 
 
 def _cpu_text(cpus: Iterable[int]) -> str:
-    return ",".join(str(cpu) for cpu in sorted(cpus)) or "(none)"
+    """ "0,2" and "0-3,8" as taskset writes them: runs of three or more CPUs as a range."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    parts = [
+        f"{low}-{high}" if high - low >= 2 else ",".join(str(cpu) for cpu in range(low, high + 1)) for low, high in runs
+    ]
+    return ",".join(parts) or "(none)"
 
 
 def _run_pairs(plan: AbPlan, runner: SessionRunner, progress: Progress | None, clock: Callable[[], float]) -> AbResult:
@@ -462,6 +551,7 @@ def _run_pairs(plan: AbPlan, runner: SessionRunner, progress: Progress | None, c
                     pair.sessions.append(outcome)
                     if outcome.returncode is None or outcome.error is not None:
                         break  # killed at the budget, or failed: the pair is dropped whole, its other side need not run
+            end_strays()
             if any(s.returncode is None for s in pair.sessions):
                 pair.dropped = "killed at the end of the time budget"
                 result.stopped = "budget"
@@ -529,10 +619,19 @@ def _run_session(
 
 
 def _session_files(sessions_dir: Path, index: int, side: str) -> tuple[Path, Path]:
-    """(results file, log file) of one session, the results file of an earlier try removed."""
+    """(results file, log file) of one session, what an earlier try (or a side) left at either path removed: a
+    FIFO left at the log's path would block opening it for writing."""
     results_file = sessions_dir / f"{index:03d}-{side}.json"
-    results_file.unlink(missing_ok=True)
-    return results_file, sessions_dir / f"{index:03d}-{side}.log"
+    log_file = sessions_dir / f"{index:03d}-{side}.log"
+    for path in (results_file, log_file):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as error:
+            raise AbError(
+                f"{path}: cannot be replaced for session {index:03d}-{side} ({error.strerror or error}); "
+                "remove it, or give another --out"
+            ) from None
+    return results_file, log_file
 
 
 def _run_pair_taking_turns(
@@ -585,19 +684,46 @@ def _outcome(
     if returncode != 0:
         outcome.error = _failure(returncode, log_file)
         return outcome
-    try:
-        document = json.loads(results_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        outcome.error = "exit status 0 but no results file was written"
-        return outcome
-    except (OSError, ValueError) as error:
-        outcome.error = f"unreadable results file ({error})"
-        return outcome
-    if not isinstance(document, dict) or not isinstance(document.get("results"), list):
-        outcome.error = "the results file is not a pytest-gpuperf results document"
-        return outcome
+    document, outcome.error = read_session_results(results_file)
     outcome.document = document
     return outcome
+
+
+def read_session_results(results_file: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A session's results document, read as every gpuperf reader reads one (bounded, regular files only,
+    strict JSON, validated by core/results.py), or why it cannot be used: a malformed document is a failed
+    session, never a traceback in the engine."""
+    from pytest_gpuperf.cli.loading import InputError, read_bytes
+
+    if not os.path.lexists(results_file):
+        return None, "exit status 0 but no results file was written"
+    try:
+        data = read_bytes(results_file)
+    except InputError as error:
+        return None, f"unusable results file: {error}"
+    try:
+        document = parse_document(data, where=str(results_file))
+    except SchemaError as error:
+        return None, f"malformed results file: {error}"
+    depth = nesting_depth(document, MAX_RESULTS_DEPTH)
+    if depth > MAX_RESULTS_DEPTH:
+        return None, f"malformed results file: {results_file}: nested more than {MAX_RESULTS_DEPTH} levels deep"
+    return document, None
+
+
+def nesting_depth(value: Any, limit: int) -> int:
+    """How deeply lists and objects nest in ``value``, counted up to ``limit + 1`` (iterative: any depth)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            depth += 1
+            if depth > limit:
+                return depth
+            deepest = max(deepest, depth)
+            stack.extend((child, depth) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _failure(returncode: int, log_file: Path) -> str:
@@ -611,11 +737,27 @@ def _failure(returncode: int, log_file: Path) -> str:
     return f"exit status {returncode} ({names.get(returncode, 'crashed')}): {_last_line(log_file)}"
 
 
+LOG_TAIL_BYTES = 64 * 1024
+"""How much of a session's log is read for its last line: a log can be gigabytes, or a FIFO a side left."""
+
+
 def _last_line(log_file: Path) -> str:
+    """The log's last telling line (an error if any), from its last LOG_TAIL_BYTES; raw text: printing it is
+    the caller's business (cli/ab.py escapes control characters)."""
     try:
-        lines = [line.strip() for line in log_file.read_text(encoding="utf-8", errors="replace").splitlines()]
+        descriptor = os.open(log_file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | os.O_CLOEXEC)
     except OSError:
         return "no log"
+    with os.fdopen(descriptor, "rb", buffering=0) as handle:
+        try:
+            status = os.fstat(handle.fileno())
+            if not stat.S_ISREG(status.st_mode):
+                return "no log (not a regular file)"
+            handle.seek(max(0, status.st_size - LOG_TAIL_BYTES))
+            tail = handle.read(LOG_TAIL_BYTES) or b""
+        except OSError:
+            return "no log"
+    lines = [line.strip() for line in tail.decode("utf-8", errors="replace").splitlines()]
     useful = [line for line in lines if line and not set(line) <= set("=-_ ")]
     errors = [line for line in useful if line.startswith(("ERROR", "E ", "FAILED")) or "Error" in line]
     text = (errors or useful or ["no output"])[-1]

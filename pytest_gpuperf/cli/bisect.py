@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
-import json
 import re
 import shlex
 import site
@@ -36,8 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.ab import plan_from_args
-from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, AbResult, SessionRunner, run_ab, subprocess_runner
+from pytest_gpuperf.cli.ab import plan_from_args, terminal_text
+from pytest_gpuperf.cli.ab_engine import (
+    AbError,
+    AbPlan,
+    AbResult,
+    SessionRunner,
+    document_text,
+    run_ab,
+    subprocess_runner,
+)
 from pytest_gpuperf.cli.bisect_search import (
     Outcome,
     SearchResult,
@@ -49,6 +56,7 @@ from pytest_gpuperf.cli.bisect_search import (
     verdict_line,
 )
 from pytest_gpuperf.cli.loading import InputError
+from pytest_gpuperf.cli.output import write_text
 from pytest_gpuperf.core.stats import Verdict
 
 BISECT_SCHEMA = "gpuperf-bisect/1"
@@ -335,14 +343,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--good {args.good!r} and --bad {args.bad!r} pin the same versions: nothing to bisect")
     chosen = frozenset(_metric(text) for text in args.metric) or None
     out = base.out_dir
-    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    say = lambda line: print(terminal_text(line), file=sys.stderr, flush=True)  # noqa: E731
     builder = CachedBuilder(Path(args.cache) if args.cache else out / "envs", args.build, log=say)
     bisection = Bisection(good=good, bad=bad, out=out, base=base, builder=builder, say=say)
     say(f"gpuperf bisect: {len(set(good) | set(bad))} components, results in {out}; {base.take_turns_why}")
     try:
         whole, searches = bisect(bisection, chosen)
     except AbError as error:
-        print(f"gpuperf bisect: error: {error}", file=sys.stderr)
+        say(f"gpuperf bisect: error: {error}")
         _write_result(bisection, builder, None, {})
         return 2
     except KeyboardInterrupt:
@@ -354,9 +362,9 @@ def run(args: argparse.Namespace) -> int:
         write_junit(bisection, searches, Path(args.junitxml))
     print(f"{builder.built} build(s), {len(bisection.runs)} ab run(s), {bisection.sessions} session(s)")
     if not searches:
-        print(f"nothing to bisect: the bad stack against the good one: {_summary(whole)}")
+        print(terminal_text(f"nothing to bisect: the bad stack against the good one: {_summary(whole)}"))
     for (test, metric), result in searches.items():
-        print(verdict_line(f"{test} {metric}", result, good, bad))
+        print(terminal_text(verdict_line(f"{test} {metric}", result, good, bad)))
     return 1 if whole.regressed() else 0
 
 
@@ -430,5 +438,6 @@ def write_junit(bisection: Bisection, searches: dict[tuple[str, str], SearchResu
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
+    """Strict JSON (ab_engine.document_text): a figure that is not finite is written as null, never NaN."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    write_text(path, document_text(document), what="bisection result", hint="give another --out")

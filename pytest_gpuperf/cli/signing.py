@@ -15,11 +15,12 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_gpuperf.cli.loading import InputError, decode_json, is_folder, load_bytes, read_bytes, walk_files
-from pytest_gpuperf.cli.output import emit, write_text
+from pytest_gpuperf.cli.output import emit, printable, write_text
 
 SIGNATURE_SCHEMA = 1
 SIGNATURE_LIMIT = 64 * 1024 * 1024
@@ -113,6 +114,7 @@ def keygen(key_path: Path) -> int:
     if not key_path.name or key_path.name in (".", ".."):
         raise InputError(f"{key_path}: names a folder; give a file name for the key, e.g. {key_path / 'partner.key'}")
     public_path = key_path.with_name(key_path.name + ".pub")
+    _check_printable(key_path)
     for path in (key_path, public_path):
         if os.path.lexists(path):
             raise InputError(f"{path}: already exists; refusing to overwrite a key")
@@ -135,6 +137,23 @@ def keygen(key_path: Path) -> int:
         raise InputError(f"{error}; no key was kept") from None
     print(f"private key: {key_path} (keep it secret)\npublic key: {public_path} (give it to the vendor)")
     return 0
+
+
+def _check_printable(key_path: Path) -> None:
+    """Refuse, before anything is written, a key path the closing lines cannot print: a name of undecodable bytes
+    (held as lone surrogates) or of characters standard output cannot encode. Printing it after both keys were
+    written would fail with a traceback and leave the user unsure whether keygen worked."""
+    text = str(key_path)
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    errors = getattr(sys.stdout, "errors", None) or "strict"
+    try:
+        text.encode("utf-8")
+        text.encode(encoding, errors)
+    except (UnicodeEncodeError, LookupError):
+        raise InputError(
+            f"{printable(text)}: the key's file name is not text this terminal ({encoding}) can show (undecodable "
+            "bytes or characters it cannot encode); give a KEY path of plain characters, e.g. partner.key"
+        ) from None
 
 
 def _load_key(path: Path, *, private: bool) -> Any:
