@@ -13,6 +13,7 @@ same the plugin applies to baseline files); this module turns a validated docume
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -86,6 +87,8 @@ class Run:
     metrics: dict[tuple[str, str], MetricData]
     """By (test key, metric name)."""
     curves: tuple[CurveData, ...] = ()
+    machine_id: str | None = None
+    """The identity of the machine the run was taken on (its fingerprint's "machine"); None: not recorded."""
 
     @property
     def label(self) -> str:
@@ -122,6 +125,10 @@ class Side:
 
     def metric_runs(self, key: tuple[str, str]) -> list[MetricData]:
         return [run.metrics[key] for run in self.runs if key in run.metrics]
+
+    def metric_machines(self, key: tuple[str, str]) -> list[str | None]:
+        """The machine each of ``metric_runs(key)`` was measured on (None where its file does not say)."""
+        return [run.machine_id for run in self.runs if key in run.metrics]
 
     def metric_dates(self, key: tuple[str, str]) -> list[str]:
         """When each of ``metric_runs(key)`` was measured (its file's ``created``; '' when the file has none)."""
@@ -325,6 +332,7 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
         settings=document.get("settings") or {},
         metrics=metrics,
         curves=curves,
+        machine_id=results_format.read_machine(document.get("fingerprint")),
     )
 
 
@@ -362,7 +370,7 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
         raise InputError(f"{source}: the root element is not a JUnit <testsuites> or <testsuite>") from None
     except (ValueError, RecursionError, LookupError) as error:  # bad encodings, deep nesting
         raise InputError(f"{source}: not valid XML ({_short(error)})") from None
-    hardware_key, slug, created = None, UNKNOWN_HARDWARE, ""
+    hardware_key, slug, created, machine = None, UNKNOWN_HARDWARE, "", None
     stack: dict[str, str] = {}
     metrics: dict[tuple[str, str], MetricData] = {}
     for suite in xml:
@@ -376,6 +384,7 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
                 except SchemaError:
                     raise InputError(f"{source}: testsuite property {FINGERPRINT_PROPERTY} is not valid JSON") from None
                 hardware_key, slug, stack = _fingerprint(raw, source, f"testsuite property {FINGERPRINT_PROPERTY}")
+                machine = results_format.read_machine(raw)
         for case in suite:
             if case.__class__.__name__ != "TestCase":
                 continue
@@ -394,6 +403,7 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
         stack=stack,
         settings={},
         metrics=metrics,
+        machine_id=machine,
     )
 
 
@@ -453,3 +463,132 @@ def _is_number(value: Any) -> TypeGuard[int | float]:
 
 def _short(error: BaseException) -> str:
     return " ".join(str(error).split())[:160] or type(error).__name__
+
+
+# -- gpuperf ab and bisect results (ab.json, bisect.json), as `report` draws them ---------------------------------
+
+LOG_RATIO_MAX = math.log(schema.SAMPLE_MAX / schema.SAMPLE_MIN)
+"""The largest |log ratio| two valid session figures can have (~460.5): beyond it a pair's ratio is no
+measurement, and math.exp of it would overflow."""
+RATIO_MIN, RATIO_MAX = schema.SAMPLE_MIN / schema.SAMPLE_MAX, schema.SAMPLE_MAX / schema.SAMPLE_MIN
+
+
+def check_ab_document(document: dict[str, Any], source: Path) -> None:
+    """Refuse, in one line, an ab.json whose fields the report reads are not what `gpuperf ab` writes."""
+    try:
+        _check_ab(document, "")
+    except SchemaError as error:
+        raise InputError(f"{source}: a gpuperf ab result, but {error}; give the ab.json gpuperf ab wrote") from None
+
+
+def check_bisect_document(document: dict[str, Any], source: Path) -> None:
+    """Refuse, in one line, a bisect.json whose fields the report reads are not what `gpuperf bisect` writes."""
+    try:
+        _check_bisect(document)
+    except SchemaError as error:
+        raise InputError(
+            f"{source}: a gpuperf bisect result, but {error}; give the bisect.json gpuperf bisect wrote"
+        ) from None
+
+
+def _check_ab(document: dict[str, Any], where: str) -> None:
+    command = _optional(document, "command", where, dict)
+    for side in ("a", "b", "pytest_args"):
+        _texts(command.get(side) if command else None, f"{where}command.{side}")
+    rules = _optional(document, "rules", where, dict)
+    if rules is not None:
+        threshold = rules.get("threshold")
+        if threshold is not None and not (schema.is_number(threshold) and 0 < threshold < 1):
+            raise SchemaError(f"{where}rules.threshold is {quote(threshold)}, not a fraction between 0 and 1")
+    _texts(document.get("order"), f"{where}order")
+    _texts(document.get("stack_changes"), f"{where}stack_changes")
+    _optional(document, "stopped", where, str)
+    for index, metric in enumerate(schema.require_list(document.get("metrics"), where or "the document", "metrics")):
+        at = f"{where}metrics[{index}]"
+        if not isinstance(metric, dict):
+            raise SchemaError(f"{at} is {schema.kind(metric)}, not an object")
+        for name in ("test", "metric", "verdict"):
+            schema.text(metric.get(name), at, name)
+        for name in ("a_median", "b_median"):
+            _positive(metric.get(name), f"{at}.{name}", schema.SAMPLE_MAX)
+        _positive(metric.get("ratio"), f"{at}.ratio", RATIO_MAX)
+        interval = metric.get("interval")
+        if interval is not None:
+            if not isinstance(interval, list) or len(interval) != 2:
+                raise SchemaError(f"{at}.interval is {quote(interval)}, not a list of two bounds")
+            for bound, value in zip(("low", "high"), interval):
+                _positive(value, f"{at}.interval ({bound})", RATIO_MAX)
+        pairs = metric.get("pairs")
+        if pairs is not None and (isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 0):
+            raise SchemaError(f"{at}.pairs is {quote(pairs)}, not a count of pairs")
+        _texts(metric.get("components"), f"{at}.components")
+        ratios = metric.get("log_ratios")
+        if ratios is not None:
+            for position, value in enumerate(schema.require_list(ratios, at, "log_ratios")):
+                if not schema.is_number(value) or abs(value) > LOG_RATIO_MAX:
+                    raise SchemaError(
+                        f"{at}.log_ratios[{position}] is {quote(value)}, not a pair's log ratio (a number within "
+                        f"+-{LOG_RATIO_MAX:.1f})"
+                    )
+
+
+def _check_bisect(document: dict[str, Any]) -> None:
+    for side in ("good", "bad"):
+        pins = _optional(document, side, "", dict)
+        for name, version in (pins or {}).items():
+            if not isinstance(version, str):
+                raise SchemaError(f"{side} pins {quote(name)} to {schema.kind(version)}, not a version string")
+    for name in ("builds", "sessions"):
+        count = document.get(name)
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+            raise SchemaError(f"{name} is {quote(count)}, not a count")
+    _optional(document, "good_vs_bad", "", str)
+    for index, search in enumerate(schema.require_list(document.get("searches"), "the document", "searches")):
+        at = f"searches[{index}]"
+        if not isinstance(search, dict):
+            raise SchemaError(f"{at} is {schema.kind(search)}, not an object")
+        for name in ("test", "metric", "verdict"):
+            schema.text(search.get(name), at, name)
+        steps = search.get("steps")
+        for position, step in enumerate(schema.require_list(steps, at, "steps") if steps is not None else []):
+            where = f"{at}.steps[{position}]"
+            if not isinstance(step, dict):
+                raise SchemaError(f"{where} is {schema.kind(step)}, not an object")
+            index_value = step.get("index")
+            if isinstance(index_value, bool) or not isinstance(index_value, int):
+                raise SchemaError(f"{where}.index is {quote(index_value)}, not a step number")
+            for name in ("purpose", "outcome"):
+                schema.text(step.get(name), where, name)
+            _texts(step.get("swapped"), f"{where}.swapped")
+            _optional(step, "detail", where + ".", str)
+            change = step.get("change")
+            if change is not None and not schema.is_number(change):
+                raise SchemaError(f"{where}.change is {quote(change)}, not a number")
+
+
+def _optional(document: dict[str, Any], name: str, where: str, kind: type) -> Any:
+    """``document[name]`` when it is of ``kind`` or null/absent (None); SchemaError otherwise."""
+    value = document.get(name)
+    if value is not None and not isinstance(value, kind):
+        wanted = "an object" if kind is dict else "a string" if kind is str else kind.__name__
+        raise SchemaError(f"{where}{name} is {schema.kind(value)}, not {wanted}")
+    return value
+
+
+def _texts(value: Any, where: str) -> None:
+    """A list of strings, or null/absent."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise SchemaError(f"{where} is {schema.kind(value)}, not a list of strings")
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise SchemaError(f"{where}[{index}] is {quote(item)}, not a string")
+
+
+def _positive(value: Any, where: str, largest: float) -> None:
+    """A positive number up to ``largest`` (a median, a ratio, a bound), or null/absent."""
+    if value is None:
+        return
+    if not schema.is_number(value) or not 0 < value <= largest or value < 1 / largest:
+        raise SchemaError(f"{where} is {quote(value)}, not a positive number within [{1 / largest:g}, {largest:g}]")

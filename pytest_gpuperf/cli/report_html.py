@@ -9,7 +9,6 @@ import argparse
 import base64
 import html
 import io
-import json
 import math
 import re
 import warnings
@@ -24,7 +23,8 @@ from pytest_gpuperf.cli.history import order_runs
 from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
 from pytest_gpuperf.cli.output import emit, printable
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
-from pytest_gpuperf.core import rollup
+from pytest_gpuperf.core import rollup, schema
+from pytest_gpuperf.core.schema import SchemaError
 from pytest_gpuperf.core.stats import summarize
 
 MAX_PLOTS = 60
@@ -406,28 +406,51 @@ always medians); the report reads neither list, only the medians of them and the
 BISECT_SCHEMA = "gpuperf-bisect/1"
 
 
+COMPARISON_FILES = ("ab.json", "bisect.json")
+"""Names `gpuperf ab` and `gpuperf bisect` give their results: such a file is read as a comparison, and a
+problem with it is reported as one (not as a results file of the wrong schema)."""
+
+
 def ab_document(path: Path) -> dict[str, Any] | None:
     """The `gpuperf ab` or `gpuperf bisect` result a path names (its ab.json / bisect.json, or the --out folder
-    holding one), else None."""
-    candidate = path / "ab.json" if path.is_dir() else path
-    if path.is_dir() and (path / "bisect.json").is_file():
+    holding one), checked field by field as the report reads it (cli/loading.py check_ab_document), else None.
+    A malformed one is an InputError of one line: strict JSON (no NaN, no key twice, bounded nesting), every
+    field the report reads of the type `gpuperf ab` writes."""
+    from pytest_gpuperf.cli.loading import (
+        check_ab_document,
+        check_bisect_document,
+        decode_json,
+        is_folder,
+        read_bytes,
+    )
+
+    folder = is_folder(path)
+    candidate = path / "ab.json" if folder else path
+    if folder and (path / "bisect.json").is_file():
         candidate = path / "bisect.json"
     if candidate.suffix.lower() != ".json" or not candidate.is_file():
         return None
-    from pytest_gpuperf.cli.loading import read_bytes
-
-    try:
-        document = json.loads(read_bytes(candidate))
-    except ValueError:
-        return None  # not ours: the results loader reports what is wrong with it
-    if isinstance(document, dict) and document.get("schema") == BISECT_SCHEMA:
-        if not isinstance(document.get("searches"), list):
-            raise InputError(f"{candidate}: a gpuperf bisect result without its searches list")
-        return document
-    if not isinstance(document, dict) or document.get("schema") not in AB_SCHEMAS:
+    data = read_bytes(candidate)
+    if candidate.name in COMPARISON_FILES:
+        document = decode_json(data, candidate)
+    else:
+        try:
+            document = schema.loads(data)
+        except SchemaError:
+            return None  # not ours: the results loader reports what is wrong with it
+    if not isinstance(document, dict):
+        if candidate.name in COMPARISON_FILES:
+            raise InputError(
+                f"{candidate}: the top level is {schema.kind(document)}, not a gpuperf ab or bisect result object; "
+                "give the file gpuperf wrote"
+            )
         return None
-    if not isinstance(document.get("metrics"), list):
-        raise InputError(f"{candidate}: a gpuperf ab result without its metrics list")
+    if document.get("schema") == BISECT_SCHEMA:
+        check_bisect_document(document, candidate)
+        return document
+    if document.get("schema") not in AB_SCHEMAS:
+        return None
+    check_ab_document(document, candidate)
     return document
 
 
