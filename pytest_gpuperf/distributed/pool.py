@@ -16,7 +16,12 @@ server from torch 2.8 on. A spawned pool is single-node
 by construction; a multi-node run is started by torchrun, whose own rendezvous settings say where it listens.
 
 Processes: each rank leads its own session (``worker.py``), so killing a rank kills its process group, and with
-it whatever the rank started (data-loader workers, compilers, a ``subprocess``) instead of orphaning it.
+it whatever the rank started (data-loader workers, compilers, a ``subprocess``) instead of orphaning it. Ranks
+are not daemonic, so that they may start processes of their own (``multiprocessing`` refuses children to a
+daemonic process); they are stopped by this module instead: at ``close``/``kill``, after a failure, at exit
+(``shutdown`` runs at exit before ``multiprocessing`` would join them), and, when pytest itself is killed, by
+the parent-death signal (the rank) and the pool's reaper (what the rank started, and the dump folder; see
+``reaper.py``).
 """
 
 from __future__ import annotations
@@ -24,11 +29,11 @@ from __future__ import annotations
 import atexit
 import datetime
 import multiprocessing
+import multiprocessing.spawn
 import os
 import shutil
 import signal
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -37,6 +42,7 @@ from typing import Any
 from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed.environment import rank_variables
 from pytest_gpuperf.distributed.errors import FailureKind, LaunchError, RankFailed, RankFailure, describe_exitcode
+from pytest_gpuperf.distributed.reaper import Reaper, make_rank_folder, remove_stale_rank_folders
 from pytest_gpuperf.distributed.worker import DUMP_SIGNAL, rank_main
 
 STARTUP_TIMEOUT_S = 180.0
@@ -176,21 +182,35 @@ class RankPool:
         self._closed = False
         self._processes: list[Any] = []
         self._conns: list[Any] = []
-        # One dump file per rank. The parent keeps a read handle on each and deletes the folder as soon as the
-        # ranks have opened them: the files then vanish with the last process, however this one ends (an xdist
-        # worker is killed by its controller, not shut down).
-        self._dump_dir = tempfile.mkdtemp(prefix="gpuperf-ranks-")
         self._dumps: list[Any] = []
-        self._store = loopback_store(pg_timeout_s)
+        self._dump_dir = ""
+        self._dump_lock: int | None = None
+        """Held while the dump folder exists: its ``flock`` tells later runs that its owner lives."""
+        self._reaper: Reaper | None = None
+        self._store: Any = None
         self.pids: tuple[int, ...] = ()
         self._started = time.monotonic()
         try:
+            # Folders of pytest runs killed with their reaper (a container or cgroup kill).
+            remove_stale_rank_folders()
+            try:
+                self._reaper = Reaper(multiprocessing.spawn.get_executable())
+            except OSError as exc:
+                raise LaunchError(
+                    f"launch() could not start the process that cleans up after the ranks ({exc}); "
+                    "check that sys.executable can be run and that processes and descriptors are not exhausted"
+                ) from exc
+            # One dump file per rank. The parent keeps a read handle on each and deletes the folder as soon as
+            # the ranks have opened them: the files then vanish with the last process, however this one ends.
+            self._dump_dir, self._dump_lock = make_rank_folder()
+            self._reaper.watch_folder(self._dump_dir)
+            self._store = loopback_store(pg_timeout_s)
             self._spawn(pg_timeout_s)
             ready, failures, pending = self._collect(time.monotonic() + STARTUP_TIMEOUT_S, startup=True)
             if failures or pending:
                 raise self._fail(failures, pending, "rank start-up", timeout_s=STARTUP_TIMEOUT_S, startup=True)
             self.pids = tuple(ready[r] for r in range(key.world_size))
-            shutil.rmtree(self._dump_dir, ignore_errors=True)
+            self._remove_dump_dir()
         except BaseException:
             self.kill()
             raise
@@ -198,6 +218,7 @@ class RankPool:
     def _spawn(self, pg_timeout_s: float) -> None:
         ctx = multiprocessing.get_context("spawn")
         assert self._store is not None, "ranks are spawned by __init__, before close() drops the store"
+        assert self._reaper is not None and self._dump_lock is not None, "made by __init__ before the ranks"
         port = self._store.port
         extra: dict[str, str] = {}
         if self.key.device_type == "cpu":
@@ -228,11 +249,16 @@ class RankPool:
                     "store_port": port,
                     "pg_timeout_s": pg_timeout_s,
                     "dump_path": dump_path,
+                    "parent_pid": os.getpid(),
                 },
                 name=f"gpuperf-rank{rank}",
-                daemon=True,
+                # Not daemonic: a daemonic process may not start children, and ranks run data-loader workers.
+                daemon=False,
             )
             process.start()
+            # Before anything else can fail: from here on a killed pytest leaves no process of this rank.
+            assert process.pid is not None, "a started process has a pid"
+            self._reaper.watch_group(process.pid)
             child_conn.close()
             self._processes.append(process)
             self._conns.append(parent_conn)
@@ -407,8 +433,21 @@ class RankPool:
             handle.close()
         self._processes, self._conns, self._dumps = [], [], []
         self._store = None
-        shutil.rmtree(self._dump_dir, ignore_errors=True)
+        self._remove_dump_dir()
+        if self._reaper is not None:
+            # Only now: every rank is reaped, so no group it watched can still hold a process of ours.
+            self._reaper.stop()
+            self._reaper = None
         self._closed = True
+
+    def _remove_dump_dir(self) -> None:
+        if self._dump_lock is None:  # not made yet, or already removed
+            return
+        shutil.rmtree(self._dump_dir, ignore_errors=True)
+        if self._reaper is not None:
+            self._reaper.forget_folder(self._dump_dir)
+        os.close(self._dump_lock)
+        self._dump_lock = None
 
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -13,7 +13,9 @@ that dump into the failure, even when the rank is stuck inside a C++ collective.
 
 Each rank then leads a session of its own (``setsid``): the parent kills the rank's whole process group, so
 what the rank started (a ``subprocess``, data-loader workers) dies with it, and the terminal's Ctrl-C reaches
-only pytest, which tears the ranks down itself.
+only pytest, which tears the ranks down itself. When pytest is killed instead (SIGKILL, or SIGTERM/SIGHUP, whose
+default action pytest keeps), the rank dies by its parent-death signal, armed first of all, and the pool's
+reaper (``reaper.py``) kills the rank's group.
 """
 
 from __future__ import annotations
@@ -31,18 +33,22 @@ from pytest_gpuperf.distributed.errors import is_out_of_memory
 DUMP_SIGNAL = signal.SIGUSR1
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent_pid: int) -> None:
     # A rank must not outlive pytest (e.g. pytest killed by a CI timeout while a rank hangs in a collective).
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
+    # What the rank starts is killed by the pool's reaper (reaper.py): the death signal is not inherited.
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    # pytest may have died before the death signal was armed (killed during rank start-up): then nothing would
+    # ever deliver it, and this rank is an orphan already.
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def _send(conn: Any, message: tuple[Any, ...]) -> None:
@@ -85,9 +91,10 @@ def rank_main(
     store_port: int,
     pg_timeout_s: float,
     dump_path: str,
+    parent_pid: int,
 ) -> None:
     """Entry point of a spawned rank (the ``target`` of its ``multiprocessing`` process)."""
-    _die_with_parent()
+    _die_with_parent(parent_pid)
     if hasattr(os, "setsid"):
         os.setsid()
     # Ctrl-C is the parent's to handle (it tears the ranks down), should one reach this process anyway.
