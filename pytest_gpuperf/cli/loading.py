@@ -458,10 +458,11 @@ def _short(error: BaseException) -> str:
 
 # -- gpuperf ab and bisect results (ab.json, bisect.json), as `report` draws them ---------------------------------
 
-LOG_RATIO_MAX = math.log(schema.SAMPLE_MAX / schema.SAMPLE_MIN)
-"""The largest |log ratio| two valid session figures can have (~460.5): beyond it a pair's ratio is no
-measurement, and math.exp of it would overflow."""
-RATIO_MIN, RATIO_MAX = schema.SAMPLE_MIN / schema.SAMPLE_MAX, schema.SAMPLE_MAX / schema.SAMPLE_MIN
+LOG_RATIO_MAX = math.log(schema.SAMPLE_MAX / schema.SAMPLE_MIN) * (1 + 1e-9)
+"""The largest |log ratio| two valid session figures can have (~460.5, with room for rounding): beyond it a
+pair's ratio is no measurement, and math.exp of it would overflow."""
+RATIO_MAX = schema.SAMPLE_MAX / schema.SAMPLE_MIN * (1 + 1e-9)
+"""The largest ratio (and interval bound) of two valid figures; the smallest is its inverse."""
 
 
 def check_ab_document(document: dict[str, Any], source: Path) -> None:
