@@ -99,6 +99,7 @@ def _run(name: str, samples: list[float], context: dict) -> Run:
         stack={},
         settings={"machine_check": "off"},
         metrics={("m.t", "t"): metric},
+        machine_id="one-machine",  # both sides on one machine: a comparison a timing can be decided by
     )
 
 
@@ -115,6 +116,21 @@ def test_compare_applies_the_sessions_confirmation_rule() -> None:
     unconfirmed = {"attempts": 2, "unconfirmed_regression": 2}
     rows = compare_sides(base, Side(source=Path("new"), runs=(_run("new", slow, unconfirmed),)), QUICK)
     assert rows[0]["verdict"] == "AMBIGUOUS" and "not confirmed" in rows[0]["reason"]
+
+
+def test_compare_judges_another_machines_base_as_a_session_would() -> None:
+    """BASE recorded on another machine: compare says so and, the spread between machines unmeasured, a timing
+    1.5x slower is AMBIGUOUS there as in a session; BASE's runs on NEW's machine are the comparison where any."""
+    shape = [1.0, 1.01, 0.99, 1.02, 0.98, 1.005, 0.995, 1.015, 0.985, 1.0]
+    runs = tuple(replace(_run(f"b{i}", [v * (1 + i / 500) for v in shape], {}), machine_id="node-a") for i in range(3))
+    new = Side(source=Path("new"), runs=(replace(_run("new", [v * 1.5 for v in shape], {}), machine_id="node-b"),))
+    (row,) = compare_sides(Side(source=Path("base"), runs=runs), new, QUICK)
+    assert row["verdict"] == "AMBIGUOUS" and row["comparison"] == "another machine of this hardware key"
+    assert row["because"] == "another machine"
+    mixed = (*runs, replace(runs[0], source=Path("b9"), machine_id="node-b"), replace(runs[1], machine_id="node-b"))
+    (row,) = compare_sides(Side(source=Path("base"), runs=mixed), new, QUICK)
+    assert row["base_runs"] == 2 and row["comparison"] != "another machine of this hardware key"
+    assert row["verdict"] == "REGRESSED"
 
 
 def _side(name: str, runs: list[dict[str, list[float]]]) -> Side:

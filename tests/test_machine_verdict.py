@@ -53,7 +53,11 @@ def make_session(
                 unit="s",
                 higher_is_better=False,
                 run=MetricRun(
-                    samples=samples, stack=stack, date=RECORDED_NOW, summary={}, context={"machine": machine} | this_machine()
+                    samples=samples,
+                    stack=stack,
+                    date=RECORDED_NOW,
+                    summary={},
+                    context={"machine": machine} | this_machine(),
                 ),
             )
             for samples, machine in runs

@@ -18,13 +18,14 @@ import numpy as np
 from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core import rollup
-from pytest_gpuperf.core.settings import DEVICE_DEFAULTS
+from pytest_gpuperf.core.settings import DEVICE_DEFAULTS, OPTIONS
 from pytest_gpuperf.core.sittings import group_sittings
 from pytest_gpuperf.core.stats import Rules, Verdict, summarize, with_siblings
-from pytest_gpuperf.core.verdict import judge_on_machine
+from pytest_gpuperf.core.verdict import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, judge_on_machine
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
+JOB_ALPHA = next(spec.default for spec in OPTIONS if spec.name == "job-alpha")
 MISSING = "MISSING"
 """A metric BASE has and NEW lacks (the test was removed, skipped or failed before measuring)."""
 
@@ -47,6 +48,8 @@ class Thresholds:
     noise_limit: float | None = None
     run_noise: float | None = None
     sitting_noise: float | None = None
+    machine_noise: float | None = None
+    job_alpha: float | None = None
 
 
 def rules_for(base: Side, given: Thresholds) -> Rules:
@@ -67,6 +70,8 @@ def rules_for(base: Side, given: Thresholds) -> Rules:
         noise_limit=pick(given.noise_limit, "noise_limit", CPU_DEFAULTS["noise_limit"]),
         run_noise=pick(given.run_noise, "run_noise", CPU_DEFAULTS["run_noise"]),
         sitting_noise=pick(given.sitting_noise, "sitting_noise", CPU_DEFAULTS["sitting_noise"], zero=True),
+        machine_noise=pick(given.machine_noise, "machine_noise", 0.0, zero=True),
+        job_alpha=pick(given.job_alpha, "job_alpha", JOB_ALPHA),
     )
 
 
@@ -94,8 +99,16 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
     steps to target) is kept, never re-judged as a timing. The medians shown are the ones the ratio is formed
     from (NEW's pooled samples, the median of BASE's run medians)."""
     rows = []
+    both = [key for key in base.keys() if new.metric_runs(key)]
+    rules = replace(rules, family_size=max(1, len(both)))  # the invocation's metrics share its false-failure level
     for key in base.keys() + [key for key in new.keys() if key not in set(base.keys())]:
         base_runs, new_runs = base.metric_runs(key), new.metric_runs(key)
+        base_dates = base.metric_dates(key)
+        new_machine = new.metric_machines(key)[-1] if new_runs else None
+        mine = [i for i, machine in enumerate(base.metric_machines(key)) if new_machine and machine == new_machine]
+        across = bool(base_runs) and not mine
+        if mine:  # BASE's runs on NEW's machine are the comparison, as a session's own runs are
+            base_runs, base_dates = [base_runs[i] for i in mine], [base_dates[i] for i in mine]
         sample = (new_runs or base_runs)[0]
         row: dict[str, Any] = {
             "test": sample.test,
@@ -133,7 +146,8 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
                     rules=with_siblings(rules, base.sibling_samples(key)),  # the session's prior
                     conditions=session_conditions(latest.context),
                     machine_check=machine_checked(new),
-                    sittings=group_sittings(base.metric_dates(key), new.metric_dates(key)[-1]),
+                    sittings=(sittings := group_sittings(base_dates, new.metric_dates(key)[-1])),
+                    across_machines=across,
                 ).comparison
         except (ValueError, OverflowError, FloatingPointError) as error:  # medians <= 0; beyond float range
             raise InputError(
@@ -158,7 +172,9 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
             )
             row["judged_by"] = judged_by
         row.update(result.as_dict())
+        row["comparison"] = ANOTHER_MACHINE if across else THIS_SITTING if sittings.joined else ANOTHER_SITTING
         row["verdict"] = result.verdict.value
+        row["because"] = rollup.undecided_because(result.verdict.value, result.reason, latest.context)
         if result.ci_low is not None:
             row["ci"] = f"[{result.ci_low:.4f}, {result.ci_high:.4f}]"
         note = rollup.machine_note(latest.context, [run.context for run in base_runs])
@@ -178,6 +194,7 @@ def headline_notes(base: Side, new: Side, rows: list[dict[str, Any]]) -> list[st
             ratio=row.get("ratio"),
             ci_low=row.get("ci_low"),
             ci_high=row.get("ci_high"),
+            because=row.get("because"),
         )
         for row in rows
     )

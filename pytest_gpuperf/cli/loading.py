@@ -87,6 +87,8 @@ class Run:
     metrics: dict[tuple[str, str], MetricData]
     """By (test key, metric name)."""
     curves: tuple[CurveData, ...] = ()
+    machine_id: str | None = None
+    """The identity of the machine the run was taken on (its fingerprint's "machine"); None: not recorded."""
 
     @property
     def label(self) -> str:
@@ -123,6 +125,10 @@ class Side:
 
     def metric_runs(self, key: tuple[str, str]) -> list[MetricData]:
         return [run.metrics[key] for run in self.runs if key in run.metrics]
+
+    def metric_machines(self, key: tuple[str, str]) -> list[str | None]:
+        """The machine each of ``metric_runs(key)`` was measured on (None where its file does not say)."""
+        return [run.machine_id for run in self.runs if key in run.metrics]
 
     def metric_dates(self, key: tuple[str, str]) -> list[str]:
         """When each of ``metric_runs(key)`` was measured (its file's ``created``; '' when the file has none)."""
@@ -326,6 +332,7 @@ def parse_results_json(data: bytes | str, source: Path) -> Run:
         settings=document.get("settings") or {},
         metrics=metrics,
         curves=curves,
+        machine_id=results_format.read_machine(document.get("fingerprint")),
     )
 
 
@@ -363,7 +370,7 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
         raise InputError(f"{source}: the root element is not a JUnit <testsuites> or <testsuite>") from None
     except (ValueError, RecursionError, LookupError) as error:  # bad encodings, deep nesting
         raise InputError(f"{source}: not valid XML ({_short(error)})") from None
-    hardware_key, slug, created = None, UNKNOWN_HARDWARE, ""
+    hardware_key, slug, created, machine = None, UNKNOWN_HARDWARE, "", None
     stack: dict[str, str] = {}
     metrics: dict[tuple[str, str], MetricData] = {}
     for suite in xml:
@@ -377,6 +384,7 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
                 except SchemaError:
                     raise InputError(f"{source}: testsuite property {FINGERPRINT_PROPERTY} is not valid JSON") from None
                 hardware_key, slug, stack = _fingerprint(raw, source, f"testsuite property {FINGERPRINT_PROPERTY}")
+                machine = results_format.read_machine(raw)
         for case in suite:
             if case.__class__.__name__ != "TestCase":
                 continue
@@ -395,6 +403,7 @@ def parse_junit_xml(data: bytes, source: Path) -> Run:
         stack=stack,
         settings={},
         metrics=metrics,
+        machine_id=machine,
     )
 
 

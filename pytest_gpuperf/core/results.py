@@ -222,6 +222,14 @@ def read_fingerprint(raw: Any, what: str) -> tuple[dict[str, Any] | None, str | 
     return key, slug, dict(sorted(stack.items()))
 
 
+def read_machine(raw: Any) -> str | None:
+    """The machine identity's id of a stored fingerprint (machine/identity.py), or None: none recorded (files of
+    older versions), or not a short text."""
+    machine = raw.get("machine") if isinstance(raw, dict) else None
+    value = machine.get("id") if isinstance(machine, dict) else None
+    return value if isinstance(value, str) and 0 < len(value) <= 64 else None
+
+
 def junit_properties(result: MetricResult) -> list[tuple[str, object]]:
     """Name/value pairs for record_property, so --junitxml carries every metric and verdict."""
     from pytest_gpuperf.core.stats import summarize
