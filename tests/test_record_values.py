@@ -197,6 +197,13 @@ def test_a_field_the_store_would_refuse_is_refused_at_the_call(keywords: dict[st
     assert recorder.metrics == []
 
 
+def test_measure_refuses_a_unit_before_measuring() -> None:
+    calls: list[int] = []
+    with pytest.raises(ValueError, match=r"perf.measure\('t'\) in m.py::t: 'unit' is a number, not a non-empty"):
+        perf().measure("t", lambda: calls.append(1), unit=5, warmup=0, repeats=3)  # type: ignore[arg-type]
+    assert calls == []
+
+
 def test_numpy_flags_and_units_are_taken() -> None:
     flag: Any = np.bool_(True)  # what a workload's own comparison gives
     record = perf().record("t", np.array(SAMPLES), unit=np.str_("s"), higher_is_better=flag)

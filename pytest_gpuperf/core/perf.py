@@ -295,6 +295,7 @@ class Perf:
         extension time stays within ``--gpuperf-extend-seconds``; the verdict spends its alpha over the looks.
         """
         self._check_name(name)
+        unit = self._field(f"perf.measure({name!r}) in {self.nodeid}", "unit", unit, schema.text)  # before the work
         if work is not None and (unit == "s" or not work > 0):
             raise ValueError(
                 f"perf.measure({name!r}): work={work!r} with unit={unit!r}; a rate needs positive work per call "
