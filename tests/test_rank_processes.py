@@ -159,6 +159,11 @@ def _stat(pid: int) -> tuple[int, str, int] | None:
     return int(fields[1]), fields[0], int(fields[19])
 
 
+def _running(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[1] != "Z"  # a zombie runs nothing; its parent may not have reaped it yet
+
+
 def _descendants(root: int) -> dict[int, int]:
     """Every process below ``root``, by pid, with its start time (so that a reused pid is not taken for it)."""
     parents: dict[int, list[tuple[int, int]]] = {}
@@ -335,6 +340,58 @@ def test_stale_rank_folders_of_dead_owners_are_removed_and_live_ones_kept(tmp_pa
 
 
 # --- item 7: ranks may start processes -------------------------------------------------------------------------
+
+
+EXITING_SCRIPT = textwrap.dedent(
+    """
+    import multiprocessing
+    import os
+    import sys
+    import time
+    from pathlib import Path
+
+    from pytest_gpuperf.distributed import launch
+
+
+    def start_a_process_and_return(folder):
+        # Not daemonic, like a user's pool worker: at the rank's exit nothing joins or ends it but the launcher.
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(600,))
+        child.start()
+        Path(folder, "rank" + os.environ["RANK"]).write_text(f"{os.getpid()} {child.pid}")
+        return child.pid
+
+
+    if __name__ == "__main__":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import exiting
+
+        print(launch(exiting.start_a_process_and_return, sys.argv[1], world_size=2, timeout=120), flush=True)
+        # no shutdown(): the interpreter's exit must stop the ranks and what they started
+    """
+)
+
+
+def test_ranks_that_started_processes_stop_at_interpreter_exit(tmp_path):
+    script = tmp_path / "exiting.py"
+    script.write_text(EXITING_SCRIPT)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=READY_WAIT_S
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    notes = [tuple(int(n) for n in p.read_text().split()) for p in sorted(tmp_path.glob("rank[0-9]"))]
+    assert len(notes) == 2, done.stderr
+    left = [pid for note in notes for pid in note if _running(pid)]
+    deadline = time.monotonic() + GONE_WAIT_S
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [pid for pid in left if _running(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running after the interpreter exited: {sorted(left)}"
+    # a hang joining non-daemonic ranks would reach the timeout; a clean exit takes the ranks' start-up only
+    assert elapsed < READY_WAIT_S / 2, elapsed
 
 
 @pytest.fixture
