@@ -212,11 +212,18 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line("gpuperf: interrupted while saving baselines (Ctrl-C)", red=True)
     for path in sorted(set(state.saved_files)):
         terminalreporter.write_line(f"baselines saved: {path}")
+    unwritten = state.unwritten_measurements() if state.settings.save else {}
     if state.settings.save:
-        saved = len(state.results) - len(state.not_saved)
+        lost = sum(unwritten.values())
+        saved = len(state.results) - len(state.not_saved) - lost
+        reasons = sorted({reason for path, reason in state.save_failures if path in unwritten})
+        cause = f": {reasons[0]}" if len(reasons) == 1 else ", see below"
+        files = "their baseline file" if len(unwritten) == 1 else f"their {len(unwritten)} baseline files"
         terminalreporter.write_line(
             f"baselines: {saved} of {len(state.results)} measurements saved"
-            + (f", {len(state.not_saved)} not saved (regressed):" if state.not_saved else "")
+            + (f", {lost} not saved ({files} could not be written{cause})" if lost else "")
+            + (f", {len(state.not_saved)} not saved (regressed):" if state.not_saved else ""),
+            red=bool(lost),
         )
         for test, metric, why in state.not_saved:
             terminalreporter.write_line(shorten(f"  not saved: {test} {metric}: {why}", 120), yellow=True)
@@ -226,7 +233,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             for line in unresolved_lines(state.unresolved, state.rules().delta, width=120):
                 terminalreporter.write_line(line, yellow=True)
     for path, reason in state.save_failures:
-        terminalreporter.write_line(f"gpuperf: baselines not saved: {path}: {reason}", red=True)
+        count = unwritten.get(path, 0)
+        held = f" ({count} measurement{'s' if count != 1 else ''})" if count else ""
+        terminalreporter.write_line(f"gpuperf: baselines not saved: {path}: {reason}{held}", red=True)
     if state.results_failure is not None:
         terminalreporter.write_line(f"gpuperf: results not written: {state.results_failure}", red=True)
     elif state.settings.results_path is not None:

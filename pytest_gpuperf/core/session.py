@@ -434,6 +434,21 @@ class GpuperfSession:
         self._to_save, self._curves_to_save = [], []
         return written
 
+    def unwritten_measurements(self) -> dict[Path, int]:
+        """How many of the measurements meant to be saved are in each baseline file of save_failures (keyed as
+        there): they are not saved, and the summary must not count them as saved. A measurement left out because
+        it regressed is counted in not_saved, not here. Works on what xdist workers sent too."""
+        if not (self.save_failures and self.results):
+            return {}
+        failed = {os.path.abspath(path): path for path, _ in self.save_failures}
+        regressed = {(test, metric) for test, metric, _ in self.not_saved}
+        counts: dict[Path, int] = {}
+        for result in self.results:
+            path = failed.get(os.path.abspath(self.store.path_for(result.test)))
+            if path is not None and (result.test, result.metric) not in regressed:
+                counts[path] = counts.get(path, 0) + 1
+        return counts
+
     def measured_anything(self) -> bool:
         return bool(self.results or self.curves)
 
