@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import pytest_gpuperf.core.session as session
 import pytest_gpuperf.core.store as store
 
 THREE_MODULES = {
@@ -42,6 +43,15 @@ def fill_the_disk(monkeypatch: pytest.MonkeyPatch) -> None:
         real(path, document)
 
     monkeypatch.setattr(store, "write_atomic", full)
+
+
+def press_ctrl_c_on_the_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C arrives while --gpuperf-results is written (core/session.py holds its own name for write_atomic)."""
+
+    def interrupted(path: Path, document: dict[str, Any]) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session, "write_atomic", interrupted)
 
 
 def run_project(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -79,3 +89,29 @@ def test_a_written_save_still_counts_every_measurement(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["baselines: 9 of 9 measurements saved"])
     assert "not saved" not in result.stdout.str()
     assert result.ret == pytest.ExitCode.OK
+
+
+def test_ctrl_c_while_the_results_are_written_exits_as_interrupted(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_a=THREE_MODULES["test_a"])
+    press_ctrl_c_on_the_results(monkeypatch)
+    result = run_project(pytester, "--gpuperf-results", "run.json")
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "raise KeyboardInterrupt" not in output
+    result.stdout.fnmatch_lines(["*gpuperf: results not written: *run.json: interrupted (Ctrl-C)*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert not (pytester.path / "run.json").exists()
+    assert not list(pytester.path.glob(".run.json.*.tmp"))
+
+
+def test_ctrl_c_while_the_results_are_written_after_a_save_keeps_the_baselines(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_a=THREE_MODULES["test_a"])
+    press_ctrl_c_on_the_results(monkeypatch)
+    result = run_project(pytester, "--gpuperf-save", "--gpuperf-results", "run.json")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["baselines: 3 of 3 measurements saved", "*results not written: *interrupted*"])
+    [saved] = (pytester.path / "baselines").glob("*/test_a.json")
+    assert json.loads(saved.read_text())["tests"]

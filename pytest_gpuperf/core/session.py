@@ -522,7 +522,10 @@ class GpuperfSession:
         )
 
     def write_results(self) -> Path | None:
-        """Write ``--gpuperf-results``; a failure is kept in results_failure (reported, exit status non-zero)."""
+        """Write ``--gpuperf-results``; a failure is kept in results_failure (reported, exit status non-zero).
+
+        Ctrl-C is kept there too and raised again, so the caller ends the session as interrupted (exit 2), not
+        as a file that could not be written (exit 4)."""
         path = self.settings.results_path
         if path is None:
             return None
@@ -533,8 +536,9 @@ class GpuperfSession:
             self.results_failure = f"{path}: {os_reason(error, path)}"
         except SchemaError as error:
             self.results_failure = f"{path}: {error}"
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # noted for the summary, and raised on: the session ends as interrupted
             self.results_failure = f"{path}: interrupted (Ctrl-C) before it was written"
+            raise
         return None if self.results_failure else path
 
     @property
