@@ -223,7 +223,7 @@ class Perf:
         if unjudgeable:  # "" says nothing, as None
             unjudgeable = self._field(call, "unjudgeable", unjudgeable, schema.text)
         values = self._numbers(call, "samples", samples)
-        context = self._storable(call, context or {})
+        context = self._storable(call, {} if context is None else context)  # no truth test: a tensor has none
         problem = schema.sample_problem(values)
         if problem is not None:
             index, why = problem
