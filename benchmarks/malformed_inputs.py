@@ -517,7 +517,7 @@ def pytest_sessions(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
                 what = rng.choice(fuzz_inputs.BASELINE_HAZARDS)
                 fuzz_inputs.plant_hazard(keys, what, own="test_fair.json")
                 kind = "baselines/<key>/*.json hazard"
-            before = {path.name: path.read_bytes() for path in keys.glob("*.json") if is_regular(path)}
+            before = {path.name: path.read_bytes() for path in keys.glob("*.json") if is_baseline(path)}
             status, output, seconds = run_session(case, args.timeout * 4)
             durations.append(seconds)
             problems = session_problems(status, output, case, keys, before)
@@ -558,6 +558,20 @@ def pytest_sessions(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
 
 def is_regular(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
+
+
+def is_baseline(path: Path) -> bool:
+    """A regular file the store reads as a baseline: what a session must leave whole (a planted empty or garbage
+    file was never one)."""
+    from pytest_gpuperf.core.store import read_document
+
+    if not is_regular(path):
+        return False
+    try:
+        read_document(path)
+    except Exception:  # noqa: BLE001 - not a baseline, whatever the reason
+        return False
+    return True
 
 
 def run_session(folder: Path, timeout: float) -> tuple[str, str, float]:
