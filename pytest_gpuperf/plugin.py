@@ -33,6 +33,9 @@ pytest_plugins: tuple[str, ...] = (
 )
 
 perf_key = pytest.StashKey["Perf"]()
+MULTI_PROCESS_FIXTURES = ("device_mesh", "gpuperf_servers", "gpuperf_engine")
+"""Fixtures whose tests start processes of their own (ranks, serving engines): a session pinned to one core by
+`gpuperf ab` widens again for them (--gpuperf-widen-cpus)."""
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -110,6 +113,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     # The job's metrics form one family for its false-failure rate (core/session.py family_size).
     gpuperf_session(session.config).planned_tests = [stable_test_id(item.path, item.nodeid) for item in planned]
+    widen = get_settings(session.config).widen_cpus
+    uses = [set(getattr(item, "fixturenames", ())) for item in planned]
+    starters = sorted({name for names in uses for name in MULTI_PROCESS_FIXTURES if name in names})
+    if widen and starters and hasattr(os, "sched_setaffinity"):
+        # `gpuperf ab` pinned this session to one core for a one-thread workload; tests that start their own ranks
+        # or servers would share it with them, so this session (and what it starts) takes every CPU again.
+        os.sched_setaffinity(0, widen)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"gpuperf: on CPUs {sorted(widen)}: the tests start their own ranks or servers "
+                                f"({', '.join(starters)})")  # fmt: skip
     if not hasattr(session.config, "workerinput"):
         _check_baselines(session.config)
 

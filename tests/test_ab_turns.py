@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.cli import main as cli
-from pytest_gpuperf.cli.ab_turns import UNPINNED
+from pytest_gpuperf.cli.ab_turns import PINNED, UNPINNED
 from pytest_gpuperf.core.turns import ASK, DONE, GRANT, Turns
 
 WORKLOAD = """
@@ -306,13 +306,72 @@ def test_the_command_line_takes_turns_by_default_and_either_flag_overrides_it(
     monkeypatch.setattr(ab_cli, "run_ab", run_ab)
     monkeypatch.setattr(ab_cli, "turns_by_default", lambda args, commands: asked.append((args, commands)) or default)
     code = cli.main(["ab", "--a", PYTHON, "--b", f"env X=1 {PYTHON}", *flag, "--out", str(tmp_path), "--", "t.py"])
-    assert code == 0
-    said = f"{why}; {UNPINNED}" if turns else why  # taking turns unpinned says what pinning would do
+    assert code == 3  # the stub compared nothing: not a pass
+    allowed = os.sched_getaffinity(0)
+    first, every = min(allowed), ab_cli.cpu_text(allowed)
+    pinned_why = PINNED.format(cpu=first, every=every)
+    said = f"{why}; {pinned_why}" if turns and len(allowed) > 1 else why  # taking turns pins one core by default
     assert plans[0].take_turns is turns and plans[0].take_turns_why == said
+    if turns and len(allowed) > 1:
+        assert plans[0].cpus == {first} and plans[0].widen_cpus == allowed
+    else:
+        assert plans[0].cpus is None and plans[0].widen_cpus is None
     assert said in capsys.readouterr().err
     assert asked == ([] if flag else [(["t.py"], [(sys.executable,), ("env", "X=1", sys.executable)])])
     assert json.loads((tmp_path / "ab.json").read_text())["take_turns_why"] == said
-    if turns:  # pinned by the user: nothing to suggest
-        pinned = ["--cpus", str(min(os.sched_getaffinity(0)))]
+    if turns:  # pinned by the user: nothing to add, no widening; --cpus all: unpinned, said so
+        pinned = ["--cpus", str(first)]
         cli.main(["ab", "--a", PYTHON, "--b", PYTHON, *flag, *pinned, "--out", str(tmp_path / "p"), "--", "t.py"])
-        assert plans[-1].take_turns_why == why and plans[-1].cpus
+        assert plans[-1].take_turns_why == why and plans[-1].cpus and plans[-1].widen_cpus is None
+        unpinned = ["--cpus", "all"]
+        cli.main(["ab", "--a", PYTHON, "--b", PYTHON, *flag, *unpinned, "--out", str(tmp_path / "u"), "--", "t.py"])
+        assert plans[-1].take_turns_why == f"{why}; {UNPINNED}" and plans[-1].cpus is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin one and widen to both")
+def test_a_session_pinned_by_default_widens_only_for_tests_that_start_their_own_processes(
+    pytester: pytest.Pytester,
+) -> None:
+    """`gpuperf ab` pins both sides to one core by default; a session whose tests start ranks or servers (the
+    fixtures in plugin.MULTI_PROCESS_FIXTURES) takes every CPU again, a one-thread workload stays on its core."""
+    allowed = sorted(os.sched_getaffinity(0))
+    pytester.makepyfile(
+        test_where="""
+        import json, os, pytest
+
+        @pytest.fixture
+        def device_mesh():
+            return None
+
+        def record(name):
+            with open(name, "w") as out:
+                json.dump(sorted(os.sched_getaffinity(0)), out)
+
+        def test_one_thread(perf):
+            record("one_thread.json")
+            perf.record("t", [1.0, 1.01, 0.99], unit="s", higher_is_better=False)
+
+        def test_ranks(perf, device_mesh):
+            record("ranks.json")
+            perf.record("t", [1.0, 1.01, 0.99], unit="s", higher_is_better=False)
+        """
+    )
+    widen = ["--gpuperf-widen-cpus", f"{allowed[0]}-{allowed[-1]}", "--gpuperf-device", "cpu", "-p", "no:cacheprovider"]
+
+    def run(*selection: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", *selection, *widen, "--gpuperf-measure-only"],
+            cwd=pytester.path,
+            capture_output=True,
+            text=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, {allowed[0]}),  # as gpuperf ab starts its sessions
+            check=False,
+        )
+
+    alone = run("-k", "one_thread")
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert json.loads((pytester.path / "one_thread.json").read_text()) == [allowed[0]]
+    both = run()
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert json.loads((pytester.path / "ranks.json").read_text()) == allowed
+    assert "the tests start their own ranks or servers (device_mesh)" in both.stdout

@@ -172,7 +172,7 @@ def test_bisect_names_the_slow_package_and_only_it(
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     code = cli.main(
         ["bisect", "--good", "slowpkg==1.0 samepkg==1.0" + real[0], "--bad", "slowpkg==2.0 samepkg==2.0" + real[1],
-         "--alpha", "0.2", "--min-pairs", "4", "--max-pairs", "5", "--out", "out", "--junitxml", "bisect.xml",
+         "--alpha", "0.4", "--min-pairs", "4", "--max-pairs", "5", "--out", "out", "--junitxml", "bisect.xml",
          "--", "test_bisect_workload.py",
          *FAST]
     )  # fmt: skip

@@ -33,10 +33,11 @@ from pytest_gpuperf.cli.ab_engine import (
     AbPlan,
     AbResult,
     MetricOutcome,
+    cpu_text,
     document_text,
     run_ab,
 )
-from pytest_gpuperf.cli.ab_turns import UNPINNED, turns_by_default
+from pytest_gpuperf.cli.ab_turns import PINNED, UNPINNED, pinned_by_default, turns_by_default
 from pytest_gpuperf.cli.loading import InputError, junit_address
 from pytest_gpuperf.cli.output import printable, write_text
 from pytest_gpuperf.core.stats import Verdict
@@ -103,7 +104,11 @@ def plan_from_args(
     else:
         take_turns = args.take_turns
         turns_why = "taking turns (--take-turns)" if take_turns else "one session after the other (--no-take-turns)"
-    if take_turns and args.cpus is None:
+    cpus, widen = args.cpus or None, None
+    if take_turns and args.cpus is None and (pinned := pinned_by_default()) is not None:
+        cpus, widen = pinned
+        turns_why = f"{turns_why}; " + PINNED.format(cpu=cpu_text(cpus), every=cpu_text(widen))
+    elif take_turns and args.cpus == frozenset():
         turns_why = f"{turns_why}; {UNPINNED}"
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return AbPlan(
@@ -123,7 +128,8 @@ def plan_from_args(
         session_figure=args.session_figure,
         take_turns=take_turns,
         take_turns_why=turns_why,
-        cpus=args.cpus,
+        cpus=cpus,
+        widen_cpus=widen,
     )
 
 

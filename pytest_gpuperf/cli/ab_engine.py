@@ -136,6 +136,9 @@ class AbPlan:
     cpus: frozenset[int] | None = None
     """Run every session on these CPUs only (the engine sets its own affinity, which the sessions inherit; a
     container started by a daemon does not); None: wherever this process may run."""
+    widen_cpus: frozenset[int] | None = None
+    """Where ``cpus`` was chosen by default (one core while taking turns): the CPUs a session whose tests start their
+    own ranks or servers widens to (``--gpuperf-widen-cpus``); None: sessions stay on ``cpus``."""
 
     def __post_init__(self) -> None:
         if self.session_figure not in SESSION_FIGURES:
@@ -312,6 +315,7 @@ class AbResult:
             else {
                 "threshold": rules.threshold,
                 "alpha": rules.alpha,
+                "invocation_alpha": plan.alpha,
                 "equivalence_alpha": rules.equivalence_alpha,
                 "min_pairs": rules.min_pairs,
                 "max_pairs": rules.max_pairs,
@@ -323,6 +327,7 @@ class AbResult:
             "take_turns": plan.take_turns,
             "take_turns_why": plan.take_turns_why,
             "cpus": None if plan.cpus is None else sorted(plan.cpus),
+            "widen_cpus": None if plan.widen_cpus is None else sorted(plan.widen_cpus),
             "budget_s": plan.budget_s,
             "order": [pair.order for pair in self.pairs],
             "stopped": self.stopped,
@@ -447,6 +452,8 @@ def session_argv(plan: AbPlan, side: str, results_file: Path, turns: Path | None
     extra = ["--gpuperf-results", str(results_file), "--gpuperf-measure-only", "--gpuperf-remeasure", "0"]
     if turns is not None:
         extra += ["--gpuperf-take-turns", str(turns)]
+    if plan.widen_cpus:
+        extra += ["--gpuperf-widen-cpus", cpu_text(plan.widen_cpus)]
     if plan.repeats is not None:
         extra += ["--gpuperf-repeats", str(plan.repeats)]
     return [*prefix, "-m", "pytest", *plan.pytest_args, *extra]
@@ -493,8 +500,8 @@ def _pinned(cpus: frozenset[int] | None) -> Iterator[None]:
     allowed = os.sched_getaffinity(0)
     if not cpus or not cpus <= allowed:
         raise AbError(
-            f"--cpus {_cpu_text(cpus)}: this process may run only on CPUs {_cpu_text(allowed)}"
-            + (f" (not on {_cpu_text(cpus - allowed)})" if cpus - allowed and len(cpus) > 1 else "")
+            f"--cpus {cpu_text(cpus)}: this process may run only on CPUs {cpu_text(allowed)}"
+            + (f" (not on {cpu_text(cpus - allowed)})" if cpus - allowed and len(cpus) > 1 else "")
             + "; choose among those"
         )
     os.sched_setaffinity(0, cpus)
@@ -504,7 +511,7 @@ def _pinned(cpus: frozenset[int] | None) -> Iterator[None]:
         os.sched_setaffinity(0, allowed)
 
 
-def _cpu_text(cpus: Iterable[int]) -> str:
+def cpu_text(cpus: Iterable[int]) -> str:
     """ "0,2" and "0-3,8" as taskset writes them: runs of three or more CPUs as a range."""
     runs: list[list[int]] = []
     for cpu in sorted(cpus):
@@ -808,13 +815,23 @@ def _slug(fingerprint: dict[str, Any]) -> str:
 
 
 def _rules_from(plan: AbPlan, pair: PairRecord) -> PairedRules:
+    """The comparison's rules, from its first complete pair. The flag level is the invocation's: ``plan.alpha``
+    over the metrics both sessions recorded (Bonferroni), so an A/A comparison of many metrics is flagged in at
+    most ``alpha`` of runs, not one metric's ``alpha`` times their number."""
     threshold = plan.threshold
     if threshold is None:
         settings = (pair.side("A").document or {}).get("settings") or {}
         stored = settings.get("threshold")
         usable = isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1
         threshold = float(stored) if usable and stored is not None else 0.02
-    return PairedRules(threshold=threshold, alpha=plan.alpha, min_pairs=plan.min_pairs, max_pairs=plan.max_pairs)
+    figure = plan.session_figure
+    both = set(_session_metrics(pair.side("A").document or {}, figure))
+    both &= set(_session_metrics(pair.side("B").document or {}, figure))
+    if plan.metrics is not None:
+        both &= plan.metrics
+    return PairedRules(
+        threshold=threshold, alpha=plan.alpha / max(1, len(both)), min_pairs=plan.min_pairs, max_pairs=plan.max_pairs
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,12 +43,26 @@ EXIT_WAIT_S = 30.0
 """How long a session that said "done" may take to exit before its partner gets the turn anyway."""
 
 
-UNPINNED = (
-    "the sessions are not pinned: for a one-thread workload, --cpus N (both sides on one core) is what met the "
-    "targets on 2-core VMs (docs/ab.md)"
+UNPINNED = "unpinned (--cpus all)"
+PINNED = (
+    "both sides on CPU {cpu}: one core for both sessions of a pair is what met the targets on 2-core VMs, unpinned "
+    "did not (docs/ab.md); a session whose tests start their own ranks or servers widens to CPUs {every}; "
+    "--cpus all: unpinned"
 )
-"""Said after taking turns without --cpus: unpinned, the two sessions of a pair tend to stay on different cores
-(benchmarks/README.md), and pinning is never chosen for the user (a test's own threads or ranks would share it)."""
+"""Said when taking turns without --cpus: unpinned, the two sessions of a pair tend to stay on different cores
+and their pair sd was 1.4-1.5% against 0.9-1.0% pinned (benchmarks/README.md). Tests that start their own ranks or
+servers would have one core for all of them, so their sessions widen again (``widen_cpus``)."""
+
+
+def pinned_by_default() -> tuple[frozenset[int], frozenset[int]] | None:
+    """(the one CPU both sides' sessions run on, every CPU this process may use) for a comparison that takes turns
+    without --cpus; None where there is no affinity to set or a single CPU (nothing to choose)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = frozenset(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return None
+    return frozenset({min(allowed)}), allowed
 
 
 def turns_by_default(

@@ -351,8 +351,10 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
         type=cpu_list,
         default=None,
         metavar="LIST",
-        help="run both sides' sessions on these CPUs only (Linux affinity, e.g. 1 or 0-3,8): with --take-turns, "
-        "the two sides of a one-thread workload then share one core's state (a container side is not pinned)",
+        help="run both sides' sessions on these CPUs only (Linux affinity, e.g. 1 or 0-3,8; all: unpinned): with "
+        "--take-turns, the two sides of a one-thread workload then share one core's state (a container side is not "
+        "pinned); default when taking turns: the first CPU this process may use, a session whose tests start their "
+        "own ranks or servers widening to all of them",
     )
     ab.add_argument("--max-pairs", type=_count(1), default=16, metavar="N", help="last look (default 16)")
     ab.add_argument(
@@ -389,38 +391,17 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
     ab.add_argument("--seed", type=int, default=0, help="seed of the session order (default 0)")
 
 
-MAX_CPU = 65535
-"""The largest CPU number --cpus takes (Linux's own limit is 8191): a larger one names no CPU of any machine, and a
-range up to it must not build a set of billions (MemoryError) before the CPUs this process may use are checked."""
-
-
 def cpu_list(text: str) -> frozenset[int]:
-    """CPU numbers as taskset -c writes them: "1", "0,2", "0-3,8"."""
-    ranges: list[tuple[int, int]] = []
+    """CPU numbers as taskset -c writes them: "1", "0,2", "0-3,8" (core/settings.py ``parse_cpus``); "all"
+    (wherever the sessions may run): the empty set."""
+    from pytest_gpuperf.core.settings import SettingError, parse_cpus
+
+    if text.strip().lower() == "all":
+        return frozenset()
     try:
-        for part in text.split(","):
-            first, _, last = part.strip().partition("-")
-            low, high = int(first), int(last or first)
-            if low < 0 or high < low:
-                raise ValueError
-            ranges.append((low, high))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected CPU numbers such as 1, 0,2 or 0-3") from None
-    beyond = [(low, high) for low, high in ranges if high > MAX_CPU]
-    if beyond:
-        have = os.cpu_count() or 1
-        missing = ",".join(f"{max(low, have)}-{high}" for low, high in beyond)
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: CPUs {missing} are not CPUs of this machine (it has {have}: 0-{have - 1}); give CPUs it has, "
-            "such as 0 or 0-1"
-        )
-    merged: list[list[int]] = []  # overlapping ranges merged first: the work stays within MAX_CPU + 1 CPUs
-    for low, high in sorted(ranges):
-        if merged and low <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], high)
-        else:
-            merged.append([low, high])
-    return frozenset(cpu for low, high in merged for cpu in range(low, high + 1))
+        return parse_cpus(text)
+    except SettingError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
 
 
 def _count(minimum: int) -> Callable[[str], int]:

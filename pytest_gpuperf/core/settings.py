@@ -131,6 +131,43 @@ def parse_slowdowns(text: str) -> dict[str, float]:
     return slowdowns
 
 
+JOB_ALPHA = 0.01
+"""The default family-wise false-failure level of a job (--gpuperf-job-alpha), shared by `gpuperf compare`."""
+
+MAX_CPU = 65535
+"""The largest CPU number a CPU list takes (Linux's own limit is 8191): a larger one names no CPU of any machine, and
+a range up to it must not build a set of billions (MemoryError) before the CPUs a process may use are checked."""
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """CPU numbers as taskset -c writes them: "1", "0,2", "0-3,8"."""
+    ranges: list[tuple[int, int]] = []
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            low, high = int(first), int(last or first)
+            if low < 0 or high < low:
+                raise ValueError
+            ranges.append((low, high))
+    except ValueError:
+        raise SettingError("expected CPU numbers such as 1, 0,2 or 0-3") from None
+    beyond = [(low, high) for low, high in ranges if high > MAX_CPU]
+    if beyond:
+        have = os.cpu_count() or 1
+        missing = ",".join(f"{max(low, have)}-{high}" for low, high in beyond)
+        raise SettingError(
+            f"CPUs {missing} are not CPUs of this machine (it has {have}: 0-{have - 1}); give CPUs it has, such as 0 "
+            "or 0-1"
+        )
+    merged: list[list[int]] = []  # overlapping ranges merged first: the work stays within MAX_CPU + 1 CPUs
+    for low, high in sorted(ranges):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    return frozenset(cpu for low, high in merged for cpu in range(low, high + 1))
+
+
 def parse_text(text: str) -> str:
     if not text.strip():
         raise SettingError("expected a non-empty value")
@@ -304,7 +341,7 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         help="the chance, in percent, that a job with nothing changed fails on sampling noise: each metric's change "
         "is decided at this level divided by the number of metrics the job judges (Bonferroni; default 1)",
         parse=parse_percentage,
-        default=0.01,
+        default=JOB_ALPHA,
         metavar="PCT",
     ),
     OptionSpec(
@@ -360,6 +397,14 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         parse=parse_text,
         default=None,
         metavar="PREFIX",
+    ),
+    OptionSpec(
+        name="widen-cpus",
+        help="the CPUs a `gpuperf ab` session pinned to one core by default runs on instead when its tests start "
+        "their own ranks or servers (set by gpuperf ab; not for use by hand)",
+        parse=parse_cpus,
+        default=None,
+        metavar="LIST",
     ),
     OptionSpec(
         name="remeasure",
@@ -425,7 +470,7 @@ class Settings:
     machine_noise: float = 0.0
     """Sd between machines of one hardware key (fraction); 0: not measured (another machine's baseline cannot fail
     a timing)."""
-    job_alpha: float = 0.01
+    job_alpha: float = JOB_ALPHA
     """The job's family-wise false-failure level (fraction)."""
     repeats: int
     warmup: int
@@ -446,6 +491,8 @@ class Settings:
     """Time a test may spend on those rounds."""
     measure_only: bool = False
     """Measure only (a `gpuperf ab` session): verdicts are recorded but fail nothing, nothing is saved."""
+    widen_cpus: frozenset[int] | None = None
+    """The CPUs a session pinned by `gpuperf ab` widens to when its tests start their own ranks or servers."""
     inject_slowdown: dict[str, float] | None = None
     """Suite marker -> fraction of extra work its workloads do while reporting their nominal work (a proof that the
     gate catches a slowdown); None: none."""
