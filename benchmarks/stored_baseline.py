@@ -151,7 +151,7 @@ def baseline_runs(project: Path, side: str) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["tests"]["test_matmul"]["metrics"]["matmul"]["runs"]
 
 
-def trial(index: int, hogged: bool, old: Path, seed: int) -> dict[str, Any]:
+def trial(index: int, hogged: bool, old: Path, seed: int, levels: list[float]) -> dict[str, Any]:
     codes = {"before": old, "after": ROOT}
     with tempfile.TemporaryDirectory(prefix="gpuperf-stored-") as folder:
         project = Path(folder)
@@ -165,7 +165,7 @@ def trial(index: int, hogged: bool, old: Path, seed: int) -> dict[str, Any]:
             if hog is not None:
                 hog.toggle()
             judged: dict[str, dict[str, Any]] = {side: {} for side in codes}
-            order = list(LEVELS)
+            order = list(levels)
             random.Random(seed + 1).shuffle(order)
             for level in order:
                 sides = list(codes.items())
@@ -199,9 +199,9 @@ def report(data: dict[str, Any]) -> None:
             continue
         kind = "hog: baseline recorded under load, then on/off every 20-60 s" if hogged else "no hog"
         print(f"\n{kind} ({len(group)} trials)\n")
-        print("| slowdown | before (5eefc03) | after |")
+        print("| slowdown | before (--old) | after |")
         print("| --- | --- | --- |")
-        for level in LEVELS:
+        for level in data.get("levels", LEVELS):
             cells = []
             for side in ("before", "after"):
                 counts = Counter(t["judged"][side][str(level)]["verdict"] for t in group)
@@ -229,7 +229,7 @@ def report(data: dict[str, Any]) -> None:
         "| slowdown | raw: REGRESSED / PASS / other | normalised: REGRESSED / PASS / other | median ratio raw, norm |"
     )
     print("| --- | --- | --- | --- |")
-    for level in LEVELS:
+    for level in data.get("levels", LEVELS):
         raw: Counter[str] = Counter()
         norm: Counter[str] = Counter()
         ratios: tuple[list[float], list[float]] = ([], [])
@@ -266,21 +266,26 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20, help="half of them with the hog (default 20)")
     parser.add_argument("--old", type=Path, default=Path("/tmp/verdict-old"), help="checkout of the code before")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--levels", default=",".join(f"{100 * level:g}" for level in LEVELS), help="slowdowns in percent (0,3,5)"
+    )
     parser.add_argument("--out", type=Path, help="keep every session's outcome and the baselines here")
     parser.add_argument("--rejudge", type=Path, nargs="+", help="print the tables of files kept by --out, merged")
     args = parser.parse_args()
     if args.rejudge:
-        report({"trials": [t for path in args.rejudge for t in json.loads(path.read_text())["trials"]]})
+        documents = [json.loads(path.read_text()) for path in args.rejudge]
+        report({"trials": [t for d in documents for t in d["trials"]], "levels": documents[0].get("levels", LEVELS)})
         return 0
     if not (args.old / "pytest_gpuperf" / "plugin.py").exists():
         print(f"--old {args.old}: no pytest_gpuperf checkout there; git worktree add {args.old} 5eefc03")
         return 2
+    levels = [float(part) / 100 for part in args.levels.split(",")]
     started = time.perf_counter()
     trials = []
     for index in range(args.trials):
-        trials.append(trial(index, hogged=index % 2 == 1, old=args.old, seed=args.seed + 1000 * index))
+        trials.append(trial(index, hogged=index % 2 == 1, old=args.old, seed=args.seed + 1000 * index, levels=levels))
         print(f"trial {index + 1}/{args.trials} done ({time.perf_counter() - started:.0f} s)", flush=True)
-        data = {"trials": trials, "levels": list(LEVELS), "started": started}
+        data = {"trials": trials, "levels": levels, "started": started}
         if args.out:
             args.out.write_text(json.dumps(data))
     report(data)
