@@ -358,21 +358,24 @@ def compare(
         )
     # The tests and the interval must agree: a change whose interval still holds "no change" (a rate point of
     # a few runs read [0.871, 1.015] beside p=0.0088) is not shown as REGRESSED or IMPROVED.
+    # The job's level applies to the run-level test, which carries the noise between runs; the sample test must
+    # agree at the metric's own level. A conjunction is no likelier than either part, so the job's rate holds, and
+    # a metric of six requests (whose Mann-Whitney p cannot go below 1/924) can still be decided among many.
     decisive = rules.decisive_alpha
     if p_worse < rules.alpha and ratio <= 1 - rules.delta and ci_high < 1:
         change = f"worse by {1 - ratio:.1%} (threshold {rules.delta:.1%})"
-        if p_worse < decisive:
+        if p_run_worse < decisive:
             return Comparison(
-                verdict=Verdict.REGRESSED, reason=f"{change}, p={p_worse:.2g} < {decisive:.2g}", **figures
+                verdict=Verdict.REGRESSED, reason=_decided(change, p_worse, p_run_worse, rules), **figures
             )
-        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_worse, rules), **figures)
+        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_run_worse, rules), **figures)
     if p_better < rules.alpha and ratio >= 1 + rules.delta and ci_low > 1:
         change = f"better by {ratio - 1:.1%} (threshold {rules.delta:.1%})"
-        if p_better < decisive:
+        if p_run_better < decisive:
             return Comparison(
-                verdict=Verdict.IMPROVED, reason=f"{change}, p={p_better:.2g} < {decisive:.2g}", **figures
+                verdict=Verdict.IMPROVED, reason=_decided(change, p_better, p_run_better, rules), **figures
             )
-        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_better, rules), **figures)
+        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_run_better, rules), **figures)
     if 1 - rules.delta <= ci_low and ci_high <= 1 + rules.delta:
         reason = f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.delta:.1%}"
         if exact:
@@ -410,9 +413,18 @@ NOT_AMONG = "significant for this metric alone, not among the"
 """How the reason of a change that the job's family-wise level did not decide begins its second part."""
 
 
-def _not_among(change: str, p_value: float, rules: Rules) -> str:
+def _decided(change: str, p_value: float, p_run: float, rules: Rules) -> str:
+    if rules.decisive_alpha >= rules.alpha:  # one metric, or a job whose share is the metric's own level
+        return f"{change}, p={p_value:.2g} < {rules.alpha}"
     return (
-        f"{change}, p={p_value:.2g}: {NOT_AMONG} {rules.family_size} metrics this job judges (family-wise "
+        f"{change}, p={p_value:.2g} < {rules.alpha}, run-level p={p_run:.2g} < {rules.decisive_alpha:.2g} (the job's "
+        f"family-wise {rules.job_alpha:.2g} over {rules.family_size} metrics)"
+    )
+
+
+def _not_among(change: str, p_run: float, rules: Rules) -> str:
+    return (
+        f"{change}, run-level p={p_run:.2g}: {NOT_AMONG} {rules.family_size} metrics this job judges (family-wise "
         f"{rules.job_alpha:.2g}: p < {rules.decisive_alpha:.2g} decides); a run on its own, or `gpuperf ab`, would "
         "decide it"
     )
