@@ -15,7 +15,6 @@ TORCH_FREE = frozenset(
     {
         "test_bounded_reads.py",
         "test_ab_hostile.py",
-        "test_ab_hostile.py",
         "test_changepoints.py",
         "test_cli.py",
         "test_cli_inputs.py",
@@ -33,7 +32,6 @@ TORCH_FREE = frozenset(
         "test_micro_suite.py",
         "test_peaks.py",
         "test_plugin.py",
-        "test_report_inputs.py",
         "test_report_inputs.py",
         "test_record_values.py",
         "test_stats.py",

@@ -516,9 +516,23 @@ def ab(*args: str) -> int:
 
 def test_slower_side_regressed_with_the_hook_component(workload: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = ab(
-        "--a", PYTHON, "--b", f"env AB_TEST_SLOWDOWN=3 AB_TEST_MATHLIB=2.0 {PYTHON}",
-        "--alpha", "0.4", "--min-pairs", "4", "--max-pairs", "4",
-        "--out", "out", "--junitxml", "ab.xml", "--", "test_ab_workload.py", *FAST,
+        "--a",
+        PYTHON,
+        "--b",
+        f"env AB_TEST_SLOWDOWN=3 AB_TEST_MATHLIB=2.0 {PYTHON}",
+        "--alpha",
+        "0.4",
+        "--min-pairs",
+        "4",
+        "--max-pairs",
+        "4",
+        "--out",
+        "out",
+        "--junitxml",
+        "ab.xml",
+        "--",
+        "test_ab_workload.py",
+        *FAST,
     )  # fmt: skip  (two metrics share the invocation's 0.4: 0.2 each, what four pairs all one way reach)
     out, err = capsys.readouterr()
     assert code == 1, out + err
