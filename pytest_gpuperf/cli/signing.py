@@ -16,10 +16,21 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.loading import InputError, decode_json, is_folder, load_bytes, read_bytes, walk_files
+from pytest_gpuperf.cli.loading import (
+    InputError,
+    Run,
+    decode_json,
+    is_folder,
+    load_bytes,
+    quote,
+    read_bytes,
+    walk_files,
+)
 from pytest_gpuperf.cli.output import emit, printable, write_text
 
 SIGNATURE_SCHEMA = 1
@@ -59,22 +70,28 @@ def bundle_files(paths: list[Path]) -> dict[str, Path]:
     return files
 
 
-def digest(path: Path) -> str:
-    """SHA-256 of the file's canonical form.
+def read_signed(path: Path) -> tuple[str, Run]:
+    """SHA-256 of the file's canonical form, and the run it holds.
 
-    The file is read once and those bytes are validated as results, parsed and hashed, so what is signed is
-    exactly what was checked (a file swapped between two reads cannot slip in). JSON is parsed strictly
-    (loading.decode_json): a duplicate key, which readers resolve differently, is refused rather than signed.
+    The file is read once and those bytes are validated as results, parsed and hashed, so what is signed (and what
+    `variance --trust` judges) is exactly what was checked: a file swapped between two reads cannot slip in. JSON
+    is parsed strictly (loading.decode_json): a duplicate key, which readers resolve differently, is refused rather
+    than signed.
     """
     data = read_bytes(path)
-    load_bytes(data, path)
+    run = load_bytes(data, path)
     if path.suffix.lower() == ".json" or data.lstrip()[:1] == b"{":
         data = canonical(decode_json(data, path))
-    return hashlib.sha256(data).hexdigest()
+    return hashlib.sha256(data).hexdigest(), run
+
+
+def read_bundle(paths: list[Path]) -> dict[str, tuple[str, Run]]:
+    """Name inside the bundle -> (digest, run), in the bundle's path order (the order a folder's runs load in)."""
+    return {name: read_signed(file) for name, file in bundle_files(paths).items()}
 
 
 def manifest(paths: list[Path]) -> dict[str, str]:
-    return {name: digest(file) for name, file in sorted(bundle_files(paths).items())}
+    return {name: digest for name, (digest, _) in sorted(read_bundle(paths).items())}
 
 
 def default_signature(paths: list[Path], given: str | None) -> Path:
@@ -168,11 +185,189 @@ def _load_key(path: Path, *, private: bool) -> Any:
             else serialization.load_pem_public_key(data)
         )
     except (ValueError, TypeError) as error:
+        if not private and b"PRIVATE KEY" in data:
+            raise InputError(
+                f"{path}: a private key where a public one was expected; give KEY.pub, which gpuperf keygen wrote "
+                "beside it (and keep this one secret)"
+            ) from None
         raise InputError(f"{path}: not a PEM {'private' if private else 'public'} key ({str(error)[:80]})") from None
     wanted = ed25519.Ed25519PrivateKey if private else ed25519.Ed25519PublicKey
     if not isinstance(key, wanted):
         raise InputError(f"{path}: not an ed25519 key (make one with gpuperf keygen)")
     return key
+
+
+def key_fingerprint(raw: bytes) -> str:
+    """How a key is named in output: the first 16 hex digits of the SHA-256 of its 32 raw bytes."""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublicKey:
+    """A public key read from a PEM file, named by that file and by its fingerprint."""
+
+    path: Path
+    fingerprint: str
+    key: Any
+    """The ed25519 public key object (cryptography)."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.path.name} ({self.fingerprint})"
+
+
+def load_public_key(path: Path) -> PublicKey:
+    from cryptography.hazmat.primitives import serialization
+
+    key = _load_key(path, private=False)
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return PublicKey(path=path, fingerprint=key_fingerprint(raw), key=key)
+
+
+def trusted_keys(paths: Sequence[Path]) -> list[PublicKey]:
+    """The keys named by ``--trust``: PEM files, or folders of *.pub files; one key given twice counts once."""
+    keys: dict[str, PublicKey] = {}
+    for path in paths:
+        try:
+            files = walk_files(path, (".pub",)) if is_folder(path) else [path]
+            if not files:
+                raise InputError(
+                    f"{path}: folder holds no *.pub public keys; put the partners' KEY.pub files (from gpuperf "
+                    "keygen) there"
+                )
+            for file in files:
+                key = load_public_key(file)
+                keys.setdefault(key.fingerprint, key)
+        except InputError as error:
+            raise InputError(f"{error} (given with --trust)") from None
+    return list(keys.values())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Signature:
+    """A signature file as `gpuperf sign` writes it, its fields checked for shape (not yet verified)."""
+
+    path: Path
+    files: dict[str, str]
+    """Name inside the bundle -> SHA-256 of its canonical form: what the signature covers."""
+    value: bytes
+    claimed: str | None
+    """Fingerprint of the public key the file names. Unverified: it only says whom the file claims as signer."""
+
+
+def read_signature(path: Path) -> Signature:
+    document = decode_json(read_bytes(path, limit=SIGNATURE_LIMIT), path)
+    try:
+        if not isinstance(document, dict):
+            raise ValueError("not a JSON object")
+        if document.get("algorithm") != "ed25519":
+            raise ValueError(f"algorithm {quote(document.get('algorithm'))}, not ed25519")
+        files = document.get("files")
+        if not isinstance(files, dict) or not all(isinstance(value, str) for value in files.values()):
+            raise ValueError("'files' is not an object of file digests")
+        value = _base64(document.get("signature"), "signature", 64)
+        public = document.get("public_key")
+        claimed = key_fingerprint(_base64(public, "public_key", 32)) if public is not None else None
+    except ValueError as error:
+        raise InputError(
+            f"{path}: not a gpuperf signature file ({str(error)[:80]}); sign the bundle again with gpuperf sign"
+        ) from None
+    return Signature(path=path, files=files, value=value, claimed=claimed)
+
+
+def _base64(text: Any, field: str, size: int) -> bytes:
+    if not isinstance(text, str):
+        raise ValueError(f"'{field}' is not base64 text")
+    try:
+        value = base64.b64decode(text, validate=True)
+    except ValueError:
+        raise ValueError(f"'{field}' is not base64 text") from None
+    if len(value) != size:
+        raise ValueError(f"'{field}' holds {len(value)} bytes, not an ed25519 {field}'s {size}")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checked:
+    """What a bundle's signature says of it: who signed it, and what changed since."""
+
+    signature: Signature
+    signer: PublicKey | None
+    """The key among those given under which the signature verifies; None: none of them (then nothing was read)."""
+    problems: tuple[str, ...] = ()
+    """'NAME: changed since signing', '... signed but missing', '... not covered by the signature'."""
+    runs: tuple[Run, ...] = ()
+    """The bundle's runs, parsed from the very bytes whose digests were checked, in the bundle's path order."""
+
+
+def check_bundle(paths: list[Path], signature_path: Path, keys: Sequence[PublicKey]) -> Checked:
+    """The one verification `gpuperf verify` and `gpuperf variance --trust` share.
+
+    The signature is checked against its manifest first (a forged or foreign signature is told without reading
+    the bundle), then each file's digest against the manifest, from the same read that yields its run."""
+    from cryptography.exceptions import InvalidSignature
+
+    signature = read_signature(signature_path)
+    message = canonical(signature.files)
+    signer = None
+    for key in keys:
+        try:
+            key.key.verify(signature.value, message)
+        except InvalidSignature:
+            continue
+        signer = key
+        break
+    if signer is None:
+        return Checked(signature=signature, signer=None)
+    current = read_bundle(paths)
+    signed = signature.files
+    problems = [
+        f"{name}: changed since signing"
+        for name in sorted(set(current) & set(signed))
+        if current[name][0] != signed[name]
+    ]
+    problems += [f"{name}: signed but missing" for name in sorted(set(signed) - set(current))]
+    problems += [f"{name}: not covered by the signature" for name in sorted(set(current) - set(signed))]
+    return Checked(
+        signature=signature, signer=signer, problems=tuple(problems), runs=tuple(run for _, run in current.values())
+    )
+
+
+def trusted_bundle(path: Path, keys: Sequence[PublicKey]) -> tuple[list[Run], PublicKey]:
+    """The runs of one bundle (a folder or a file, signed into PATH.sig beside it) whose signature verifies under
+    one of ``keys`` and whose files are as signed; otherwise an InputError saying which and what to do."""
+    signature_path = default_signature([path], None)
+    if not os.path.lexists(signature_path):
+        raise InputError(
+            f"{path}: not signed (no {signature_path} beside it); its sender signs it with "
+            f"gpuperf sign --key KEY {path}"
+        )
+    checked = check_bundle([path], signature_path, keys)
+    if checked.signer is None:
+        raise InputError(f"{path}: {_unverified(checked.signature, keys)}")
+    if checked.problems:
+        more = f" (and {len(checked.problems) - 1} more)" if len(checked.problems) > 1 else ""
+        raise InputError(
+            f"{path}: {checked.problems[0]}{more}, under a valid signature by {checked.signer.label}; the bundle is "
+            "not what was signed: ask its sender for the files as signed, or a fresh signature"
+        )
+    return list(checked.runs), checked.signer
+
+
+def _unverified(signature: Signature, keys: Sequence[PublicKey]) -> str:
+    named = next((key for key in keys if key.fingerprint == signature.claimed), None)
+    if named is not None:
+        return (
+            f"{signature.path} names the trusted key {named.label} but does not verify under it: the signature or "
+            "its list of files was edited after signing; ask its sender to sign the bundle again"
+        )
+    shown = ", ".join(key.label for key in keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    if signature.claimed is None:
+        return f"{signature.path} verifies under none of the trusted keys ({shown}); ask its sender which key signed it"
+    return (
+        f"signed by key {signature.claimed}, which is not trusted (trusted: {shown}); if you trust its signer, add "
+        "their KEY.pub with --trust"
+    )
 
 
 def sign(paths: list[Path], key_path: Path, output: Path) -> int:
@@ -194,34 +389,14 @@ def sign(paths: list[Path], key_path: Path, output: Path) -> int:
 
 
 def verify(paths: list[Path], public_path: Path, signature_path: Path) -> int:
-    from cryptography.exceptions import InvalidSignature
-
-    public = _load_key(public_path, private=False)
-    document = decode_json(read_bytes(signature_path, limit=SIGNATURE_LIMIT), signature_path)
-    try:
-        signature = base64.b64decode(document["signature"], validate=True)
-        signed_files = document["files"]
-        if document.get("algorithm") != "ed25519" or not isinstance(signed_files, dict):
-            raise ValueError("not an ed25519 gpuperf signature")
-    except (ValueError, KeyError, TypeError) as error:
-        raise InputError(f"{signature_path}: not a gpuperf signature file ({str(error)[:80]})") from None
-    try:
-        public.verify(signature, canonical(signed_files))
-    except InvalidSignature:
+    checked = check_bundle(paths, signature_path, [load_public_key(public_path)])
+    if checked.signer is None:
         print(f"INVALID: {signature_path} was not made by the key {public_path} (or the manifest was edited)")
         return 1
-    current = manifest(paths)
-    problems = [
-        f"{name}: changed since signing"
-        for name in sorted(set(current) & set(signed_files))
-        if current[name] != signed_files[name]
-    ]
-    problems += [f"{name}: signed but missing" for name in sorted(set(signed_files) - set(current))]
-    problems += [f"{name}: not covered by the signature" for name in sorted(set(current) - set(signed_files))]
-    if problems:
-        print(f"INVALID: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    if checked.problems:
+        print(f"INVALID: {len(checked.problems)} problem(s):\n  " + "\n  ".join(checked.problems))
         return 1
-    print(f"OK: {len(current)} file(s) signed by {public_path}, unchanged")
+    print(f"OK: {len(checked.runs)} file(s) signed by {public_path} (key {checked.signer.fingerprint}), unchanged")
     return 0
 
 
