@@ -72,6 +72,7 @@ examples:
   gpuperf bisect --good good.txt --bad 'torch==2.14.1 deepspeed==0.19.8' -- tests/perf
   gpuperf compare runs/rocm-7.0/ runs/rocm-7.1/ --format md
   gpuperf variance --reference ours.json partner-a/ partner-b/ --tolerance 1%
+  gpuperf variance --trust partner-keys/ --reference-unsigned --reference ours.json partner-a/ partner-b/
   gpuperf history nightly/ --accepted accepted-changes.json
   gpuperf report nightly/ --baselines baselines/ -o report.html
   gpuperf baselines diff old-baselines/ baselines/
@@ -156,11 +157,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="equivalence of each submission to a reference within a tolerance; "
         "example: gpuperf variance --reference ref.json a/ b/ --tolerance 1%%",
         description="Per submission and workload, two one-sided tests: the 90%% bootstrap interval of the ratio "
-        "inside 1 +- tolerance is PASS, entirely outside is FAIL, otherwise INCONCLUSIVE with the repeats that "
-        "would decide it. Exit status 1 when any submission FAILs.",
+        "inside 1 +- tolerance is PASS, entirely outside is FAIL, otherwise INCONCLUSIVE with the runs (and "
+        "repeats) that would decide it; per submission, the runs it would need to show equivalence on every "
+        "workload. With --trust, each bundle must carry a valid signature (SUB.sig, from gpuperf sign) by a "
+        "trusted key, or nothing is judged (exit 2). Exit status 1 when any submission FAILs.",
     )
     variance.add_argument("--reference", required=True, metavar="REF", help="the reference run(s)")
     variance.add_argument("submissions", nargs="+", metavar="SUB", help="one file or folder per submission")
+    variance.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="KEYS",
+        help="a public key (PEM, KEY.pub from gpuperf keygen) or a folder of *.pub files; repeatable. Every SUB "
+        "(and REF) must then be signed, as SUB.sig beside it, by one of them and unchanged since",
+    )
+    variance.add_argument(
+        "--reference-unsigned",
+        action="store_true",
+        help="with --trust: take REF as it is (your own results), checking only the submissions",
+    )
     variance.add_argument("--tolerance", type=percentage, default=0.01, metavar="PCT", help="default 1%%")
     variance.add_argument(
         "--run-noise",

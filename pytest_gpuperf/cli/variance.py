@@ -12,18 +12,21 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pytest_gpuperf.cli.loading import InputError, MetricData, Side, load_side, quote
+from pytest_gpuperf.cli.loading import InputError, MetricData, Side, check_one_hardware, load_side, quote
+from pytest_gpuperf.cli.signing import PublicKey, trusted_bundle, trusted_keys
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats import Rules, pooled_run_noise, ratio_interval, with_siblings
 
 CONFIDENCE = 0.90
 Z = 1.6448536269514722  # standard normal 95% quantile: the 90% two-sided interval's half-width in sds
 DEFAULT_RUN_NOISE = 0.005
+MAD_TO_SD = 1.4826  # a normal sample's sd over its median absolute deviation
 
 COLUMNS = (
     ("submission", "submission"),
@@ -37,6 +40,78 @@ COLUMNS = (
 )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Noise:
+    """The parts of a ratio interval's variance on the log scale, as measured, by what would shrink each.
+
+    The half-width with ``k`` runs of ``n`` repeats is z * sqrt((within * repeats / n + between) / k + reference):
+    more repeats shrink only the within-run part, more runs of the submission the submission's parts, and the
+    reference's part neither. ``reference`` is what the observed interval holds beyond the submission's parts."""
+
+    within: float
+    """Variance of one submission run's median from the spread inside runs: pi/2 * w^2 / repeats, w the robust
+    sd of a sample about its run's median (the large-sample variance of a median of normal samples)."""
+    between: float
+    """Variance of a run's median from run to run (``run_noise`` squared): repeats never shrink it."""
+    reference: float
+    """What the reference's runs add; only more reference runs shrink it."""
+    runs: int
+    repeats: int
+    """Repeats per run of the submission (the median count)."""
+
+    def variance(self, runs: int, repeats: int) -> float:
+        return (self.within * self.repeats / repeats + self.between) / runs + self.reference
+
+
+def measure_noise(submission: Sequence[np.ndarray], run_sd: float, low: float, high: float) -> Noise:
+    """The parts of the interval [low, high] formed from ``submission``'s runs with between-run sd ``run_sd``."""
+    logs = [np.log(run[run > 0]) for run in submission]  # a run's median > 0 was checked; a sample may not be
+    deviations = np.concatenate([np.abs(run - np.median(run)) for run in logs])
+    within_sd = MAD_TO_SD * float(np.median(deviations))
+    repeats = max(1, round(float(np.median([run.size for run in logs]))))
+    runs = len(logs)
+    within, between = math.pi / 2 * within_sd**2 / repeats, run_sd**2
+    observed = ((math.log(high) - math.log(low)) / 2 / Z) ** 2
+    reference = max(observed - (within + between) / runs, 0.0)
+    return Noise(within=within, between=between, reference=reference, runs=runs, repeats=repeats)
+
+
+def shrink_to_decide(ratio: float, low: float, high: float, tolerance: float) -> tuple[str, float]:
+    """The verdict a narrower interval would reach if the ratio held (PASS inside the band, FAIL outside), and the
+    factor its arms (the ratio to each end, log scale: a bootstrap interval need not be symmetric) must shrink
+    by to reach it; 0 when no narrowing would (a ratio on an edge of the band)."""
+    centre = min(max(math.log(ratio), math.log(low)), math.log(high))
+    below, above = centre - math.log(low), math.log(high) - centre
+    band_low, band_high = math.log(1 - tolerance), math.log(1 + tolerance)
+
+    def fits(room: float, arm: float) -> float:
+        return max(room, 0.0) / arm if arm > 0 else math.inf
+
+    if band_low <= centre <= band_high:
+        return "PASS", min(fits(centre - band_low, below), fits(band_high - centre, above), 1.0)
+    if centre < band_low:
+        return "FAIL", min(fits(band_low - centre, above), 1.0)
+    return "FAIL", min(fits(centre - band_high, below), 1.0)
+
+
+def runs_to_decide(noise: Noise, factor: float) -> int | None:
+    """Runs of the submission (of its present repeats each) that would shrink the interval by ``factor``; None
+    when no number would: the reference's part alone is that wide (more reference runs would help)."""
+    room = noise.variance(noise.runs, noise.repeats) * factor**2 - noise.reference
+    if room <= 0:
+        return None
+    return max(1, math.ceil((noise.within + noise.between) / room - 1e-9))
+
+
+def repeats_to_decide(noise: Noise, factor: float) -> int | None:
+    """Repeats per run (at the present number of runs) that would shrink the interval by ``factor``; None when
+    none would: between-run noise and the reference do not shrink with repeats."""
+    room = noise.variance(noise.runs, noise.repeats) * factor**2 - noise.reference - noise.between / noise.runs
+    if room <= 0 or noise.within == 0:
+        return None
+    return max(1, math.ceil(noise.within * noise.repeats / noise.runs / room - 1e-9))
+
+
 def equivalence(
     reference: list[MetricData],
     submission: list[MetricData],
@@ -47,26 +122,39 @@ def equivalence(
 ) -> dict[str, Any]:
     """PASS / FAIL / INCONCLUSIVE for one workload, with the ratio (< 1 worse), interval and what would decide.
     ``siblings``: the reference's other parameters of the same test, whose between-run spread raises the noise
-    prior as it does in a session (``stats.with_siblings``)."""
+    prior as it does in a session (``stats.with_siblings``).
+
+    The between-run sd of a run's median is pooled from both sides' runs (each about its own mean) and the
+    prior; the submission's median carries it divided by sqrt(runs), so a partner's runs, unlike its repeats,
+    narrow the interval. With one submission run this is the session's model unchanged."""
     higher = reference[0].higher_is_better
     rules = with_siblings(Rules(delta=tolerance, confidence=CONFIDENCE, run_noise=run_noise), siblings)
     ref_runs = [np.asarray(run.samples, dtype=float) for run in reference]
-    current = np.asarray([v for run in submission for v in run.samples], dtype=float)
+    sub_runs = [np.asarray(run.samples, dtype=float) for run in submission]
+    current = np.concatenate(sub_runs)
     medians = np.array([np.median(run) for run in ref_runs])
-    if np.any(medians <= 0) or np.median(current) <= 0:
+    sub_medians = np.array([np.median(run) for run in sub_runs])
+    if np.any(medians <= 0) or np.any(sub_medians <= 0) or np.median(current) <= 0:
         return {"verdict": "INCONCLUSIVE", "detail": "a median <= 0: ratios need positive times or rates"}
-    run_sd, _ = pooled_run_noise(np.log(medians), rules)
+    groups = [tuple(range(len(medians))), tuple(range(len(medians), len(medians) + len(sub_medians)))]
+    run_sd, _ = pooled_run_noise(np.log(np.concatenate([medians, sub_medians])), rules, groups=groups)
     log_ratio = math.log(float(np.median(current))) - math.log(float(np.median(medians)))
     ratio = math.exp(log_ratio if higher else -log_ratio)  # OverflowError past e**709: see evaluate
-    low, high = ratio_interval(current, ref_runs, run_sd, higher_is_better=higher, rules=rules)
+    low, high = ratio_interval(
+        current, ref_runs, run_sd / math.sqrt(len(sub_runs)), higher_is_better=higher, rules=rules
+    )
     if not all(math.isfinite(value) and value > 0 for value in (ratio, low, high)):
         raise OverflowError("the ratio or its interval is beyond float range")
+    noise = measure_noise(sub_runs, run_sd, low, high)
     row: dict[str, Any] = {
         "ratio": ratio,
         "ci_low": low,
         "ci_high": high,
         "interval": f"[{low:.4f}, {high:.4f}]",
         "run_noise": run_sd,
+        "runs": noise.runs,
+        "repeats": noise.repeats,
+        "noise": {"within_run": noise.within, "between_run": noise.between, "reference": noise.reference},
     }
     if 1 - tolerance <= low and high <= 1 + tolerance:
         row.update(verdict="PASS", detail=f"interval inside 1 ± {tolerance:.2%}")
@@ -74,41 +162,41 @@ def equivalence(
         row.update(
             verdict="FAIL",
             detail=f"interval entirely outside 1 ± {tolerance:.2%} "
-            f"({'worse' if high < 1 else 'better'} by {abs(ratio - 1):.2%})",
+            f"({'worse' if high < 1 else 'better'} by {abs(ratio - 1):.2%}); no number of runs would show "
+            "equivalence if the ratio holds",
         )
     else:
+        goal, factor = shrink_to_decide(ratio, low, high, tolerance)
+        runs, repeats = runs_to_decide(noise, factor), repeats_to_decide(noise, factor)
         row.update(
             verdict="INCONCLUSIVE",
-            detail=repeats_to_decide(
-                ratio=ratio, low=low, high=high, tolerance=tolerance, run_sd=run_sd, repeats=len(current)
-            ),
+            goal=goal,
+            runs_needed=runs if goal == "PASS" else None,
+            repeats_needed=repeats if goal == "PASS" else None,
+            detail=_what_would_decide(goal, runs, repeats, noise, ratio=ratio, tolerance=tolerance),
         )
     return row
 
 
-def repeats_to_decide(*, ratio: float, low: float, high: float, tolerance: float, run_sd: float, repeats: int) -> str:
-    """How many repeats per run would shrink the interval enough to decide, if the ratio stayed where it is.
-
-    On the log scale the half-width is z * sqrt(w / n + run_sd^2): w / n the within-run part (it shrinks with
-    more repeats n), run_sd the between-run part (it does not). w comes from the observed half-width.
-    """
-    centre = math.log(ratio)
-    band_low, band_high = math.log(1 - tolerance), math.log(1 + tolerance)
-    inside = band_low <= centre <= band_high
-    target = (
-        min(centre - band_low, band_high - centre) if inside else min(abs(centre - band_low), abs(centre - band_high))
-    )
-    goal = "PASS" if inside else "FAIL"
-    half = (math.log(high) - math.log(low)) / 2
-    within = max((half / Z) ** 2 - run_sd**2, 0.0) * repeats
-    room = (target / Z) ** 2 - run_sd**2
-    if target <= 0 or room <= 0 or within == 0:
+def _what_would_decide(
+    goal: str, runs: int | None, repeats: int | None, noise: Noise, *, ratio: float, tolerance: float
+) -> str:
+    if goal == "FAIL":
+        fail = f"; ~{runs} runs would show it FAIL" if runs is not None else ""
         return (
-            f"between-run noise ({run_sd:.2%}) alone is too wide to decide at this ratio; more runs of the "
-            "reference and the submission would"
+            f"ratio {ratio:.4f} is outside 1 ± {tolerance:.2%}: no number of runs would show equivalence if it "
+            f"holds{fail}"
         )
-    needed = math.ceil(within / room)
-    return f"~{needed} repeats per run (now {repeats}) would decide it ({goal} if the ratio holds)"
+    if runs is None:
+        return (
+            f"the reference's own runs leave the interval too wide at ratio {ratio:.4f}: more reference runs would "
+            "decide it, not more of the submission's"
+        )
+    text = f"~{runs} runs (now {noise.runs}) would show it PASS if the ratio holds"
+    if repeats is not None:
+        return text + f", or ~{repeats} repeats per run (now {noise.repeats})"
+    between = math.sqrt(noise.between)
+    return text + f"; more repeats per run would not: between-run noise ({between:.2%}) does not shrink with them"
 
 
 def clock_note(reference: list[MetricData], submission: list[MetricData], ratio: float | None) -> tuple[str, Any]:
@@ -159,8 +247,13 @@ def evaluate(reference: Side, submissions: list[Side], *, tolerance: float, run_
 
 
 def run(args: argparse.Namespace) -> int:
-    reference = load_side(Path(args.reference))
-    submissions = [load_side(Path(path)) for path in args.submissions]
+    keys = _trusted(args)
+    checked = None if keys is None or args.reference_unsigned else keys
+    (reference, reference_signer), *loaded = load_bundles(
+        [(Path(args.reference), checked), *[(Path(path), keys) for path in args.submissions]]
+    )
+    submissions = [side for side, _ in loaded]
+    signers = {str(side.source): signer for side, signer in loaded}
     stored = next((r.settings.get("run_noise") for r in reference.runs if r.settings.get("run_noise")), None)
     run_noise = (
         args.run_noise
@@ -168,33 +261,142 @@ def run(args: argparse.Namespace) -> int:
         else (float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else DEFAULT_RUN_NOISE)
     )
     rows = evaluate(reference, submissions, tolerance=args.tolerance, run_noise=run_noise)
-    within = [
-        sub
-        for sub in submissions
-        if all(row["verdict"] == "PASS" for row in rows if row["submission"] == str(sub.source))
+    for row in rows:
+        signer = signers[row["submission"]]
+        if signer is not None:
+            row.update(signer=signer.label, signer_key=signer.path.name, signer_fingerprint=signer.fingerprint)
+    partners = [
+        partner_summary(side, rows, signers[str(side.source)], tolerance=args.tolerance) for side in submissions
     ]
-    failing = {row["submission"] for row in rows if row["verdict"] == "FAIL"}
+    within = [partner["submission"] for partner in partners if partner["verdict"] == "PASS"]
+    failing = any(partner["verdict"] == "FAIL" for partner in partners)
     summary = f"{len(within)} of {len(submissions)} submissions within {_pct(args.tolerance)} on all workloads"
     notes = [
         f"reference {reference.source}: {len(reference.runs)} run(s) on {reference.hardware_slug}; "
         f"{len(reference.keys())} workload(s); between-run noise prior {run_noise:.2%}; ratio < 1 is worse",
+        _signature_note(keys, reference_signer, checked_reference=checked is not None),
         *[
             f"note: {sub.source} is on {sub.hardware_slug}, the reference on {reference.hardware_slug}"
             for sub in submissions
             if sub.hardware_slug != reference.hardware_slug
         ],
+        *[f"{partner['submission']}: {partner['verdict']}: {partner['detail']}" for partner in partners],
         summary,
     ]
     text = render(
         title=f"gpuperf variance against {reference.source} (tolerance {_pct(args.tolerance)})",
-        columns=COLUMNS,
+        columns=COLUMNS if keys is None else (*COLUMNS[:1], ("signer", "signed by"), *COLUMNS[1:]),
         rows=rows,
         notes=notes,
         fmt=args.format,
-        extra={"summary": summary, "within": [str(sub.source) for sub in within], "tolerance": args.tolerance},
+        extra={
+            "summary": summary,
+            "within": within,
+            "tolerance": args.tolerance,
+            "partners": partners,
+            "signatures": "not checked" if keys is None else "verified",
+            "trusted_keys": [{"key": key.path.name, "fingerprint": key.fingerprint} for key in keys or ()],
+            "reference_signer": reference_signer.label if reference_signer else None,
+        },
     )
     write_output(text, Path(args.output) if args.output else None)
     return 1 if failing else 0
+
+
+def _trusted(args: argparse.Namespace) -> list[PublicKey] | None:
+    if not args.trust:
+        if args.reference_unsigned:
+            raise InputError(
+                "--reference-unsigned is for use with --trust (without --trust no signature is checked); "
+                "add --trust KEYS or leave it out"
+            )
+        return None
+    return trusted_keys([Path(path) for path in args.trust])
+
+
+def load_bundles(bundles: Sequence[tuple[Path, list[PublicKey] | None]]) -> list[tuple[Side, PublicKey | None]]:
+    """Each path's side, and where keys are given with it the key it verified under. A bundle that does not
+    verify refuses the whole command (InputError) before anything is judged; the message names the first and
+    counts the others, so one run of the command lists what to fix."""
+    loaded: list[tuple[Side, PublicKey | None]] = []
+    refused: list[str] = []
+    for path, keys in bundles:
+        if keys is None:
+            loaded.append((load_side(path), None))
+            continue
+        try:
+            runs, signer = trusted_bundle(path, keys)
+            check_one_hardware(runs, path)
+        except InputError as error:
+            refused.append(str(error))
+            continue
+        loaded.append((Side(source=path, runs=tuple(runs)), signer))
+    if refused:
+        more = f" (and {len(refused) - 1} more bundle(s) refused)" if len(refused) > 1 else ""
+        raise InputError(f"{refused[0]}{more}; nothing was judged")
+    return loaded
+
+
+def partner_summary(
+    side: Side, rows: list[dict[str, Any]], signer: PublicKey | None, *, tolerance: float
+) -> dict[str, Any]:
+    """One submission's answer over its workloads: PASS only if every workload is; the runs that would show
+    equivalence where that is still open; the workload that rules it out where one does."""
+    own = [row for row in rows if row["submission"] == str(side.source)]
+    band = f"1 ± {tolerance:.2%}"
+    summary: dict[str, Any] = {
+        "submission": str(side.source),
+        "runs": len(side.runs),
+        "runs_needed": None,
+        "signer": signer.label if signer else None,
+    }
+    failed = sorted(
+        (row for row in own if row["verdict"] == "FAIL" or row.get("goal") == "FAIL"),
+        key=lambda row: row["verdict"] != "FAIL",
+    )
+    missing = [row for row in own if row["verdict"] == "MISSING"]
+    open_ = [row for row in own if row["verdict"] == "INCONCLUSIVE" and row not in failed]
+    if failed:
+        row = failed[0]
+        detail = (
+            f"{_workload(row)} at {row['ratio']:.4f} {row['interval']} is outside {band}: no number of runs would "
+            "show equivalence if the ratio holds"
+        )
+        return {**summary, "verdict": row["verdict"], "detail": detail}
+    if missing:
+        return {**summary, "verdict": "MISSING", "detail": f"{_workload(missing[0])} is missing: rerun it"}
+    if not open_:
+        return {**summary, "verdict": "PASS", "detail": f"already within {band} on all {len(own)} workload(s)"}
+    stuck = next((row for row in open_ if row.get("runs_needed") is None), None)
+    if stuck is not None:
+        return {**summary, "verdict": "INCONCLUSIVE", "detail": f"{_workload(stuck)}: {stuck['detail']}"}
+    needed = max(row["runs_needed"] for row in open_)
+    worst = max(open_, key=lambda row: row["runs_needed"])
+    detail = (
+        f"~{needed} runs (now {len(side.runs)}) would show all {len(own)} workload(s) within {band} if the ratios "
+        f"hold (most needed by {_workload(worst)} at {worst['ratio']:.4f} {worst['interval']})"
+    )
+    return {**summary, "verdict": "INCONCLUSIVE", "runs_needed": needed, "detail": detail}
+
+
+def _workload(row: dict[str, Any]) -> str:
+    return f"{row['test']} {row['metric']}"
+
+
+def _signature_note(
+    keys: list[PublicKey] | None, reference_signer: PublicKey | None, *, checked_reference: bool
+) -> str:
+    if keys is None:
+        return "signatures not checked (no --trust): every file is judged as it says"
+    reference = (
+        f"the reference signed by {reference_signer.label}"
+        if reference_signer
+        else "the reference not checked (--reference-unsigned)"
+    )
+    return (
+        f"signatures verified: every submission under one of {len(keys)} trusted key(s), {reference}; what is "
+        "judged is the bytes that were verified"
+    )
 
 
 def _pct(fraction: float) -> str:
