@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_gpuperf.cli import main as cli
-from pytest_gpuperf.cli import variance
+from pytest_gpuperf.cli import runs_needed
 
 pytest.importorskip("cryptography", reason="signing needs the 'sign' extra (pip install 'pytest-gpuperf[sign]')")
 
@@ -336,27 +336,27 @@ def test_verify_names_the_key_by_fingerprint(world: Path, capsys: pytest.Capture
 
 def test_runs_and_repeats_to_decide_from_known_parts() -> None:
     """Half-width^2 / z^2 = (within * n0 / n + between) / k + reference; here (4e-6 + 1e-5) / 4 + 2e-6 now."""
-    noise = variance.Noise(within=4e-6, between=1e-5, reference=2e-6, runs=4, repeats=20)
+    noise = runs_needed.Noise(within=4e-6, between=1e-5, reference=2e-6, runs=4, repeats=20)
     assert noise.variance(4, 20) == pytest.approx(5.5e-6)
     # to halve the interval: 5.5e-6 / 4 - 2e-6 < 0: only more reference runs would do it
-    assert variance.runs_to_decide(noise, 0.5) is None and variance.repeats_to_decide(noise, 0.5) is None
+    assert runs_needed.runs_to_decide(noise, 0.5) is None and runs_needed.repeats_to_decide(noise, 0.5) is None
     # to shrink it by 0.8: room 5.5e-6 * 0.64 - 2e-6 = 1.52e-6 for 1.4e-5 / k: k = 10 (9.2 rounded up)
-    assert variance.runs_to_decide(noise, 0.8) == 10
+    assert runs_needed.runs_to_decide(noise, 0.8) == 10
     # repeats: 4e-6 * 20 / 4 / n <= 1.52e-6 - 1e-5 / 4 < 0: between-run noise alone is wider; none would
-    assert variance.repeats_to_decide(noise, 0.8) is None
-    quiet = variance.Noise(within=4e-6, between=1e-6, reference=0.0, runs=4, repeats=20)
+    assert runs_needed.repeats_to_decide(noise, 0.8) is None
+    quiet = runs_needed.Noise(within=4e-6, between=1e-6, reference=0.0, runs=4, repeats=20)
     # room 1.25e-6 * 0.64 - 2.5e-7 = 5.5e-7 for 2e-5 / n: n = 37 (36.4 rounded up); runs: 5e-6 / 8e-7 = 6.25 -> 7
-    assert variance.repeats_to_decide(quiet, 0.8) == 37
-    assert variance.runs_to_decide(quiet, 0.8) == 7
+    assert runs_needed.repeats_to_decide(quiet, 0.8) == 37
+    assert runs_needed.runs_to_decide(quiet, 0.8) == 7
 
 
 def test_shrink_to_decide_reads_each_arm_of_an_asymmetric_interval() -> None:
-    goal, factor = variance.shrink_to_decide(1.0, 0.98, 1.005, 0.01)
+    goal, factor = runs_needed.shrink_to_decide(1.0, 0.98, 1.005, 0.01)
     assert goal == "PASS"  # the lower arm (2.02% in logs) must fit in 1.005% of room: about a half
     assert factor == pytest.approx(math.log(1 / 0.99) / math.log(1 / 0.98))
-    goal, factor = variance.shrink_to_decide(0.985, 0.975, 0.995, 0.01)
+    goal, factor = runs_needed.shrink_to_decide(0.985, 0.975, 0.995, 0.01)
     assert goal == "FAIL" and factor == pytest.approx(math.log(0.99 / 0.985) / math.log(0.995 / 0.985))
-    assert variance.shrink_to_decide(0.99, 0.98, 1.0, 0.01)[1] == 0  # on the edge: nothing narrower decides
+    assert runs_needed.shrink_to_decide(0.99, 0.98, 1.0, 0.01)[1] == 0  # on the edge: nothing narrower decides
 
 
 def test_the_runs_a_partner_is_told_it_needs_do_decide(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

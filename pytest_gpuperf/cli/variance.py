@@ -4,7 +4,12 @@ An equivalence test, two one-sided tests (TOST, Schuirmann 1987) in interval for
 one-sided nulls ("worse by the tolerance or more", "better by the tolerance or more") are rejected exactly when
 the 90% interval of the ratio lies inside [1 - tolerance, 1 + tolerance]. The interval is the plugin's own
 bootstrap (``stats.ratio_interval``: samples resampled within runs, reference runs resampled, the submission's
-unseen between-run deviation added), so equivalence here and verdicts in pytest rest on one model of noise.
+unseen between-run deviation added, divided by sqrt(runs) for a submission of several runs), so equivalence here
+and verdicts in pytest rest on one model of noise. An undecided workload says how many runs would decide it
+(cli/runs_needed.py).
+
+With ``--trust``, every bundle is verified first (cli/signing.py ``trusted_bundle``, the code `gpuperf verify`
+runs) and judged from the very bytes verified; one that does not verify stops the command before any verdict.
 """
 
 from __future__ import annotations
@@ -12,21 +17,19 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pytest_gpuperf.cli.loading import InputError, MetricData, Side, check_one_hardware, load_side, quote
+from pytest_gpuperf.cli.runs_needed import Noise, measure_noise, repeats_to_decide, runs_to_decide, shrink_to_decide
 from pytest_gpuperf.cli.signing import PublicKey, trusted_bundle, trusted_keys
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats import Rules, pooled_run_noise, ratio_interval, with_siblings
 
 CONFIDENCE = 0.90
-Z = 1.6448536269514722  # standard normal 95% quantile: the 90% two-sided interval's half-width in sds
 DEFAULT_RUN_NOISE = 0.005
-MAD_TO_SD = 1.4826  # a normal sample's sd over its median absolute deviation
 
 COLUMNS = (
     ("submission", "submission"),
@@ -38,78 +41,6 @@ COLUMNS = (
     ("clock_normalised", "clock-normalised"),
     ("detail", "detail"),
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Noise:
-    """The parts of a ratio interval's variance on the log scale, as measured, by what would shrink each.
-
-    The half-width with ``k`` runs of ``n`` repeats is z * sqrt((within * repeats / n + between) / k + reference):
-    more repeats shrink only the within-run part, more runs of the submission the submission's parts, and the
-    reference's part neither. ``reference`` is what the observed interval holds beyond the submission's parts."""
-
-    within: float
-    """Variance of one submission run's median from the spread inside runs: pi/2 * w^2 / repeats, w the robust
-    sd of a sample about its run's median (the large-sample variance of a median of normal samples)."""
-    between: float
-    """Variance of a run's median from run to run (``run_noise`` squared): repeats never shrink it."""
-    reference: float
-    """What the reference's runs add; only more reference runs shrink it."""
-    runs: int
-    repeats: int
-    """Repeats per run of the submission (the median count)."""
-
-    def variance(self, runs: int, repeats: int) -> float:
-        return (self.within * self.repeats / repeats + self.between) / runs + self.reference
-
-
-def measure_noise(submission: Sequence[np.ndarray], run_sd: float, low: float, high: float) -> Noise:
-    """The parts of the interval [low, high] formed from ``submission``'s runs with between-run sd ``run_sd``."""
-    logs = [np.log(run[run > 0]) for run in submission]  # a run's median > 0 was checked; a sample may not be
-    deviations = np.concatenate([np.abs(run - np.median(run)) for run in logs])
-    within_sd = MAD_TO_SD * float(np.median(deviations))
-    repeats = max(1, round(float(np.median([run.size for run in logs]))))
-    runs = len(logs)
-    within, between = math.pi / 2 * within_sd**2 / repeats, run_sd**2
-    observed = ((math.log(high) - math.log(low)) / 2 / Z) ** 2
-    reference = max(observed - (within + between) / runs, 0.0)
-    return Noise(within=within, between=between, reference=reference, runs=runs, repeats=repeats)
-
-
-def shrink_to_decide(ratio: float, low: float, high: float, tolerance: float) -> tuple[str, float]:
-    """The verdict a narrower interval would reach if the ratio held (PASS inside the band, FAIL outside), and the
-    factor its arms (the ratio to each end, log scale: a bootstrap interval need not be symmetric) must shrink
-    by to reach it; 0 when no narrowing would (a ratio on an edge of the band)."""
-    centre = min(max(math.log(ratio), math.log(low)), math.log(high))
-    below, above = centre - math.log(low), math.log(high) - centre
-    band_low, band_high = math.log(1 - tolerance), math.log(1 + tolerance)
-
-    def fits(room: float, arm: float) -> float:
-        return max(room, 0.0) / arm if arm > 0 else math.inf
-
-    if band_low <= centre <= band_high:
-        return "PASS", min(fits(centre - band_low, below), fits(band_high - centre, above), 1.0)
-    if centre < band_low:
-        return "FAIL", min(fits(band_low - centre, above), 1.0)
-    return "FAIL", min(fits(centre - band_high, below), 1.0)
-
-
-def runs_to_decide(noise: Noise, factor: float) -> int | None:
-    """Runs of the submission (of its present repeats each) that would shrink the interval by ``factor``; None
-    when no number would: the reference's part alone is that wide (more reference runs would help)."""
-    room = noise.variance(noise.runs, noise.repeats) * factor**2 - noise.reference
-    if room <= 0:
-        return None
-    return max(1, math.ceil((noise.within + noise.between) / room - 1e-9))
-
-
-def repeats_to_decide(noise: Noise, factor: float) -> int | None:
-    """Repeats per run (at the present number of runs) that would shrink the interval by ``factor``; None when
-    none would: between-run noise and the reference do not shrink with repeats."""
-    room = noise.variance(noise.runs, noise.repeats) * factor**2 - noise.reference - noise.between / noise.runs
-    if room <= 0 or noise.within == 0:
-        return None
-    return max(1, math.ceil(noise.within * noise.repeats / noise.runs / room - 1e-9))
 
 
 def equivalence(
@@ -145,7 +76,7 @@ def equivalence(
     )
     if not all(math.isfinite(value) and value > 0 for value in (ratio, low, high)):
         raise OverflowError("the ratio or its interval is beyond float range")
-    noise = measure_noise(sub_runs, run_sd, low, high)
+    noise = measure_noise(sub_runs, run_sd, low, high, confidence=CONFIDENCE)
     row: dict[str, Any] = {
         "ratio": ratio,
         "ci_low": low,
