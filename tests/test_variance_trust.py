@@ -348,6 +348,10 @@ def test_runs_and_repeats_to_decide_from_known_parts() -> None:
     # room 1.25e-6 * 0.64 - 2.5e-7 = 5.5e-7 for 2e-5 / n: n = 37 (36.4 rounded up); runs: 5e-6 / 8e-7 = 6.25 -> 7
     assert runs_needed.repeats_to_decide(quiet, 0.8) == 37
     assert runs_needed.runs_to_decide(quiet, 0.8) == 7
+    # the reference's runs, the submission as it is: room 5.5e-6 * 0.81 - 3.5e-6 = 9.55e-7 for 2e-6 * 5 / k
+    limited = runs_needed.Noise(within=4e-6, between=1e-5, reference=2e-6, runs=4, repeats=20, reference_runs=5)
+    assert runs_needed.reference_runs_to_decide(limited, 0.9) == 11  # 10.47 rounded up
+    assert runs_needed.reference_runs_to_decide(limited, 0.5) is None  # the submission's part is wider
 
 
 def test_shrink_to_decide_reads_each_arm_of_an_asymmetric_interval() -> None:

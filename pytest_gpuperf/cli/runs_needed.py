@@ -36,16 +36,24 @@ class Noise:
     runs: int
     repeats: int
     """Repeats per run of the submission (the median count)."""
+    reference_runs: int = 1
+    """Runs of the reference; its part is taken to shrink as 1 / runs (a median of run medians, resampled)."""
 
     def variance(self, runs: int, repeats: int) -> float:
         return (self.within * self.repeats / repeats + self.between) / runs + self.reference
 
 
 def measure_noise(
-    submission: Sequence[np.ndarray], run_sd: float, low: float, high: float, *, confidence: float
+    submission: Sequence[np.ndarray],
+    run_sd: float,
+    low: float,
+    high: float,
+    *,
+    confidence: float,
+    reference_runs: int,
 ) -> Noise:
     """The parts of the two-sided ``confidence`` interval [low, high] formed from ``submission``'s runs with
-    between-run sd ``run_sd``."""
+    between-run sd ``run_sd`` against a reference of ``reference_runs`` runs."""
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     logs = [np.log(run[run > 0]) for run in submission]  # a run's median > 0 was checked; a sample may not be
     deviations = np.concatenate([np.abs(run - np.median(run)) for run in logs])
@@ -55,7 +63,14 @@ def measure_noise(
     within, between = math.pi / 2 * within_sd**2 / repeats, run_sd**2
     observed = ((math.log(high) - math.log(low)) / 2 / z) ** 2
     reference = max(observed - (within + between) / runs, 0.0)
-    return Noise(within=within, between=between, reference=reference, runs=runs, repeats=repeats)
+    return Noise(
+        within=within,
+        between=between,
+        reference=reference,
+        runs=runs,
+        repeats=repeats,
+        reference_runs=reference_runs,
+    )
 
 
 def shrink_to_decide(ratio: float, low: float, high: float, tolerance: float) -> tuple[str, float]:
@@ -92,3 +107,12 @@ def repeats_to_decide(noise: Noise, factor: float) -> int | None:
     if room <= 0 or noise.within == 0:
         return None
     return max(1, math.ceil(noise.within * noise.repeats / noise.runs / room - 1e-9))
+
+
+def reference_runs_to_decide(noise: Noise, factor: float) -> int | None:
+    """Runs of the reference that would shrink the interval by ``factor`` with the submission as it is; None when
+    no number would (the submission's own part is that wide)."""
+    room = noise.variance(noise.runs, noise.repeats) * factor**2 - (noise.within + noise.between) / noise.runs
+    if room <= 0:
+        return None
+    return max(1, math.ceil(noise.reference * noise.reference_runs / room - 1e-9))

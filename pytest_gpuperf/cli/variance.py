@@ -23,7 +23,14 @@ from typing import Any
 import numpy as np
 
 from pytest_gpuperf.cli.loading import InputError, MetricData, Side, check_one_hardware, load_side, quote
-from pytest_gpuperf.cli.runs_needed import Noise, measure_noise, repeats_to_decide, runs_to_decide, shrink_to_decide
+from pytest_gpuperf.cli.runs_needed import (
+    Noise,
+    measure_noise,
+    reference_runs_to_decide,
+    repeats_to_decide,
+    runs_to_decide,
+    shrink_to_decide,
+)
 from pytest_gpuperf.cli.signing import PublicKey, trusted_bundle, trusted_keys
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats import Rules, pooled_run_noise, ratio_interval, with_siblings
@@ -76,7 +83,7 @@ def equivalence(
     )
     if not all(math.isfinite(value) and value > 0 for value in (ratio, low, high)):
         raise OverflowError("the ratio or its interval is beyond float range")
-    noise = measure_noise(sub_runs, run_sd, low, high, confidence=CONFIDENCE)
+    noise = measure_noise(sub_runs, run_sd, low, high, confidence=CONFIDENCE, reference_runs=len(ref_runs))
     row: dict[str, Any] = {
         "ratio": ratio,
         "ci_low": low,
@@ -99,18 +106,27 @@ def equivalence(
     else:
         goal, factor = shrink_to_decide(ratio, low, high, tolerance)
         runs, repeats = runs_to_decide(noise, factor), repeats_to_decide(noise, factor)
+        reference_runs = reference_runs_to_decide(noise, factor)
         row.update(
             verdict="INCONCLUSIVE",
             goal=goal,
             runs_needed=runs if goal == "PASS" else None,
             repeats_needed=repeats if goal == "PASS" else None,
-            detail=_what_would_decide(goal, runs, repeats, noise, ratio=ratio, tolerance=tolerance),
+            reference_runs_needed=reference_runs if goal == "PASS" and runs is None else None,
+            detail=_what_would_decide(goal, runs, repeats, reference_runs, noise, ratio=ratio, tolerance=tolerance),
         )
     return row
 
 
 def _what_would_decide(
-    goal: str, runs: int | None, repeats: int | None, noise: Noise, *, ratio: float, tolerance: float
+    goal: str,
+    runs: int | None,
+    repeats: int | None,
+    reference_runs: int | None,
+    noise: Noise,
+    *,
+    ratio: float,
+    tolerance: float,
 ) -> str:
     if goal == "FAIL":
         fail = f"; ~{runs} runs would show it FAIL" if runs is not None else ""
@@ -119,9 +135,14 @@ def _what_would_decide(
             f"holds{fail}"
         )
     if runs is None:
+        more = (
+            f"~{reference_runs} reference runs (now {noise.reference_runs}) would decide it"
+            if reference_runs is not None
+            else "more runs of both would be needed"
+        )
         return (
-            f"the reference's own runs leave the interval too wide at ratio {ratio:.4f}: more reference runs would "
-            "decide it, not more of the submission's"
+            f"the reference's own runs leave the interval too wide at ratio {ratio:.4f}, whatever the submission's "
+            f"runs: {more}"
         )
     text = f"~{runs} runs (now {noise.runs}) would show it PASS if the ratio holds"
     if repeats is not None:
@@ -279,6 +300,7 @@ def partner_summary(
         "submission": str(side.source),
         "runs": len(side.runs),
         "runs_needed": None,
+        "reference_runs_needed": None,
         "signer": signer.label if signer else None,
     }
     failed = sorted(
@@ -298,9 +320,16 @@ def partner_summary(
         return {**summary, "verdict": "MISSING", "detail": f"{_workload(missing[0])} is missing: rerun it"}
     if not open_:
         return {**summary, "verdict": "PASS", "detail": f"already within {band} on all {len(own)} workload(s)"}
-    stuck = next((row for row in open_ if row.get("runs_needed") is None), None)
-    if stuck is not None:
-        return {**summary, "verdict": "INCONCLUSIVE", "detail": f"{_workload(stuck)}: {stuck['detail']}"}
+    stuck = [row for row in open_ if row.get("runs_needed") is None]
+    if stuck:  # the reference limits: say what the worst workload would need of it
+        worst = max(stuck, key=lambda row: row.get("reference_runs_needed") or math.inf)
+        likewise = f" ({len(stuck) - 1} more workload(s) likewise)" if len(stuck) > 1 else ""
+        return {
+            **summary,
+            "verdict": "INCONCLUSIVE",
+            "reference_runs_needed": worst.get("reference_runs_needed"),
+            "detail": f"{_workload(worst)}: {worst['detail']}{likewise}",
+        }
     needed = max(row["runs_needed"] for row in open_)
     worst = max(open_, key=lambda row: row["runs_needed"])
     detail = (
