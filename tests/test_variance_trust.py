@@ -13,6 +13,8 @@ import json
 import math
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -394,3 +396,21 @@ def test_a_partner_outside_the_band_is_told_no_number_of_runs_would_do(
     assert partner["runs_needed"] is None and "no number of runs would show equivalence" in partner["detail"]
     outside = [row for row in document["rows"] if row["verdict"] == "INCONCLUSIVE"]
     assert all("no number of runs would show equivalence" in row["detail"] for row in outside)
+
+
+def test_without_cryptography_the_command_says_what_to_install(world: Path) -> None:
+    """The 'sign' extra missing: one line naming it, for variance --trust and sign alike, never an ImportError."""
+    script = (
+        "import sys; sys.modules['cryptography'] = None\n"  # what an absent package looks like to an import
+        "from pytest_gpuperf.cli import main\n"
+        "raise SystemExit(main.main(sys.argv[1:]))\n"
+    )
+    for argv in (
+        ["variance", "--trust", str(world / "keys"), "--reference", str(world / "ref"), str(world / "near")],
+        ["sign", "--key", str(world / "near.key"), str(world / "near"), "-o", str(world / "again.sig")],
+        ["verify", "--public-key", str(world / "near.key.pub"), str(world / "near")],
+    ):
+        done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1 and "pip install 'pytest-gpuperf[sign]'" in done.stderr, done.stderr
+        assert done.stdout == ""

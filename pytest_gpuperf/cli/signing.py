@@ -217,9 +217,9 @@ class PublicKey:
 
 
 def load_public_key(path: Path) -> PublicKey:
+    key = _load_key(path, private=False)  # first: it says how to install cryptography where it is missing
     from cryptography.hazmat.primitives import serialization
 
-    key = _load_key(path, private=False)
     raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return PublicKey(path=path, fingerprint=key_fingerprint(raw), key=key)
 
@@ -371,9 +371,9 @@ def _unverified(signature: Signature, keys: Sequence[PublicKey]) -> str:
 
 
 def sign(paths: list[Path], key_path: Path, output: Path) -> int:
+    key = _load_key(key_path, private=True)  # first: it says how to install cryptography where it is missing
     from cryptography.hazmat.primitives import serialization
 
-    key = _load_key(key_path, private=True)
     files = manifest(paths)
     public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     document = {
