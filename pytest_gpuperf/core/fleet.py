@@ -1,0 +1,220 @@
+"""Placing each unit of a fleet (a node, or one GPU of a node) against its siblings: pure functions on samples.
+
+A unit is LISTED only when three things hold at once, each guarding against a different false alarm:
+
+1. **Practical**: its median is worse than the median of the *other* units by at least the tolerance (5%): a
+   difference nobody would act on is never a failure, however significant.
+2. **Outlying**: its robust z (Iglewicz and Hoaglin's modified z, 1993: the log distance from the others' median in
+   units of 1.4826 x their MAD, the MAD corrected for small counts as Croux and Rousseeuw 1992 give it) is beyond
+   the threshold (3.5). The others' spread is taken at an upper confidence bound (``spread_bound``: a MAD of few
+   units that came out low must not make a healthy unit an outlier) and floored by the units' own sampling noise
+   (the standard error of a log median, 1.2533 x the robust sd of the samples / sqrt(n)): a fleet of identical
+   units has a MAD of 0, and without the floor any unit a hair off would be infinitely many MADs away.
+3. **Separated**: its own samples are worse than the pooled samples of the other units by a one-sided
+   Mann-Whitney test at ``alpha`` divided by the number of (metric, unit) placements of the whole invocation
+   (Bonferroni): a unit whose few samples happened to land low is not listed.
+
+Each unit is judged leave-one-out, against the median and MAD of the others: a unit that is part of the median
+it is compared with pulls that median towards itself, and with three or four units a 2x outlier would hide.
+A unit that meets 1 and 2 but not 3 is SUSPECT (reported, never failing: more samples decide it); one better
+than the others by the same rules is BETTER (reported, never failing).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+MAD_SCALE = 1.4826
+"""MAD x this estimates the sd of a normal distribution (1 / Phi^-1(3/4))."""
+MEDIAN_SE = 1.2533
+"""The standard error of a sample median is about sqrt(pi/2) = 1.2533 times that of the mean (normal samples)."""
+MAD_EFFICIENCY = 0.37
+"""The MAD's asymptotic efficiency against the sd for normal values: its degrees of freedom per value."""
+SPREAD_CONFIDENCE = 0.7
+"""A unit's z is taken against the others' spread at this upper confidence bound, not their MAD as it came out:
+the MAD of 15 units is off by 25% about one time in six, and a fleet whose MAD came out low would list a healthy
+unit of its tail. Measured (docs/fleet.md): fleets of 16 and 64 healthy units with a 2% spread listed one in
+5-7% of fleets at the plain MAD, 1% at this bound, while a unit at 0.9 among 64 (and 2x among 3) is still listed
+in 99% (100%) of them."""
+MIN_UNITS = 3
+"""Units a metric needs to be judged: each is placed against at least two others."""
+_SMALL_MAD = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
+"""Croux and Rousseeuw's (1992) factors making the MAD of a few values an unbiased sd estimate."""
+
+
+class Standing(str, enum.Enum):
+    LISTED = "LISTED"
+    """Decidedly worse than the others: fails the fleet."""
+    SUSPECT = "SUSPECT"
+    """Worse by the tolerance and an outlier, but its samples do not separate at the level: more samples decide."""
+    BETTER = "BETTER"
+    """Decidedly better than the others: reported, never failing."""
+    OK = "OK"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetRules:
+    tolerance: float = 0.05
+    """Smallest relative deficit against the others' median that lists a unit."""
+    z: float = 3.5
+    """Smallest robust z (modified z) that lists a unit."""
+    alpha: float = 0.01
+    """The invocation's family-wise level of the separation test, shared by all placements (Bonferroni)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.tolerance < 1:
+            raise ValueError(f"tolerance must be a fraction in (0, 1), got {self.tolerance!r}")
+        if not self.z > 0 or not math.isfinite(self.z):
+            raise ValueError(f"z must be a positive number, got {self.z!r}")
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """One unit against the others of one metric."""
+
+    median: float
+    """The unit's median."""
+    others_median: float
+    """The median of the other units' medians (leave-one-out)."""
+    ratio: float
+    """median / others_median, on the metric's own scale (above 1 is a larger number, better or worse)."""
+    performance: float
+    """The ratio turned so that below 1 is worse (1 / ratio for a time)."""
+    z: float
+    """Signed robust z of the unit's log median against the others (on the metric's own scale; +-inf where the
+    others agree exactly and have no sampling noise)."""
+    p_worse: float | None
+    """One-sided Mann-Whitney p that the unit's samples are no worse than the others' pooled samples; None where
+    the unit is not worse by the tolerance and the z threshold (the test is not run)."""
+    p_better: float | None
+    """The same for better; None where it is not better by both."""
+    standing: Standing
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyPlacement:
+    """Every unit of one metric, and the fleet's spread of it."""
+
+    median: float
+    """The fleet median: the median of all units' medians."""
+    spread: float
+    """The fleet's robust sd of log unit medians (about the relative spread), floored by the sampling noise."""
+    between: float
+    """That sd before the floor: 1.4826 x MAD of the log unit medians."""
+    noise: float
+    """The floor: the typical standard error of one unit's log median."""
+    placements: tuple[Placement, ...]
+
+
+def mad_sd(values: np.ndarray) -> float:
+    """Robust sd of ``values``: 1.4826 x MAD, corrected for few values; 0 for fewer than two."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mad = float(np.median(np.abs(values - np.median(values))))
+    return MAD_SCALE * mad * _SMALL_MAD.get(n, n / (n - 0.8))
+
+
+@functools.lru_cache(maxsize=1024)
+def spread_bound(count: int) -> float:
+    """The factor from the MAD-sd of ``count`` values to its upper SPREAD_CONFIDENCE bound: the MAD carries about
+    0.37 (count - 1) degrees of freedom (its efficiency against the sd of normal values), so sd^2 / est^2 is read
+    as chi-square over dof (at least 1). 2.5 for 3 others, 1.3 for 15, 1.1 for 63."""
+    dof = max(1.0, MAD_EFFICIENCY * (count - 1))
+    return math.sqrt(dof / float(scipy_stats.chi2.ppf(1 - SPREAD_CONFIDENCE, dof)))
+
+
+def median_noise(samples: np.ndarray) -> float:
+    """Standard error of the log median of one unit's samples (0 where there are fewer than two)."""
+    if len(samples) < 2:
+        return 0.0
+    return MEDIAN_SE * mad_sd(np.log(samples)) / math.sqrt(len(samples))
+
+
+def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: FleetRules, level: float) -> KeyPlacement:
+    """Place each unit (its samples, positive) against the others; ``level``: the separation test's level for
+    one placement (``rules.alpha`` over the invocation's placements)."""
+    if len(units) < MIN_UNITS:
+        raise ValueError(f"a fleet placement needs at least {MIN_UNITS} units, got {len(units)}")
+    arrays = [np.asarray(unit, dtype=float) for unit in units]
+    if any(len(a) == 0 or not np.all(np.isfinite(a)) or np.any(a <= 0) for a in arrays):
+        raise ValueError("every unit needs at least one sample, all finite and positive")
+    logs = np.array([math.log(float(np.median(a))) for a in arrays])
+    noises = np.array([median_noise(a) for a in arrays])
+    between = mad_sd(logs)
+    noise = math.sqrt(float(np.median(noises**2)))
+    placements = []
+    for index, samples in enumerate(arrays):
+        others = np.delete(logs, index)
+        centre = float(np.median(others))
+        typical = math.sqrt(float(np.median(np.delete(noises, index) ** 2)))
+        scale = max(mad_sd(others) * spread_bound(len(others)), math.hypot(float(noises[index]), typical))
+        gap = float(logs[index]) - centre
+        z = gap / scale if scale > 0 else (0.0 if gap == 0 else math.copysign(math.inf, gap))
+        ratio = math.exp(gap)
+        performance = ratio if higher_is_better else 1 / ratio
+        worse_z = z if higher_is_better else -z
+        p_worse = p_better = None
+        standing = Standing.OK
+        # the separation test only where the first two conditions hold: it is the costly one (pooled samples)
+        if performance <= 1 - rules.tolerance and worse_z <= -rules.z:
+            p_worse = _mann_whitney(samples, _rest(arrays, index), "less" if higher_is_better else "greater")
+            standing = Standing.LISTED if p_worse <= level else Standing.SUSPECT
+        elif performance >= 1 + rules.tolerance and worse_z >= rules.z:
+            p_better = _mann_whitney(samples, _rest(arrays, index), "greater" if higher_is_better else "less")
+            standing = Standing.BETTER if p_better <= level else Standing.OK
+        placements.append(
+            Placement(
+                median=float(np.median(samples)),
+                others_median=math.exp(centre),
+                ratio=ratio,
+                performance=performance,
+                z=z,
+                p_worse=p_worse,
+                p_better=p_better,
+                standing=standing,
+            )
+        )
+    return KeyPlacement(
+        median=math.exp(float(np.median(logs))),
+        spread=max(between, noise),
+        between=between,
+        noise=noise,
+        placements=tuple(placements),
+    )
+
+
+def _rest(arrays: list[np.ndarray], index: int) -> np.ndarray:
+    return np.concatenate([a for i, a in enumerate(arrays) if i != index])
+
+
+def _mann_whitney(samples: np.ndarray, rest: np.ndarray, alternative: str) -> float:
+    """One-sided Mann-Whitney p of ``samples`` against ``rest`` (1.0 where every value is tied: no evidence)."""
+    if np.all(samples == samples[0]) and np.all(rest == samples[0]):
+        return 1.0
+    return float(scipy_stats.mannwhitneyu(samples, rest, alternative=alternative).pvalue)
+
+
+def smallest_p(n: int, m: int) -> float:
+    """The smallest one-sided Mann-Whitney p ``n`` samples against ``m`` can reach (complete separation, no ties):
+    1 / C(n + m, n). A level below it cannot be reached by any difference, however large."""
+    return 1 / math.comb(n + m, n)
+
+
+def pooled_spread(spreads: Sequence[tuple[float, int]]) -> float:
+    """One figure for the fleet: the spreads of its metrics pooled as variances, each weighted by its units - 1
+    (``spreads``: (spread, units) pairs). 0 for none."""
+    weights = [(spread, units - 1) for spread, units in spreads if units > 1]
+    total = sum(weight for _, weight in weights)
+    if total == 0:
+        return 0.0
+    return math.sqrt(sum(spread**2 * weight for spread, weight in weights) / total)
