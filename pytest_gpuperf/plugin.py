@@ -126,6 +126,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                                 f"({', '.join(starters)})")  # fmt: skip
     if not hasattr(session.config, "workerinput"):
         _check_baselines(session.config)
+    _check_spread(session.config)
+
+
+def _check_spread(config: pytest.Config) -> None:
+    """A fleet's spread file (--gpuperf-machine-noise FILE) judges only runs of the hardware key it measured."""
+    spread = get_settings(config).machine_spread
+    if spread is None:
+        return
+    from pytest_gpuperf.core.spread import SpreadError, check_key
+
+    try:
+        check_key(spread, gpuperf_session(config).fingerprint.slug)
+    except SpreadError as error:
+        raise pytest.UsageError(f"--gpuperf-machine-noise: {error}") from None
 
 
 def _check_baselines(config: pytest.Config) -> None:

@@ -210,13 +210,16 @@ class GpuperfSession:
         across = runs_of_this_machine(self.fingerprint.machine_id, [run.context for run in baseline.runs]) is None
         exact = exact_agreement(runs[0], runs[1:]) if len(runs) > 1 else min(runs[0]) == max(runs[0])
         timing = baseline.unit not in UNMOVED_BY_LOAD and not exact
-        return not (across and timing and self.settings.machine_noise == 0)
+        return not (across and timing and self.settings.noise_for(nodeid, name) == 0)
 
     def sibling_rules(self, nodeid: str, name: str) -> Rules:
         """The rules for one metric: the device's, with the between-run noise its sibling baselines show here."""
         key = (self.store.path_for(nodeid), entry_key(nodeid), name)  # each test leaves itself out of its siblings
         if key not in self._sibling_rules:
-            self._sibling_rules[key] = with_siblings(self.rules(), self.store.sibling_runs(nodeid, name))
+            rules = with_siblings(self.rules(), self.store.sibling_runs(nodeid, name))
+            if self.settings.machine_spread is not None:  # the fleet's figure for this metric, not its pooled one
+                rules = replace(rules, machine_noise=self.settings.noise_for(nodeid, name))
+            self._sibling_rules[key] = rules
         return self._sibling_rules[key]
 
     def new_perf(self, nodeid: str) -> Perf:
@@ -505,6 +508,7 @@ class GpuperfSession:
                 "run_noise": self.settings.for_device(device, "run_noise"),
                 "sitting_noise": self.settings.for_device(device, "sitting_noise"),
                 "machine_noise": self.settings.machine_noise,
+                "machine_spread": self.settings.machine_spread.source if self.settings.machine_spread else None,
                 "job_alpha": self.settings.job_alpha,
                 "family_size": self._family_size,
                 "repeats": self.settings.repeats,

@@ -16,6 +16,8 @@ from typing import Any, Generic, TypeVar
 
 import pytest
 
+from pytest_gpuperf.core.spread import MachineSpread, SpreadError, read_spread
+
 T = TypeVar("T")
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -46,6 +48,22 @@ def parse_percentage_or_zero(text: str) -> float:
         return parse_percentage(text)
     except SettingError:
         raise SettingError("expected a percentage from 0 to below 100, such as 0, 8 or 8%") from None
+
+
+def parse_machine_noise(text: str) -> float | MachineSpread:
+    """A percentage (0: not measured), or the path of a spread file ``gpuperf fleet --save-spread`` wrote."""
+    try:
+        return parse_percentage_or_zero(text)
+    except SettingError:
+        if not Path(text.strip()).exists():
+            raise SettingError(
+                "expected a percentage from 0 to below 100, such as 0 or 3%, or an existing spread file written by "
+                "`gpuperf fleet --save-spread`"
+            ) from None
+    try:
+        return read_spread(Path(text.strip()))
+    except SpreadError as error:
+        raise SettingError(str(error)) from None
 
 
 def parse_count(minimum: int) -> Callable[[str], int]:
@@ -329,12 +347,13 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
     ),
     OptionSpec(
         name="machine-noise",
-        help="standard deviation between machines of one hardware key, in percent, as a fleet of them measured it: "
-        "a baseline recorded on another machine is then judged with it; 0 (default): not measured, and such a "
-        "baseline cannot fail a timing",
-        parse=parse_percentage_or_zero,
+        help="standard deviation between machines of one hardware key, in percent, as a fleet of them measured it, "
+        "or the spread file `gpuperf fleet --save-spread` wrote (each metric's own figure, else the fleet's pooled "
+        "one; refused for another hardware key): a baseline recorded on another machine is then judged with it; 0 "
+        "(default): not measured, and such a baseline cannot fail a timing",
+        parse=parse_machine_noise,
         default=0.0,
-        metavar="PCT",
+        metavar="PCT|FILE",
     ),
     OptionSpec(
         name="job-alpha",
@@ -469,7 +488,9 @@ class Settings:
     """Prior sd of the shift between sittings (fraction); None: the device's default."""
     machine_noise: float = 0.0
     """Sd between machines of one hardware key (fraction); 0: not measured (another machine's baseline cannot fail
-    a timing)."""
+    a timing). With a spread file, its pooled figure."""
+    machine_spread: MachineSpread | None = None
+    """The fleet's spread file given as --gpuperf-machine-noise: a figure per test and metric (``noise_for``)."""
     job_alpha: float = JOB_ALPHA
     """The job's family-wise false-failure level (fraction)."""
     repeats: int
@@ -504,6 +525,10 @@ class Settings:
         """Whether a verdict may fail a test: not while recording baselines, not in a measure-only session."""
         return not (self.save or self.measure_only)
 
+    def noise_for(self, test: str, metric: str) -> float:
+        """The spread between machines for one test's metric: the spread file's figure, else ``machine_noise``."""
+        return self.machine_spread.lookup(test, metric) if self.machine_spread else self.machine_noise
+
     def slowdown(self, suite: str) -> float:
         """The fraction of extra work injected into ``suite``'s workloads (0: none)."""
         return (self.inject_slowdown or {}).get(suite, 0.0)
@@ -521,6 +546,9 @@ def build_settings(config: pytest.Config) -> Settings:
     baselines = values.pop("baselines")
     results = values.pop("results")
     rootdir = Path(str(config.rootpath))
+    if isinstance(values["machine_noise"], MachineSpread):
+        values["machine_spread"] = values["machine_noise"]
+        values["machine_noise"] = values["machine_spread"].pooled
     if values["measure_only"]:  # a measuring session of `gpuperf ab`: the pairs decide, not this session
         values.update(save=False, strict=False, confirm=0)
     return Settings(
