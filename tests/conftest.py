@@ -24,6 +24,7 @@ TORCH_FREE = frozenset(
         "test_distributed_mesh.py",
         "test_engine_faults.py",
         "test_fingerprint.py",
+        "test_fleet.py",
         "test_gpu_check.py",
         "test_inference_sizing.py",
         "test_isolation.py",

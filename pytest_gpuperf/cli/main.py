@@ -73,6 +73,7 @@ examples:
   gpuperf compare runs/rocm-7.0/ runs/rocm-7.1/ --format md
   gpuperf variance --reference ours.json partner-a/ partner-b/ --tolerance 1%
   gpuperf variance --trust partner-keys/ --reference-unsigned --reference ours.json partner-a/ partner-b/
+  gpuperf fleet nodes/ --html fleet.html --save-spread fleet-spread.json
   gpuperf history nightly/ --accepted accepted-changes.json
   gpuperf report nightly/ --baselines baselines/ -o report.html
   gpuperf baselines diff old-baselines/ baselines/
@@ -188,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_format(variance)
     variance.set_defaults(run=lazy("variance"))
 
+    _add_fleet(commands)
+
     history = commands.add_parser(
         "history",
         help="each metric's series over runs and its change points, attributed to stack changes; "
@@ -288,6 +291,60 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--signature", metavar="SIG", help="signature file (default: PATH.sig for one PATH)")
     verify.set_defaults(run=lazy("signing"), action="verify")
     return parser
+
+
+def _add_fleet(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fleet = commands.add_parser(
+        "fleet",
+        help="which node, which GPU, is slower than its siblings: each unit against the fleet's median and its "
+        "measured spread; exit 1 when one is listed; example: gpuperf fleet nodes/ --html fleet.html",
+        description="One results file per node (or folders of them); files of one machine identity are one node. "
+        "Nodes are grouped by hardware key and judged among themselves; a result whose context names a device is "
+        "that device's unit. A unit is listed when it is worse than the median of the other units by the "
+        "tolerance, beyond --z-threshold MADs of them, and its samples separate from theirs (one-sided "
+        "Mann-Whitney at --alpha over every placement). Exit status 0: none listed, 1: some listed, 2: bad input "
+        "or nothing could be judged. See docs/fleet.md.",
+    )
+    fleet.add_argument("results", nargs="+", metavar="RESULTS", help="results JSON / JUnit XML files or folders")
+    fleet.add_argument(
+        "--tolerance",
+        type=percentage,
+        default=0.05,
+        metavar="PCT",
+        help="smallest deficit against the other units' median that lists a unit (default 5%%)",
+    )
+    fleet.add_argument(
+        "--z-threshold",
+        type=_positive_number,
+        default=3.5,
+        metavar="Z",
+        help="smallest robust z (MADs of the other units, Iglewicz-Hoaglin modified z) that lists a unit (default 3.5)",
+    )
+    fleet.add_argument(
+        "--alpha",
+        type=_fraction,
+        default=0.01,
+        metavar="P",
+        help="chance that a fleet of equal units lists one, over all units and metrics (default 0.01)",
+    )
+    fleet.add_argument("--html", metavar="FILE", help="also write an HTML page with a strip plot per metric")
+    fleet.add_argument(
+        "--save-spread",
+        metavar="FILE",
+        help="write the fleet's spread per metric (one hardware key) for --gpuperf-machine-noise FILE",
+    )
+    _add_format(fleet)
+    fleet.set_defaults(run=lazy("fleet"))
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number such as 3.5")
+    return value
 
 
 def _add_ab(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -491,7 +548,7 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
 
 
-OUTPUT_OPTIONS = {"output": "-o/--output", "junitxml": "--junitxml"}
+OUTPUT_OPTIONS = {"output": "-o/--output", "junitxml": "--junitxml", "html": "--html", "save_spread": "--save-spread"}
 """The options naming a file a command writes: its folder must exist (cli/output.py ``check_folder``)."""
 
 
