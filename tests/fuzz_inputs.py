@@ -356,12 +356,19 @@ def cli_case(rng: random.Random, pool: dict[str, list[Any]], number: int) -> lis
             return str(folder / "keys" / "partner.key")  # made by a keygen case first (see the benchmark)
         return rng.choice(pool["keys"])
 
-    command = rng.choice(["compare", "compare", "variance", "history", "report", "diff", "keygen", "sign", "verify"])
+    command = rng.choice(
+        ["compare", "compare", "variance", "history", "report", "diff", "keygen", "sign", "verify", "fleet"]
+    )
     fmt = ["--format", rng.choice(["table", "md", "json", "html"])]
     if command == "compare":
         return ["compare", *some(2), *fmt, *output()]
     if command == "variance":
         return ["variance", "--reference", *some(1), *some(rng.randint(1, 2)), *fmt, *output()]
+    if command == "fleet":
+        extra = rng.choice(
+            [[], ["--save-spread", str(folder / f"spread-{number}.json")], ["--html", *output(True)[1:]]]
+        )
+        return ["fleet", *some(rng.randint(1, 4)), *extra, *fmt, *output()]
     if command == "history":
         accepted = ["--accepted", rng.choice(pool["inputs"])] if rng.random() < 0.2 else []
         return ["history", *some(rng.randint(1, 3)), *accepted, *fmt, *output()]

@@ -39,6 +39,9 @@ from pytest_gpuperf.core import spread as spread_file
 from pytest_gpuperf.core.fleet import MIN_UNITS, FleetRules, KeyPlacement, Placement, Standing, place, pooled_spread
 from pytest_gpuperf.core.fleet import smallest_p as smallest_p_value
 
+WHOLE_NODE = "node"
+"""The device a whole-node test names (the acceptance suite's all-reduce across a node's GPUs): its unit is the
+node itself, the parameter still dropped from the test id."""
 COLUMNS = (
     ("hardware_key", "hardware key"),
     ("test", "test"),
@@ -194,7 +197,8 @@ def build_series(nodes: list[Node]) -> dict[tuple[str, str], Series]:
                         f"({_direction(data.higher_is_better)}), but {entry.source} records it in {quote(entry.unit)} "
                         f"({_direction(entry.higher_is_better)}); give results of one version of the tests"
                     )
-                entry.samples.setdefault(Unit(node=node, device=device), []).extend(data.samples)
+                unit = Unit(node=node, device=None if device == WHOLE_NODE else device)
+                entry.samples.setdefault(unit, []).extend(data.samples)
     return series
 
 
