@@ -559,3 +559,56 @@ def test_a_bad_spread_file_or_value_is_a_usage_error(pytester: pytest.Pytester) 
     result = pytester.runpytest(*BASE, "--gpuperf-machine-noise", "no-such-file.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*expected a percentage*or an existing spread file*"])
+
+
+# -- fuzzed input ------------------------------------------------------------------------------------------------------
+
+ODD_VALUES: list[Any] = [
+    None,
+    5,
+    -1.5,
+    True,
+    "",
+    " ",
+    "\x00",
+    "\x1b[2J",
+    "\udcff",
+    "a" * 5000,
+    [],
+    ["gpu0"],
+    {},
+    {"id": 1},
+]
+
+
+def test_fuzzed_nodes_never_raise(tmp_path: Path) -> None:
+    """Three fair nodes and a fourth that is damaged JSON/XML (the loaders' fuzz shapes) or a fair document with odd
+    values where fleet reads beyond the loader: the machine identity and the context's device."""
+    import io
+    import random
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from fuzz_inputs import malformed
+
+    rng = random.Random(36)
+    fair = tmp_path / "fair"
+    write_nodes(fair, [1.0, 1.0, 1.0])
+    key = ("tests/test_acc.py::test_gemm[bf16]", "tflops")
+    for case in range(150):
+        odd = tmp_path / f"case{case}"
+        odd.mkdir()
+        if case % 2:
+            kind, data = malformed(rng, rng.choice(ODD_VALUES))
+            (odd / f"odd.{kind}").write_bytes(data)
+        else:
+            doc = document("odd", {key: {"gpu0": [1.0] * 20, "gpu1": [0.5] * 20}})
+            doc["fingerprint"]["machine"] = rng.choice([*ODD_VALUES, {"id": rng.choice(ODD_VALUES), "host": "h"}])
+            doc["results"][rng.randrange(2)]["context"] = {"device": rng.choice(ODD_VALUES)}
+            text = json.dumps(doc, ensure_ascii=rng.random() < 0.5)  # escaped, a lone surrogate reaches the names
+            (odd / "odd.json").write_text(text, errors="surrogatepass")
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli.main(["fleet", str(fair), str(odd), "--format", rng.choice(["table", "json", "html", "md"])])
+        assert code in (0, 1, 2), (case, code, err.getvalue())
+        if code == 2:
+            assert err.getvalue().count("\n") == 1, (case, err.getvalue())

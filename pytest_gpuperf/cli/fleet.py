@@ -170,7 +170,9 @@ def build_nodes(runs: list[tuple[Run, str | None]]) -> list[Node]:
         if len(same) > 1:  # equal hosts (or file names) of different machines: told apart by id, else by path
             for node in same:
                 node.name += (
-                    f" ({node.machine_id[:8]})" if node.machine_id else f" ({printable_name(str(node.files[0]))})"
+                    f" ({printable_name(node.machine_id[:8])})"
+                    if node.machine_id
+                    else f" ({printable_name(str(node.files[0]))})"
                 )
     return sorted(found, key=lambda node: (node.hardware_key, _natural(node.name)))
 
