@@ -31,3 +31,9 @@ def pytest_gpuperf_telemetry_reader(config: pytest.Config, device: str) -> Any:
     once in the summary), or None where no telemetry is expected. The default opens NVML or amdsmi on cuda runs
     and expects nothing on CPU; implement it to read another source or to replay recorded samples in tests.
     """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_gpuperf_adapter(config: pytest.Config, name: str) -> Any:
+    """The adapter ``perf.run_command(argv, adapter=name)`` reads a framework's output with (core/readings.py's
+    ``Adapter``), or None for a name this implementation does not know. The default knows the built-in ones."""

@@ -159,6 +159,10 @@ def _judge_again(
             rounds=int(entry.get("rounds") or 1),
             context=context,
             unjudgeable=unjudgeable if isinstance(unjudgeable, str) else None,
+            # the framework a `perf.run_command` ran joins this metric's stack (core/command.py keeps it here)
+            stack={str(k): str(v) for k, v in context["framework"].items()}
+            if isinstance(context.get("framework"), dict)
+            else {},
         )
         latest.append(session.evaluate_metric(test, record))
     return latest

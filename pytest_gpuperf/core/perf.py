@@ -24,6 +24,9 @@ from pytest_gpuperf.machine.contention import MachineState, MachineWindow, judge
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from os import PathLike
+
     from pytest_gpuperf.core.results import MetricResult
 
 Timer = Callable[[Callable[[], object], int], list[float]]
@@ -53,6 +56,9 @@ class MetricRecord:
     rule: Rule | None = None
     """The rule of its own that judges this metric (core/verdict.py: steps to target, curve match, a user's
     verdict); None: the samples are compared with the baseline's. Never both: one figure, one verdict."""
+    stack: dict[str, str] = field(default_factory=dict)
+    """Stack components of what this test ran beyond the session's (a framework ``run_command`` ran, with its
+    version): stored with the metric's runs and named in its stack changes."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -60,6 +66,7 @@ class CurveRecord:
     name: str
     steps: list[int]
     values: list[float]
+    stack: dict[str, str] = field(default_factory=dict)
 
 
 class TelemetryWindow:
@@ -161,6 +168,7 @@ class Perf:
         baseline_machine: Callable[[str], list[MachineState | None]] | None = None,
         preview: Callable[[MetricRecord], Comparison] | None = None,
         take_turn: Callable[[], None] | None = None,
+        adapter_named: Callable[[str], Any] | None = None,
     ) -> None:
         self.nodeid = nodeid
         self.device = device
@@ -179,6 +187,8 @@ class Perf:
         """Waits for this session's turn (a `gpuperf ab --take-turns` pair, core/turns.py): before the test's own
         machine window opens, before a measurement's warm-up, and before each of its calls (each round where a
         custom timer times the calls), so the two sides' calls of one measurement alternate, call by call."""
+        self._adapter_named = adapter_named
+        """The adapter a name stands for in ``run_command`` (the pytest_gpuperf_adapter hook), or None."""
         self._take_turn()
         self._machine_check = str(getattr(settings, "machine_check", "off"))
         self._extend_spent = 0.0
@@ -442,6 +452,63 @@ class Perf:
         perf.record("tokens_per_s", samples, unit="tok/s", higher_is_better=True, context=window.context)
         """
         return TelemetryWindow(self._telemetry, machine=self._machine_check != "off")
+
+    def run_command(
+        self,
+        argv: Sequence[str],
+        *,
+        adapter: Any,
+        runs: int | None = None,
+        warmup: int | str | Any = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | PathLike[str] | None = None,
+        framework: str | None = None,
+        version: str | None = None,
+        log_dir: str | PathLike[str] | None = None,
+    ) -> list[Any]:
+        """Run a framework's own command (a training launch, ``vllm bench serve``) and record what it reports.
+
+        ``adapter`` reads the framework's output: a name ("megatron", "torchtitan", "maxtext", "vllm-bench",
+        "sglang-bench", or one a conftest.py adds with the ``pytest_gpuperf_adapter`` hook) or an adapter object
+        (``frameworks.JsonlAdapter``, ``frameworks.RegexAdapter``: docs/frameworks.md). Each run is a process
+        group of its own, its output streamed to ``log_dir/run-N.log``, stopped at ``timeout`` seconds, at the
+        test's budget or on Ctrl-C; ``{output}`` in ``argv`` becomes the path of a fresh file per run, for the
+        adapters that read the file the command writes.
+
+        Per-step figures (step time, tokens/s, TFLOP/s, MFU, memory) of every run are pooled after each run's
+        ``warmup`` (a number of logged steps, a percentage such as "10%", or a ``readings.Warmup``; default: the
+        first 20%, at least one step); a per-run figure (a serving benchmark's p99 TTFT) is one sample per run,
+        so those adapters run the command ``runs=3`` times by default. The loss, where reported, is recorded as
+        the curve "loss". The framework's name (``framework``, else the adapter's) and ``version`` (else what the
+        output or the command's Python says) join the stack of the metrics recorded here.
+
+        A non-zero exit, a timeout or an output without a metric fails the test with the tail of the output.
+        Returns each run's ``Reading``."""
+        from pytest_gpuperf.core.command import run_command
+
+        if isinstance(adapter, str):
+            found = self._adapter_named(adapter) if self._adapter_named is not None else None
+            if found is None:
+                raise ValueError(
+                    f"perf.run_command: no adapter named {adapter!r}; the built-in ones are megatron, torchtitan, "
+                    "maxtext, vllm-bench and sglang-bench; jsonl and regex are configured objects "
+                    "(pytest_gpuperf.frameworks.JsonlAdapter, RegexAdapter: docs/frameworks.md)"
+                )
+            adapter = found
+        return run_command(
+            self,
+            argv,
+            adapter=adapter,
+            runs=runs,
+            warmup=warmup,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            framework=framework,
+            version=version,
+            log_dir=log_dir,
+        )
 
     def metric(self, name: str) -> MetricRecord:
         """The record of a metric already measured in this test (to add context such as the peak it reached)."""

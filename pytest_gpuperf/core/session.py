@@ -85,8 +85,14 @@ class GpuperfSession:
         extra_stack: dict[str, str] | None = None,
         telemetry: TelemetryOpener | None = None,
         machine_name: str | None = None,
+        adapter_named: Callable[[str], Any] | None = None,
     ) -> None:
         self.settings = settings
+        self._adapter_named = adapter_named
+        """The adapter a name stands for in ``perf.run_command`` (the pytest_gpuperf_adapter hook)."""
+        self.run_stack: dict[str, str] = {}
+        """Stack components the tests added to their own metrics (a framework ``perf.run_command`` ran): the
+        results' fingerprint names them too, so `gpuperf compare` and `gpuperf ab` show a framework's change."""
         self._extra_stack = extra_stack or {}
         self._machine_name = machine_name
         self._open_telemetry = telemetry
@@ -236,6 +242,7 @@ class GpuperfSession:
             ),
             preview=lambda metric: self.evaluate_metric(nodeid, metric).comparison,
             take_turn=self.take_turn if self.turns is not None else None,
+            adapter_named=self._adapter_named,
         )
 
     def take_turn(self) -> None:
@@ -259,7 +266,7 @@ class GpuperfSession:
     def evaluate_metric(self, nodeid: str, metric: MetricRecord) -> MetricResult:
         """The verdict on one metric (also asked mid-measurement, by sequential sampling), remembering nothing."""
         rules = self.sibling_rules(nodeid, metric.name).for_looks(metric.looks)
-        stack = self.fingerprint.stack
+        stack = {**self.fingerprint.stack, **metric.stack}
         baseline = self.store.metric(nodeid, metric.name)
         stored = list(baseline.runs) if baseline else []
         if baseline and baseline.higher_is_better != metric.higher_is_better:
@@ -356,6 +363,7 @@ class GpuperfSession:
                 continue
             if self.settings.save:
                 self._note_resolution(perf.nodeid, metric)
+            self.run_stack.update(metric.stack)
             self._to_save.append(
                 NewMetric(
                     test=perf.nodeid,
@@ -364,7 +372,7 @@ class GpuperfSession:
                     higher_is_better=metric.higher_is_better,
                     run=MetricRun(
                         samples=metric.samples,
-                        stack=stack,
+                        stack={**stack, **metric.stack},
                         date=today,
                         summary=summarize(metric.samples).as_dict(),
                         context=metric.context | machine,
@@ -377,7 +385,7 @@ class GpuperfSession:
                 NewCurve(
                     test=perf.nodeid,
                     name=curve.name,
-                    curve=Curve(steps=curve.steps, values=curve.values, stack=stack, date=today),
+                    curve=Curve(steps=curve.steps, values=curve.values, stack={**stack, **curve.stack}, date=today),
                 )
             )
         self.results.extend(results)
@@ -460,7 +468,7 @@ class GpuperfSession:
         return {
             "results": [result.as_dict() for result in self.results],
             "curves": self.curves,
-            "fingerprint": self.fingerprint.as_dict() if self.measured_anything() else None,
+            "fingerprint": self._fingerprint_document() if self.measured_anything() else None,
             "device": self._device,
             "saved_files": [str(path) for path in self.saved_files],
             "not_saved": [list(entry) for entry in self.not_saved],
@@ -494,12 +502,20 @@ class GpuperfSession:
             self._fingerprint = lazy
             self._device = payload.get("device")
 
+    def _fingerprint_document(self) -> dict[str, Any]:
+        """The fingerprint as the results hold it: the session's stack with what its tests ran added
+        (``run_stack``), so comparing two results names a framework's version change."""
+        document = self.fingerprint.as_dict()
+        if self.run_stack:
+            document["stack"] = dict(sorted({**document["stack"], **self.run_stack}.items()))
+        return document
+
     def results_document(self) -> dict[str, Any]:
         device = self._device or "cpu"
         return results_format.build_document(
             version=__version__,
             created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            fingerprint=self.fingerprint.as_dict() if self.measured_anything() else None,
+            fingerprint=self._fingerprint_document() if self.measured_anything() else None,
             telemetry_note=self.telemetry_note,
             settings={
                 "device": self._device,

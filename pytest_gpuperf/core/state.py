@@ -39,6 +39,7 @@ def gpuperf_session(config: pytest.Config) -> GpuperfSession:
             extra_stack=extra,
             machine_name=str(machine) if machine is not None else None,
             telemetry=lambda device: config.hook.pytest_gpuperf_telemetry_reader(config=config, device=device),
+            adapter_named=lambda name: config.hook.pytest_gpuperf_adapter(config=config, name=name),
         )
         config.stash[session_key] = session
     return session
