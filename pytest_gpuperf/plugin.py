@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 pytest_plugins: tuple[str, ...] = (
     "pytest_gpuperf.core.budget",  # the time budget of every gpuperf test
     "pytest_gpuperf.distributed.plugin",
+    "pytest_gpuperf.frameworks.plugin",
     "pytest_gpuperf.inference.plugin",
     "pytest_gpuperf.core.junit",
     "pytest_gpuperf.core.sizing",

@@ -6,7 +6,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 PACKAGE = ROOT / "pytest_gpuperf"
-WORKLOADS = ("training", "inference", "micro", "distributed", "models")
+WORKLOADS = ("training", "inference", "micro", "distributed", "models", "frameworks")
 
 
 def _imported_modules(path: Path) -> set[str]:

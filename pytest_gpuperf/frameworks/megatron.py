@@ -1,0 +1,131 @@
+"""Megatron-LM's training log (``pretrain_gpt.py`` and drivers built on ``megatron.training.pretrain``).
+
+Read from the format code, NVIDIA/Megatron-LM megatron/training/training.py, ``training_log`` (commit 001b00c2):
+every ``--log-interval`` iterations the last rank prints one line of ``key: value |`` fields,
+
+    " [%Y-%m-%d %H:%M:%S.%f] iteration {:8d}/{:8d} | consumed samples: {:12d} |"
+    " elapsed time per iteration (ms): {:.1f} |" " throughput per GPU (TFLOP/s/GPU): {:.1f} |"   (--log-throughput)
+    " learning rate: {:.6E} |" " global batch size: {:5d} |" " lm loss: {:.6E} |" " loss scale: {:.1f} |"
+    " grad norm: {:.3f} |" " number of skipped iterations: {:3d} |" " number of nan iterations: {:3d} |"
+
+(each figure an average over the interval); megatron/training/utils.py ``report_memory`` prints
+``[Rank R] (after N iterations) memory (MB) | allocated: x | max allocated: x | reserved: x | max reserved: x``
+(MB there is 1024 * 1024 bytes); megatron/training/arguments.py ``_print_args`` prints every argument once at
+start-up as ``  name ....... value``, which gives ``seq_length`` and ``world_size``.
+
+Metrics: ``step_time`` (s, the line's elapsed time per iteration), ``tflops`` (TFLOP/s per GPU, where
+``--log-throughput`` is on), ``tokens_per_s`` (per GPU: global batch size x seq_length / step time / world size,
+where the argument dump gives both), ``memory`` (MiB, the largest "max allocated" over the ranks of each report),
+and the ``lm loss`` curve. Megatron prints no MFU (it has no peak table), and none is invented here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pytest_gpuperf.core.readings import Reading, RunOutput, Series
+
+ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
+MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)(.*)$")
+ARGUMENT = re.compile(r"^\s{2}(\w+) \.+ (\S.*)$")
+STEP_TIME = "elapsed time per iteration (ms)"
+THROUGHPUT = "throughput per GPU (TFLOP/s/GPU)"
+BATCH = "global batch size"
+LOSS = "lm loss"
+NAN_ITERATIONS = "number of nan iterations"
+
+
+def fields(text: str) -> dict[str, float]:
+    """The ``key: number`` fields of a ``|``-separated Megatron line."""
+    found: dict[str, float] = {}
+    for part in text.split("|"):
+        key, colon, value = part.rpartition(":")
+        if not colon:
+            continue
+        try:
+            found[key.strip()] = float(value.strip())
+        except ValueError:
+            continue
+    return found
+
+
+class MegatronAdapter:
+    name = "megatron"
+    module = "megatron"
+    """Megatron-Core installs the ``megatron`` package (distribution megatron-core)."""
+    reads_file = False
+    min_runs = 1
+    expects = (
+        "Megatron's training_log lines such as ' iteration 10/100 | ... | elapsed time per iteration (ms): 812.3 | "
+        "...' (megatron/training/training.py); is --log-interval larger than --train-iters, or is the last "
+        "rank's output missing?"
+    )
+
+    def read(self, output: RunOutput) -> Reading:
+        step_time = Series(unit="s", higher_is_better=False)
+        tflops = Series(unit="TFLOP/s", higher_is_better=True)
+        tokens = Series(unit="tok/s", higher_is_better=True)
+        memory = Series(unit="MiB", higher_is_better=False)
+        reading = Reading()
+        arguments: dict[str, str] = {}
+        peaks: dict[int, float] = {}
+        nan_iterations = 0
+        lines: list[tuple[int, dict[str, float]]] = []
+        for line in output.log.splitlines():
+            argument = ARGUMENT.match(line)
+            if argument is not None:
+                arguments.setdefault(argument.group(1), argument.group(2).strip())
+                continue
+            match = ITERATION.search(line)
+            if match is not None:
+                lines.append((int(match.group(1)), fields(match.group(3))))
+                continue
+            report = MEMORY.search(line)
+            if report is not None:
+                peak = fields(report.group(3)).get("max allocated")
+                if peak is not None:
+                    step = int(report.group(2))
+                    peaks[step] = max(peak, peaks.get(step, 0.0))
+        seq_length = _int(arguments.get("seq_length"))
+        world_size = _int(arguments.get("world_size"))
+        for iteration, values in lines:
+            if STEP_TIME in values and values[STEP_TIME] > 0:
+                seconds = values[STEP_TIME] / 1000.0
+                step_time.points.append((iteration, seconds))
+                batch = values.get(BATCH)
+                if batch and seq_length and world_size:
+                    tokens.points.append((iteration, batch * seq_length / seconds / world_size))
+            if values.get(THROUGHPUT, 0) > 0:
+                tflops.points.append((iteration, values[THROUGHPUT]))
+            if LOSS in values:
+                reading.loss.append((iteration, values[LOSS]))
+            nan_iterations += int(values.get(NAN_ITERATIONS, 0))
+        memory.points.extend(sorted(peaks.items()))
+        reading.series = {
+            name: series
+            for name, series in (("step_time", step_time), ("tokens_per_s", tokens), ("tflops", tflops))
+            if series.points
+        }
+        if memory.points:
+            reading.series["memory"] = memory
+        reading.context = {
+            "global_batch_size": lines[-1][1].get(BATCH) if lines else None,
+            "seq_length": seq_length,
+            "world_size": world_size,
+            "nan_iterations": nan_iterations,
+        }
+        if lines and not tokens.points:
+            reading.context["tokens_per_s"] = (
+                "not recorded: the argument dump (seq_length, world_size) was not in the output"
+            )
+        return reading
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+ADAPTER = MegatronAdapter()

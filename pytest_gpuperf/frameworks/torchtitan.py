@@ -1,0 +1,81 @@
+"""TorchTitan's training log (``torchtitan.train``).
+
+Read from the format code, pytorch/torchtitan torchtitan/components/metrics.py, ``MetricsProcessor.log``
+(commit 00fbaafa): at step 1 and every ``--metrics.log_freq`` steps the logger prints
+
+    f"{color.red}step: {step:2}  {color.green}loss: {global_avg_loss:7.4f}  {color.orange}grad_norm: {grad_norm:7.4f}  "
+    f"{color.turquoise}memory: {max_reserved_gib:5.2f}GiB({max_reserved_pct:.2f}%)  {color.blue}tps: {round(tps):,}  "
+    f"{color.cyan}tflops: {tflops:,.2f}  {color.magenta}mfu: {mfu:.2f}%{color.reset}"
+
+(ANSI colours unless ``--metrics.disable_color_printing``; releases before grad_norm was added lack that field;
+``validate step:`` lines are evaluation, not training). ``tps`` is tokens per second per device, averaged since
+the last logged step; ``memory`` the device's peak reserved memory since then.
+
+Metrics: ``tokens_per_s`` (tok/s per device), ``tflops`` (TFLOP/s per device), ``mfu`` (%), ``memory`` (GiB,
+max reserved) and the ``loss`` curve. TorchTitan computes MFU against a peak from its own table and falls back to
+the A100's 312 TFLOP/s for a device it does not know (torchtitan/tools/utils.py ``get_peak_flops``: "Peak flops
+undefined for: ..., fallback to A100"): then MFU would mislead and is left out, saying why.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pytest_gpuperf.core.readings import Reading, RunOutput, Series
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STEP = re.compile(
+    r"(?<!validate )\bstep:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>\S+)\s+(?:grad_norm:\s*\S+\s+)?"
+    r"memory:\s*(?P<memory>[\d.]+)GiB\((?P<memory_pct>[\d.]+)%\)\s+tps:\s*(?P<tps>[\d,]+)\s+"
+    r"tflops:\s*(?P<tflops>[\d,.]+)\s+mfu:\s*(?P<mfu>[\d.]+)%"
+)
+FALLBACK = "fallback to A100"
+
+
+class TorchTitanAdapter:
+    name = "torchtitan"
+    module = "torchtitan"
+    reads_file = False
+    min_runs = 1
+    expects = (
+        "TorchTitan's step lines such as 'step: 10  loss: 7.1234  grad_norm: 1.2  memory: 5.71GiB(6.01%)  "
+        "tps: 57,729  tflops: 78.76  mfu: 7.96%' (torchtitan/components/metrics.py); is --metrics.log_freq "
+        "larger than --training.steps, or was rank 0's output filtered out (LOG_RANK)?"
+    )
+
+    def read(self, output: RunOutput) -> Reading:
+        text = ANSI.sub("", output.log)
+        tokens = Series(unit="tok/s", higher_is_better=True)
+        tflops = Series(unit="TFLOP/s", higher_is_better=True)
+        mfu = Series(unit="%", higher_is_better=True)
+        memory = Series(unit="GiB", higher_is_better=False)
+        reading = Reading()
+        for line in text.splitlines():
+            match = STEP.search(line)
+            if match is None:
+                continue
+            step = int(match.group("step"))
+            tokens.points.append((step, float(match.group("tps").replace(",", ""))))
+            tflops.points.append((step, float(match.group("tflops").replace(",", ""))))
+            mfu.points.append((step, float(match.group("mfu"))))
+            memory.points.append((step, float(match.group("memory"))))
+            try:
+                reading.loss.append((step, float(match.group("loss"))))
+            except ValueError:
+                pass
+        reading.series = {"tokens_per_s": tokens, "tflops": tflops, "mfu": mfu, "memory": memory}
+        reading.series = {name: series for name, series in reading.series.items() if series.points}
+        # a zero is a device without the figure (tflops and MFU of a model whose FLOPs it does not count)
+        for name in ("tflops", "mfu", "memory"):
+            if name in reading.series and not any(value > 0 for _, value in reading.series[name].points):
+                del reading.series[name]
+        if FALLBACK in text and "mfu" in reading.series:
+            del reading.series["mfu"]
+            reading.context["mfu"] = (
+                "not recorded: TorchTitan had no peak for this device and computed MFU against an A100's "
+                "(torchtitan/tools/utils.py get_peak_flops)"
+            )
+        return reading
+
+
+ADAPTER = TorchTitanAdapter()

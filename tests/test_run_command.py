@@ -1,0 +1,214 @@
+"""``perf.run_command`` end to end through pytester, with a tiny Python script as the "framework": it prints known
+figures (so nothing here depends on this machine's speed), a regex log, nothing, a failure, or hangs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.core import children
+
+FRAMEWORK = r"""
+import json, os, subprocess, sys, time
+
+mode = sys.argv[1]
+slow = float(os.environ.get("SLOW", "1"))
+rates = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0, 998.0, 1001.0, 999.0]
+if mode == "jsonl":
+    print("loading the model")
+    for step, rate in enumerate([100.0] + rates, start=1):  # step 1: the warm-up, 10x slower
+        print(json.dumps({"step": step, "tps": rate / slow, "loss": 4.0 - step * 0.1}), flush=True)
+elif mode == "file":
+    with open(sys.argv[2], "w") as out:
+        for step, rate in enumerate([100.0] + rates, start=1):
+            out.write(json.dumps({"step": step, "tps": rate / slow}) + "\n")
+elif mode == "regex":
+    for step, rate in enumerate([100.0] + rates, start=1):
+        print(f"iter {step} | {1000.0 / rate * slow:.4f} ms | loss {3.0 - step * 0.01:.3f}")
+elif mode == "silent":
+    print("initialising")
+    print("done, nothing measured")
+elif mode == "fail":
+    print("step 1 ok")
+    print("RuntimeError: CUDA error: an illegal memory access", file=sys.stderr)
+    sys.exit(3)
+elif mode == "hang":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(sys.argv[2], "w") as out:
+        out.write(f"{os.getpid()} {child.pid}")
+    print("training...", flush=True)
+    time.sleep(600)
+"""
+
+TESTS = r"""
+import os, sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gpuperf.frameworks import JsonlAdapter, Metric, RegexAdapter
+
+HERE = Path(__file__).parent
+SCRIPT = str(HERE / "framework.py")
+TPS = JsonlAdapter(metrics={"tokens_per_s": Metric(key="tps", unit="tok/s", higher_is_better=True)}, loss="loss")
+
+
+@pytest.mark.perf
+def test_jsonl(perf):
+    readings = perf.run_command(
+        [sys.executable, SCRIPT, "jsonl"], adapter=TPS, warmup=1, framework="fakefw",
+        version=os.environ.get("FW_VERSION", "1.0"), log_dir=HERE / "logs",
+    )
+    assert len(readings) == 1
+
+
+@pytest.mark.perf
+def test_file(perf):
+    adapter = JsonlAdapter(
+        metrics={"tokens_per_s": Metric(key="tps", unit="tok/s", higher_is_better=True)}, source="file"
+    )
+    perf.run_command([sys.executable, SCRIPT, "file", "{output}"], adapter=adapter, warmup="10%", version="1.0")
+
+
+@pytest.mark.perf
+def test_regex(perf):
+    adapter = RegexAdapter(
+        pattern=r"iter (?P<step>\d+) \| (?P<ms>[\d.]+) ms \| loss (?P<loss>[\d.]+)",
+        metrics={"step_time": Metric(key="ms", unit="s", higher_is_better=False, scale=1e-3)},
+        loss="loss",
+    )
+    perf.run_command([sys.executable, SCRIPT, "regex"], adapter=adapter, warmup=1, version="1.0")
+
+
+@pytest.mark.perf
+def test_silent(perf):
+    perf.run_command([sys.executable, SCRIPT, "silent"], adapter=TPS, version="1.0")
+
+
+@pytest.mark.perf
+def test_fail(perf):
+    perf.run_command([sys.executable, SCRIPT, "fail"], adapter=TPS, version="1.0")
+
+
+@pytest.mark.perf
+def test_hang(perf):
+    perf.run_command(
+        [sys.executable, SCRIPT, "hang", str(HERE / "pids.txt")], adapter=TPS, timeout=2, version="1.0"
+    )
+
+
+@pytest.mark.perf
+@pytest.mark.gpuperf_timeout(3)
+def test_budget(perf):
+    perf.run_command([sys.executable, SCRIPT, "hang", str(HERE / "budget_pids.txt")], adapter=TPS, version="1.0")
+
+
+@pytest.mark.perf
+def test_unknown_name(perf):
+    perf.run_command([sys.executable, SCRIPT, "jsonl"], adapter="jsonl")
+
+
+@pytest.mark.perf
+def test_serving_needs_three_runs(perf):
+    perf.run_command(["vllm", "bench", "serve", "--result-filename", "{output}"], adapter="vllm-bench", runs=1)
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    (pytester.path / "framework.py").write_text(FRAMEWORK)
+    pytester.makepyfile(test_frameworks_run=TESTS)
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\nmarkers =\n    perf: a perf test\n")
+    return pytester
+
+
+def run(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return project.runpytest("-m", "perf", "--gpuperf-device", "cpu", *args)
+
+
+def test_jsonl_output_saved_then_judged_pass_then_a_slower_run_regressed_naming_the_framework(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(project, "-k", "jsonl or file or regex", "--gpuperf-save").assert_outcomes(passed=3)
+    again = run(project, "-k", "jsonl or file or regex", "--gpuperf-results", "same.json", "--gpuperf-run-noise", "0.3")
+    again.assert_outcomes(passed=3)
+    document = json.loads((project.path / "same.json").read_text())
+    verdicts = {(r["test"].split("::")[-1], r["metric"]): r for r in document["results"]}
+    jsonl = verdicts[("test_jsonl", "tokens_per_s")]
+    assert jsonl["verdict"] == "PASS"
+    assert jsonl["samples"] == [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0, 998.0, 1001.0, 999.0]  # step 1 left out
+    assert jsonl["context"]["framework"] == {"fakefw": "1.0"}
+    assert jsonl["context"]["steps_kept"] == [[2, 3, 4, 5, 6, 7, 8, 9, 10]]
+    assert len(verdicts[("test_file", "tokens_per_s")]["samples"]) == 9  # 10% of 10 steps: the first one
+    assert verdicts[("test_regex", "step_time")]["samples"][0] == pytest.approx(1e-3)
+    assert document["fingerprint"]["stack"]["fakefw"] == "1.0"
+    assert [c["name"] for c in document["curves"] if c["test"].endswith("test_jsonl")] == ["loss"]
+    baseline = json.loads(next((project.path / "baselines").glob("*/*.json")).read_text())
+    assert "fakefw" in json.dumps(baseline)
+
+    monkeypatch.setenv("SLOW", "2")
+    monkeypatch.setenv("FW_VERSION", "2.0")
+    slower = run(project, "-k", "jsonl or regex", "--gpuperf-results", "slow.json")
+    slower.assert_outcomes(failed=2)
+    slower.stdout.fnmatch_lines(["*REGRESSED*"])
+    document = json.loads((project.path / "slow.json").read_text())
+    jsonl = next(r for r in document["results"] if r["test"].endswith("test_jsonl"))
+    assert jsonl["verdict"] == "REGRESSED"
+    assert "fakefw 1.0 -> 2.0" in jsonl["stack_changes"]
+
+
+def test_an_output_without_a_metric_fails_saying_what_was_expected_and_what_was_seen(project: pytest.Pytester) -> None:
+    result = run(project, "-k", "silent")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*exited with status 0, but its output holds no metric the jsonl adapter reads: it expected JSON "
+            "objects, one a line in its output, with the key(s) 'tps'",
+            "*| done, nothing measured*",
+        ]
+    )
+
+
+def test_a_non_zero_exit_fails_with_the_tail_of_the_output(project: pytest.Pytester) -> None:
+    result = run(project, "-k", "fail")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*exited with status 3*", "*| RuntimeError: CUDA error: an illegal memory access*"])
+
+
+def test_a_timeout_stops_the_whole_process_group(project: pytest.Pytester) -> None:
+    started = time.monotonic()
+    result = run(project, "-k", "hang")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*did not finish within its 2 s timeout; its process group was stopped*", "*training...*"]
+    )
+    pids = [int(pid) for pid in (project.path / "pids.txt").read_text().split()]
+    assert not any(children.alive(pid) for pid in pids), pids  # the framework and the child it started
+    assert time.monotonic() - started < 60
+
+
+def test_the_test_budget_stops_the_command_too(project: pytest.Pytester) -> None:
+    result = run(project, "-k", "budget")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*exceeded its 3 s budget*"])
+    pids = [int(pid) for pid in (project.path / "budget_pids.txt").read_text().split()]
+    assert not any(children.alive(pid) for pid in pids), pids
+
+
+def test_misuse_is_a_clear_error(project: pytest.Pytester) -> None:
+    result = run(project, "-k", "unknown_name or serving_needs")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*no adapter named 'jsonl'*JsonlAdapter*"])
+    result.stdout.fnmatch_lines(["*vllm-bench adapter reads one figure per metric from each run*runs=3*"])
+
+
+def test_the_version_is_read_from_the_commands_own_python() -> None:
+    from pytest_gpuperf.core.command import module_version
+
+    assert module_version("pytest", sys.executable) == pytest.__version__
+    assert module_version("no_such_module_here", sys.executable) is None
+    assert module_version("pytest", str(Path(sys.executable).parent / "pytest")) == pytest.__version__
