@@ -479,7 +479,8 @@ class Perf:
         Per-step figures (step time, tokens/s, TFLOP/s, MFU, memory) of every run are pooled after each run's
         ``warmup`` (a number of logged steps, a percentage such as "10%", or a ``readings.Warmup``; default: the
         first 20%, at least one step); a per-run figure (a serving benchmark's p99 TTFT) is one sample per run,
-        so those adapters run the command ``runs=3`` times by default. The loss, where reported, is recorded as
+        so those adapters run the command ``runs=5`` times by default (3 at least; 5 vs 5 is the smallest
+        comparison that can reach p < 0.01). The loss, where reported, is recorded as
         the curve "loss". The framework's name (``framework``, else the adapter's) and ``version`` (else what the
         output or the command's Python says) join the stack of the metrics recorded here.
 

@@ -91,8 +91,8 @@ class Adapter(Protocol):
     reads_file: bool
     """True: it reads the file the command writes, whose path the command gets where ``{output}`` stands."""
     min_runs: int
-    """Runs of the command needed for a verdict: 1 where each run reports per-step figures, 3 where each run
-    yields one figure per metric (one sample per run)."""
+    """Runs of the command a verdict needs at least: 1 where each run reports per-step figures, 3 where each run
+    yields one figure per metric (one sample per run; ``perf.run_command`` then runs it 5 times by default)."""
 
     def read(self, output: RunOutput) -> Reading:
         """The run's figures; raises OutputError for a run that must not be judged."""
