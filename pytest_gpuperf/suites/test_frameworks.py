@@ -1,0 +1,189 @@
+"""The users' own frameworks as perf tests: one test per framework on its tiny/debug configuration, run by
+``perf.run_command`` with that framework's adapter (docs/frameworks.md). Marked ``frameworks``, not ``perf``:
+``pytest -m frameworks`` runs them; a test skips with the exact reason where its framework or its device is absent.
+
+- ``vllm bench serve`` against ``transformers serve`` on CPU (vLLM's server on a GPU), the suite's tiny Llama;
+- SGLang ``bench_serving`` against SGLang's server (a GPU: SGLang publishes no CPU build);
+- Megatron-LM ``pretrain_gpt.py --mock-data`` from a checkout named by ``GPUPERF_MEGATRON_LM`` (the script is
+  not in the megatron-core wheel; Megatron-Core has no CPU path);
+- TorchTitan's ``debug_model.toml`` from a checkout named by ``GPUPERF_TORCHTITAN`` (its config and test assets
+  are not in the wheel; it falls back to "cuda" without an accelerator);
+- MaxText on ``dataset_type=synthetic`` with tiny dimensions, in a Python >= 3.12 that has it: this one, or the
+  one named by ``GPUPERF_MAXTEXT_PYTHON`` (it runs on CPU there too).
+
+The framework commands other than vLLM's were written from the frameworks' documentation and sources and have
+not yet run here: the GPU check is where they are verified (docs/frameworks.md says which ran).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.frameworks
+
+TINY = "tiny-llama"
+
+
+def _cuda() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _program(name: str, env: str) -> str | None:
+    """``name`` beside this Python, in the environment variable ``env``, in .venv-vllm, or on PATH."""
+    if os.environ.get(env):
+        return os.environ[env]
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    checkout = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / name
+    return str(checkout) if checkout.exists() else shutil.which(name)
+
+
+def _checkout(env: str, marker: str, why: str) -> Path:
+    folder = os.environ.get(env)
+    if not folder:
+        pytest.skip(f"{env} is not set: name a checkout holding {marker} ({why})")
+    if not (Path(folder) / marker).exists():
+        pytest.skip(f"{env}={folder} holds no {marker}")
+    return Path(folder)
+
+
+def _serve(kind: str, tmp_path_factory: pytest.TempPathFactory, device: str) -> tuple[Any, Any, str]:
+    """A launched server of ``kind`` on the suite's tiny Llama: (its pool, its engine, the model folder whose
+    tokenizer the benchmark client reads)."""
+    from pytest_gpuperf.inference.servers import EngineChoice, ServerPool
+
+    pool = ServerPool(choice=EngineChoice(kind), workdir=tmp_path_factory.mktemp(f"frameworks-{kind}"))
+    dtype = "float32" if device == "cpu" else "bfloat16"
+    engine = pool.engine(model=TINY, max_len=128, device=device, dtype=dtype)
+    # transformers serve names its model by the folder; vLLM and SGLang by the served name (servers.py)
+    folder = (
+        engine.model
+        if kind == "transformers"
+        else str(pool.model_folder(TINY, spec=None, max_len=4096, device=device, dtype=dtype))
+    )
+    return pool, engine, folder
+
+
+def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    vllm = _program("vllm", "GPUPERF_VLLM")
+    if vllm is None:
+        pytest.skip("vllm bench serve is not installed: scripts/vllm_cpu_venv.sh makes .venv-vllm (CPU)")
+    for module in ("transformers", "fastapi", "uvicorn"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(
+                f"{module} is not installed: the CPU server is transformers serve (pip install transformers[serving])"
+            )
+    on_gpu = perf.device == "cuda" and importlib.util.find_spec("vllm") is not None
+    pool, engine, folder = _serve("vllm" if on_gpu else "transformers", tmp_path_factory, perf.device)
+    try:
+        perf.run_command(
+            [vllm, "bench", "serve", "--backend", "openai", "--base-url", engine.url, "--model", engine.model,
+             "--tokenizer", folder, "--dataset-name", "random", "--random-input-len", "16", "--random-output-len",
+             "8", "--num-prompts", "12", "--max-concurrency", "2", "--seed", "0", "--num-warmups", "2",
+             "--save-result", "--result-filename", "{output}"],
+            adapter="vllm-bench",
+            timeout=600,
+        )  # fmt: skip
+    finally:
+        pool.close()
+
+
+def test_sglang_bench_serving(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("sglang is not installed (pip install sglang on a GPU machine)")
+    if perf.device != "cuda":
+        pytest.skip("SGLang has no CPU build published: its server needs a GPU (--gpuperf-device cuda)")
+    from pytest_gpuperf.frameworks.serving import SglangBenchAdapter
+
+    pool, engine, folder = _serve("sglang", tmp_path_factory, perf.device)
+    try:
+        perf.run_command(
+            [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang-oai", "--base-url", engine.url,
+             "--model", engine.model, "--tokenizer", folder, "--dataset-name", "random", "--random-input-len", "16",
+             "--random-output-len", "8", "--num-prompts", "12", "--max-concurrency", "2", "--seed", "0",
+             "--output-file", "{output}"],
+            adapter=SglangBenchAdapter(expected_requests=12),
+            timeout=600,
+        )  # fmt: skip
+    finally:
+        pool.close()
+
+
+def test_megatron_pretrain_gpt_mock_data(perf: Any) -> None:
+    if not _cuda():
+        pytest.skip("Megatron-Core has no CPU path (its training loop puts tensors on device='cuda'): needs a GPU")
+    checkout = _checkout("GPUPERF_MEGATRON_LM", "pretrain_gpt.py", "pretrain_gpt.py is not in the megatron-core wheel")
+    if importlib.util.find_spec("megatron") is None and not (checkout / "megatron" / "core").exists():
+        pytest.skip("megatron-core is not installed and the checkout has no megatron/core")
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
+    perf.run_command(
+        [torchrun, "--nproc_per_node", "1", "pretrain_gpt.py", "--mock-data", "--tokenizer-type", "NullTokenizer",
+         "--vocab-size", "4096", "--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4",
+         "--seq-length", "512", "--max-position-embeddings", "512", "--micro-batch-size", "4",
+         "--global-batch-size", "8", "--train-iters", "40", "--lr", "1e-4", "--log-interval", "1",
+         "--log-throughput", "--bf16", "--transformer-impl", "local", "--no-gradient-accumulation-fusion",
+         "--eval-iters", "0"],
+        adapter="megatron",
+        cwd=checkout,
+        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")])),
+             "CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+        timeout=900,
+    )  # fmt: skip
+
+
+def test_torchtitan_debug_model(perf: Any) -> None:
+    if not _cuda():
+        pytest.skip("TorchTitan has no CPU path (it falls back to 'cuda' without an accelerator): needs a GPU")
+    if importlib.util.find_spec("torchtitan") is None:
+        pytest.skip("torchtitan is not installed (pip install torchtitan)")
+    config = "torchtitan/models/llama3/train_configs/debug_model.toml"
+    checkout = _checkout("GPUPERF_TORCHTITAN", config, "its debug config and test tokenizer are not in the wheel")
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
+    perf.run_command(
+        [torchrun, "--nproc_per_node", "1", "-m", "torchtitan.train", "--job.config_file", config,
+         "--training.steps", "40", "--metrics.log_freq", "1", "--metrics.disable_color_printing"],
+        adapter="torchtitan",
+        cwd=checkout,
+        timeout=900,
+    )  # fmt: skip
+
+
+def test_maxtext_synthetic_tiny(perf: Any, tmp_path: Path) -> None:
+    python = os.environ.get("GPUPERF_MAXTEXT_PYTHON") or sys.executable
+    if python == sys.executable and sys.version_info < (3, 12):
+        pytest.skip(
+            f"MaxText needs Python >= 3.12 (this is {sys.version_info.major}.{sys.version_info.minor}): name one that "
+            "has it with GPUPERF_MAXTEXT_PYTHON"
+        )
+    found = subprocess.run(
+        [python, "-c", "import MaxText, os; print(os.path.dirname(MaxText.__file__))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        pytest.skip(f"MaxText is not importable in {python} (pip install maxtext)")
+    base = Path(found.stdout.strip()) / "configs" / "base.yml"
+    platform = {"JAX_PLATFORMS": "cpu"} if perf.device == "cpu" else {}
+    perf.run_command(
+        [python, "-m", "MaxText.train", str(base), "run_name=gpuperf", f"base_output_directory={tmp_path}",
+         "dataset_type=synthetic", "steps=30", "per_device_batch_size=1", "max_target_length=128",
+         "base_emb_dim=128", "base_mlp_dim=256", "base_num_query_heads=4", "base_num_kv_heads=4", "head_dim=32",
+         "base_num_decoder_layers=2", "vocab_size=1024", "enable_checkpointing=false", "metrics_file={output}"],
+        adapter="maxtext",
+        env=platform,
+        timeout=900,
+    )  # fmt: skip
