@@ -187,7 +187,9 @@ def run_command(
     if found is None and adapter.module is not None:
         found = module_version(adapter.module, argv[0])
     stack = {name: found or "unknown"}
-    _record(perf, readings, rule=rule, stack=stack, windows=windows, seconds=seconds, command=shlex.join(argv))
+    _record(
+        perf, readings, rule=rule, stack=stack, windows=windows, seconds=seconds, command=shlex.join(argv), logs=folder
+    )
     return readings
 
 
@@ -200,6 +202,7 @@ def _record(
     windows: list[dict[str, Any]],
     seconds: list[float],
     command: str,
+    logs: Path,
 ) -> None:
     """Every run's figures through ``perf.record`` and its loss through ``perf.record_curve``."""
     base: dict[str, Any] = {
@@ -207,6 +210,7 @@ def _record(
         "command": command,
         "runs": len(readings),
         "run_seconds": [round(s, 3) for s in seconds],
+        "logs": str(logs),
         **{k: v for k, v in readings[-1].context.items()},
         **windows[-1],  # the device and machine conditions of the last run ("machine" is what the verdict reads)
     }
