@@ -149,7 +149,7 @@ def run_command(
     folder.mkdir(parents=True, exist_ok=True)
     environment = {**os.environ, **(dict(env) if env else {})}
     where = Path(cwd) if cwd is not None else None
-    name = framework or adapter.name
+    name = framework or getattr(adapter, "framework", None) or adapter.name
     readings: list[Reading] = []
     windows: list[dict[str, Any]] = []
     seconds: list[float] = []

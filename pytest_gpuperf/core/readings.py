@@ -83,6 +83,9 @@ class Adapter(Protocol):
 
     name: str
     """How tests name it: "megatron", "vllm-bench", ..."""
+    framework: str
+    """The framework's name in the stack ("vllm" for the vllm-bench adapter); ``run_command(framework=...)``
+    overrides it."""
     module: str | None
     """The Python module whose installed distribution is the framework's version in the stack (None: the test
     names the version)."""

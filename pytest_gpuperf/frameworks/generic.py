@@ -81,6 +81,8 @@ class JsonlAdapter:
     """The key of the loss, recorded as the curve "loss"."""
     source: str = "output"
     name: str = "jsonl"
+    framework: str = "jsonl"
+    """The name in the stack; ``run_command(framework=...)`` gives yours."""
     module: str | None = None
     min_runs: int = 1
     expects: str = field(init=False, default="")
@@ -145,6 +147,8 @@ class RegexAdapter:
     step: str | None = "step"
     loss: str | None = None
     name: str = "regex"
+    framework: str = "regex"
+    """The name in the stack; ``run_command(framework=...)`` gives yours."""
     module: str | None = None
     min_runs: int = 1
     reads_file: bool = False

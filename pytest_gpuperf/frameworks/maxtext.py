@@ -34,6 +34,7 @@ LOG_LINE = re.compile(
 
 class MaxTextAdapter:
     name = "maxtext"
+    framework = "maxtext"
     module = "MaxText"
     reads_file = False
     """It reads the metrics file where ``{output}`` names one (``metrics_file={output}``), else the log."""

@@ -51,6 +51,7 @@ def fields(text: str) -> dict[str, float]:
 
 class MegatronAdapter:
     name = "megatron"
+    framework = "megatron"
     module = "megatron"
     """Megatron-Core installs the ``megatron`` package (distribution megatron-core)."""
     reads_file = False

@@ -126,6 +126,7 @@ def _context(document: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 class VllmBenchAdapter:
     name = "vllm-bench"
+    framework = "vllm"
     module = "vllm"
     reads_file = True
     min_runs = 3
@@ -150,6 +151,7 @@ class VllmBenchAdapter:
 
 class SglangBenchAdapter:
     name = "sglang-bench"
+    framework = "sglang"
     module = "sglang"
     reads_file = True
     min_runs = 3

@@ -34,6 +34,7 @@ FALLBACK = "fallback to A100"
 
 class TorchTitanAdapter:
     name = "torchtitan"
+    framework = "torchtitan"
     module = "torchtitan"
     reads_file = False
     min_runs = 1
