@@ -212,3 +212,17 @@ def test_the_version_is_read_from_the_commands_own_python() -> None:
     assert module_version("pytest", sys.executable) == pytest.__version__
     assert module_version("no_such_module_here", sys.executable) is None
     assert module_version("pytest", str(Path(sys.executable).parent / "pytest")) == pytest.__version__
+
+
+def test_the_python_of_a_script_is_read_from_its_shebang(tmp_path: Path) -> None:
+    from pytest_gpuperf.core.command import _python_of
+
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    script = folder / "bench"
+    script.write_text(f"#!{sys.executable} -u\nprint('hi')\n")
+    script.chmod(0o755)
+    assert _python_of(str(script)) == sys.executable
+    (folder / "plain").write_text("#!/bin/sh\necho hi\n")
+    assert _python_of(str(folder / "plain")) is None
+    assert _python_of("no-such-program-here") is None
