@@ -21,7 +21,8 @@ rates = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0, 998.0, 1001.0, 999.0]
 if mode == "jsonl":
     print("loading the model")
     for step, rate in enumerate([100.0] + rates, start=1):  # step 1: the warm-up, 10x slower
-        print(json.dumps({"step": step, "tps": rate / slow, "loss": 4.0 - step * 0.1}), flush=True)
+        loss = 4.0 - step * 0.1 + float(os.environ.get("LOSS_SHIFT", "0"))
+        print(json.dumps({"step": step, "tps": rate / slow, "loss": loss}), flush=True)
 elif mode == "file":
     with open(sys.argv[2], "w") as out:
         for step, rate in enumerate([100.0] + rates, start=1):
@@ -64,6 +65,11 @@ def test_jsonl(perf):
         version=os.environ.get("FW_VERSION", "1.0"), log_dir=HERE / "logs",
     )
     assert len(readings) == 1
+
+
+@pytest.mark.perf
+def test_curves(perf):
+    perf.run_command([sys.executable, SCRIPT, "jsonl"], adapter=TPS, runs=3, version="1.0")
 
 
 @pytest.mark.perf
@@ -226,3 +232,21 @@ def test_the_python_of_a_script_is_read_from_its_shebang(tmp_path: Path) -> None
     (folder / "plain").write_text("#!/bin/sh\necho hi\n")
     assert _python_of(str(folder / "plain")) is None
     assert _python_of("no-such-program-here") is None
+
+
+def test_three_runs_loss_curves_are_judged_against_the_golden_band(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(project, "-k", "curves", "--gpuperf-save").assert_outcomes(passed=1)
+    same = run(project, "-k", "curves", "--gpuperf-results", "same.json")
+    same.assert_outcomes(passed=1)
+    document = json.loads((project.path / "same.json").read_text())
+    final = next(r for r in document["results"] if r["metric"] == "final_loss")
+    assert final["verdict"] == "PASS" and final["context"]["judged_by"].startswith("loss curve vs golden band")
+    monkeypatch.setenv("LOSS_SHIFT", "0.5")  # the same speed, a worse loss: only the curve check can see it
+    worse = run(project, "-k", "curves", "--gpuperf-results", "worse.json")
+    worse.assert_outcomes(failed=1)
+    worse.stdout.fnmatch_lines(["*final_loss*REGRESSED*"])
+    document = json.loads((project.path / "worse.json").read_text())
+    verdicts = {r["metric"]: r["verdict"] for r in document["results"]}
+    assert verdicts == {"tokens_per_s": "PASS", "final_loss": "REGRESSED"}

@@ -251,6 +251,47 @@ def _record(
         if len(reading.loss) >= 2:
             curve = perf.record_curve(LOSS_CURVE, [s for s, _ in reading.loss], [v for _, v in reading.loss])
             curve.stack = dict(stack)
+    _record_curve_match(perf, readings, rule=rule, stack=stack, context=base)
+
+
+def _record_curve_match(
+    perf: Perf, readings: list[Reading], *, rule: Warmup, stack: dict[str, str], context: dict[str, Any]
+) -> None:
+    """With 3 runs or more that log a loss: ``final_loss``, judged by the curves against the golden band of the
+    stored ones (core/verdict.py ``CurveMatch``, as the training suite's seeds are), not as a timing. A run of a
+    framework has no target loss of ours, so the band alone decides; steps after the warm-up are checked."""
+    from pytest_gpuperf.core.convergence import smooth
+    from pytest_gpuperf.core.verdict import CurveMatch
+
+    curves = [[value for _, value in reading.loss] for reading in readings if len(reading.loss) >= 2]
+    if len(curves) < 3:
+        return
+    length = min(len(curve) for curve in curves)
+    warm = rule.count(length)
+    if length - warm < 2:
+        return
+    window = max(1, min(10, (length - warm) // 5))
+    finals = [float(smooth(curve[:length], window)[-1]) for curve in curves]
+    if not all(value > 0 for value in finals):
+        return  # a loss that is not positive cannot be a sample (the curves are still stored)
+    reference = [list(curve.values) for curve in perf.baseline_curves(LOSS_CURVE)]
+    record = perf.record(
+        "final_loss",
+        finals,
+        unit="loss",
+        higher_is_better=False,
+        context={**context, "window": window, "curve_warmup_steps": warm},
+        rule=CurveMatch(
+            current=curves,
+            reference=reference,
+            current_steps=[length] * len(curves),  # no target loss: every run "reached" it, the band decides
+            reference_steps=[len(curve) for curve in reference],
+            target="(none: a framework's run sets no target, the golden band alone decides)",
+            warmup=warm,
+            window=window,
+        ),
+    )
+    record.stack = dict(stack)
 
 
 def module_version(module: str, program: str) -> str | None:
