@@ -62,7 +62,6 @@ class CommandRun:
     """None: stopped at its timeout."""
     seconds: float
     log_path: Path
-    output_path: Path | None
 
     def log_text(self) -> str:
         try:
@@ -105,7 +104,6 @@ def run_once(
         returncode=returncode,
         seconds=time.monotonic() - started,
         log_path=log_path,
-        output_path=None,
     )
 
 
@@ -368,8 +366,12 @@ def _python_of(program: str) -> str | None:
 
 
 def _default_log_dir(nodeid: str) -> Path:
+    """A fresh folder per call under the system's temporary folder, named after the test: two sessions running the
+    same test at once (a `gpuperf ab` pair) never write into each other's logs."""
+    base = Path(tempfile.gettempdir()) / f"gpuperf-runs-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    base.mkdir(parents=True, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid)[-120:]
-    return Path(tempfile.gettempdir()) / f"gpuperf-runs-{os.getuid() if hasattr(os, 'getuid') else 0}" / safe
+    return Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=base))
 
 
 def _fail(message: str) -> NoReturn:
