@@ -92,6 +92,13 @@ def test_megatron_reads_step_time_tflops_tokens_memory_and_loss() -> None:
     assert reading.context["seq_length"] == 128 and reading.context["nan_iterations"] == 0
 
 
+def test_megatron_reads_the_argument_dump_behind_torchruns_rank_prefix() -> None:
+    prefixed = "\n".join(f"[default0]:{line}" for line in megatron_args(seq_length=64, world_size=1).splitlines())
+    log = "\n".join([prefixed, *(f"[default0]:{megatron_line(i, 100.0, 5.0, 3.0)}" for i in range(1, 5))])
+    reading = MEGATRON.read(RunOutput(log=log))
+    assert reading.series["tokens_per_s"].points[0] == (1, pytest.approx(8 * 64 / 0.1))
+
+
 def test_megatron_without_the_argument_dump_records_no_tokens_and_says_why() -> None:
     reading = MEGATRON.read(RunOutput(log="\n".join(megatron_line(i, 100.0 + i, 5.0, 3.0) for i in range(1, 6))))
     assert "tokens_per_s" not in reading.series

@@ -27,7 +27,8 @@ from pytest_gpuperf.core.readings import Reading, RunOutput, Series
 
 ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
 MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)(.*)$")
-ARGUMENT = re.compile(r"^\s{2}(\w+) \.+ (\S.*)$")
+ARGUMENT = re.compile(r"^(?:\[\w+\]:)?\s{2}(\w+) \.{2,} (\S.*)$")
+"""``  seq_length ....... 512``, also behind torchrun's ``[default0]:`` prefix (``--tee``/``--log-dir`` runs)."""
 STEP_TIME = "elapsed time per iteration (ms)"
 THROUGHPUT = "throughput per GPU (TFLOP/s/GPU)"
 BATCH = "global batch size"
