@@ -41,15 +41,25 @@ PARTNERS = {"near": 1.002, "close": 0.998, "off": 0.97}
 """Each partner's true throughput ratio to the reference."""
 
 
-def write_runs(folder: Path, scale: float, *, seed: int, runs: int, repeats: int = 20) -> Path:
-    """``runs`` results files, each run shifted by 0.3% (sd) between runs, its repeats by 0.5% within."""
+def write_runs(
+    folder: Path,
+    scale: float,
+    *,
+    seed: int,
+    runs: int,
+    repeats: int = 20,
+    between: float = 0.003,
+    within: float = 0.005,
+) -> Path:
+    """``runs`` results files, each run shifted by ``between`` (sd, log scale) between runs, its repeats by
+    ``within`` about that."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True)
     for index in range(runs):
         results = []
         for test, metric, unit, higher, value in WORKLOADS:
-            centre = value * (scale if higher else 1 / scale) * math.exp(rng.normal(0, 0.003))
-            samples = centre * np.exp(rng.normal(0, 0.005, repeats))
+            centre = value * (scale if higher else 1 / scale) * math.exp(rng.normal(0, between))
+            samples = centre * np.exp(rng.normal(0, within, repeats))
             results.append(
                 {"test": test, "metric": metric, "unit": unit, "higher_is_better": higher, "samples": samples.tolist()}
             )
@@ -354,6 +364,9 @@ def test_runs_and_repeats_to_decide_from_known_parts() -> None:
     limited = runs_needed.Noise(within=4e-6, between=1e-5, reference=2e-6, runs=4, repeats=20, reference_runs=5)
     assert runs_needed.reference_runs_to_decide(limited, 0.9) == 11  # 10.47 rounded up
     assert runs_needed.reference_runs_to_decide(limited, 0.5) is None  # the submission's part is wider
+    # then both, the fewest in all: target 1.375e-6, a = 1.4e-5, b = 1e-5, sqrt(ab) = 1.1832e-5
+    assert runs_needed.runs_of_both_to_decide(limited, 0.5) == (19, 16)  # 18.79 and 15.88 rounded up
+    assert 1.4e-5 / 19 + 1e-5 / 16 <= 5.5e-6 * 0.25
 
 
 def test_shrink_to_decide_reads_each_arm_of_an_asymmetric_interval() -> None:
@@ -414,3 +427,21 @@ def test_without_cryptography_the_command_says_what_to_install(world: Path) -> N
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert done.stderr.count("\n") == 1 and "pip install 'pytest-gpuperf[sign]'" in done.stderr, done.stderr
         assert done.stdout == ""
+
+
+def test_a_partner_the_reference_holds_back_is_told_how_many_reference_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 4-run reference whose runs move 0.6% apart: its own part of the interval leaves a partner 0.3% off no
+    room, whatever the partner's runs; the answer asks the reference for more runs, by number."""
+    reference = write_runs(tmp_path / "ref", 1.0, seed=52, runs=4, between=0.006)
+    partner = write_runs(tmp_path / "partner", 1.003, seed=552, runs=6)
+    code, out, _ = gpuperf(capsys, "variance", "--reference", str(reference), str(partner), "--format", "json")
+    document = json.loads(out)
+    [summary] = document["partners"]
+    assert code == 0 and summary["verdict"] == "INCONCLUSIVE" and summary["runs_needed"] is None, summary
+    held = [row for row in document["rows"] if row.get("reference_runs_needed")]
+    assert held and all(row["reference_runs_needed"] > 4 and row["runs_needed"] is None for row in held)
+    assert summary["reference_runs_needed"] == max(row["reference_runs_needed"] for row in held)
+    assert f"~{summary['reference_runs_needed']} reference runs (now 4)" in summary["detail"]
+    assert "the reference holds back" in summary["detail"]

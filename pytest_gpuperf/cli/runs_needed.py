@@ -116,3 +116,18 @@ def reference_runs_to_decide(noise: Noise, factor: float) -> int | None:
     if room <= 0:
         return None
     return max(1, math.ceil(noise.reference * noise.reference_runs / room - 1e-9))
+
+
+def runs_of_both_to_decide(noise: Noise, factor: float) -> tuple[int, int] | None:
+    """Runs of the submission and of the reference that together would shrink the interval by ``factor``, the
+    fewest in all: minimising k + r under a / k + b / r <= target (a the submission's variance per run, b the
+    reference's) gives k = (a + sqrt(ab)) / target, r = (b + sqrt(ab)) / target. None: nothing narrower decides."""
+    target = noise.variance(noise.runs, noise.repeats) * factor**2
+    if target <= 0:
+        return None
+    own, reference = noise.within + noise.between, noise.reference * noise.reference_runs
+    shared = math.sqrt(own * reference)
+    return (
+        max(1, math.ceil((own + shared) / target - 1e-9)),
+        max(1, math.ceil((reference + shared) / target - 1e-9)),
+    )

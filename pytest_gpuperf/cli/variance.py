@@ -28,6 +28,7 @@ from pytest_gpuperf.cli.runs_needed import (
     measure_noise,
     reference_runs_to_decide,
     repeats_to_decide,
+    runs_of_both_to_decide,
     runs_to_decide,
     shrink_to_decide,
 )
@@ -92,6 +93,7 @@ def equivalence(
         "run_noise": run_sd,
         "runs": noise.runs,
         "repeats": noise.repeats,
+        "reference_runs": noise.reference_runs,
         "noise": {"within_run": noise.within, "between_run": noise.between, "reference": noise.reference},
     }
     if 1 - tolerance <= low and high <= 1 + tolerance:
@@ -106,44 +108,38 @@ def equivalence(
     else:
         goal, factor = shrink_to_decide(ratio, low, high, tolerance)
         runs, repeats = runs_to_decide(noise, factor), repeats_to_decide(noise, factor)
-        reference_runs = reference_runs_to_decide(noise, factor)
-        row.update(
-            verdict="INCONCLUSIVE",
-            goal=goal,
-            runs_needed=runs if goal == "PASS" else None,
-            repeats_needed=repeats if goal == "PASS" else None,
-            reference_runs_needed=reference_runs if goal == "PASS" and runs is None else None,
-            detail=_what_would_decide(goal, runs, repeats, reference_runs, noise, ratio=ratio, tolerance=tolerance),
-        )
+        row.update(verdict="INCONCLUSIVE", goal=goal)
+        if goal == "FAIL":
+            row["detail"] = (
+                f"ratio {ratio:.4f} is outside 1 ± {tolerance:.2%}: no number of runs would show equivalence if it "
+                "holds" + (f"; ~{runs} runs would show it FAIL" if runs is not None else "")
+            )
+        elif runs is None:
+            row.update(_reference_runs(noise, factor, ratio=ratio))
+        else:
+            row.update(runs_needed=runs, repeats_needed=repeats, detail=_runs_would_decide(runs, repeats, noise))
     return row
 
 
-def _what_would_decide(
-    goal: str,
-    runs: int | None,
-    repeats: int | None,
-    reference_runs: int | None,
-    noise: Noise,
-    *,
-    ratio: float,
-    tolerance: float,
-) -> str:
-    if goal == "FAIL":
-        fail = f"; ~{runs} runs would show it FAIL" if runs is not None else ""
-        return (
-            f"ratio {ratio:.4f} is outside 1 ± {tolerance:.2%}: no number of runs would show equivalence if it "
-            f"holds{fail}"
-        )
-    if runs is None:
-        more = (
-            f"~{reference_runs} reference runs (now {noise.reference_runs}) would decide it"
-            if reference_runs is not None
-            else "more runs of both would be needed"
-        )
-        return (
-            f"the reference's own runs leave the interval too wide at ratio {ratio:.4f}, whatever the submission's "
-            f"runs: {more}"
-        )
+def _reference_runs(noise: Noise, factor: float, *, ratio: float) -> dict[str, Any]:
+    """Where the reference's own part is wider than the band leaves room for: the reference runs that would
+    decide with the submission as it is, else the fewest runs of both together."""
+    alone = reference_runs_to_decide(noise, factor)
+    both = (noise.runs, alone) if alone is not None else runs_of_both_to_decide(noise, factor)
+    held = f"the reference's own runs leave the interval too wide at ratio {ratio:.4f}, whatever the submission's runs"
+    if both is None:
+        return {"runs_needed": None, "detail": f"{held}; the ratio sits on an edge of the band"}
+    runs, reference_runs = both
+    with_runs = "" if alone is not None else f" with ~{runs} runs of the submission (now {noise.runs})"
+    return {
+        "runs_needed": None,
+        "reference_runs_needed": reference_runs,
+        "runs_needed_with_reference": runs,
+        "detail": f"{held}: ~{reference_runs} reference runs (now {noise.reference_runs}){with_runs} would decide it",
+    }
+
+
+def _runs_would_decide(runs: int, repeats: int | None, noise: Noise) -> str:
     text = f"~{runs} runs (now {noise.runs}) would show it PASS if the ratio holds"
     if repeats is not None:
         return text + f", or ~{repeats} repeats per run (now {noise.repeats})"
@@ -301,6 +297,7 @@ def partner_summary(
         "runs": len(side.runs),
         "runs_needed": None,
         "reference_runs_needed": None,
+        "runs_needed_with_reference": None,
         "signer": signer.label if signer else None,
     }
     failed = sorted(
@@ -321,14 +318,27 @@ def partner_summary(
     if not open_:
         return {**summary, "verdict": "PASS", "detail": f"already within {band} on all {len(own)} workload(s)"}
     stuck = [row for row in open_ if row.get("runs_needed") is None]
-    if stuck:  # the reference limits: say what the worst workload would need of it
+    if stuck:  # the reference holds it back: what it, and the partner with it, would need for every workload
         worst = max(stuck, key=lambda row: row.get("reference_runs_needed") or math.inf)
-        likewise = f" ({len(stuck) - 1} more workload(s) likewise)" if len(stuck) > 1 else ""
+        if any(row.get("reference_runs_needed") is None for row in stuck):
+            return {**summary, "verdict": "INCONCLUSIVE", "detail": f"{_workload(worst)}: {worst['detail']}"}
+        reference_runs = max(row["reference_runs_needed"] for row in stuck)
+        runs = max(
+            [row["runs_needed_with_reference"] for row in stuck]
+            + [row["runs_needed"] for row in open_ if row not in stuck]
+        )
+        with_runs = f" with ~{runs} runs of this partner (now {len(side.runs)})" if runs > len(side.runs) else ""
+        detail = (
+            f"~{reference_runs} reference runs (now {worst['reference_runs']}){with_runs} would show all {len(own)} "
+            f"workload(s) within {band} if the ratios hold (the reference holds back {len(stuck)} workload(s), "
+            f"most {_workload(worst)} at {worst['ratio']:.4f} {worst['interval']})"
+        )
         return {
             **summary,
             "verdict": "INCONCLUSIVE",
-            "reference_runs_needed": worst.get("reference_runs_needed"),
-            "detail": f"{_workload(worst)}: {worst['detail']}{likewise}",
+            "reference_runs_needed": reference_runs,
+            "runs_needed_with_reference": runs,
+            "detail": detail,
         }
     needed = max(row["runs_needed"] for row in open_)
     worst = max(open_, key=lambda row: row["runs_needed"])
