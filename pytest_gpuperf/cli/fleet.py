@@ -384,12 +384,12 @@ def spread_document(fleet: Fleet) -> dict[str, Any]:
             "give one key's results"
         )
     (key,) = keys
-    metrics = [
+    measured = [j for j in fleet.judged if 0 < j.placement.spread < 1]
+    metrics: list[dict[str, Any]] = [
         {"test": j.series.test, "metric": j.series.metric, "spread": j.placement.spread, "units": len(j.units)}
-        for j in fleet.judged
-        if 0 < j.placement.spread < 1
+        for j in measured
     ]
-    pooled = pooled_spread([(entry["spread"], entry["units"]) for entry in metrics])
+    pooled = pooled_spread([(j.placement.spread, len(j.units)) for j in measured])
     if not 0 < pooled < 1:
         raise InputError(
             "--save-spread: the units agree exactly on every metric (a spread of 0 measures nothing); nothing saved"
@@ -442,13 +442,14 @@ def run(args: argparse.Namespace) -> int:
         f"gpuperf fleet: {len(nodes)} node(s), {len(fleet.keys)} hardware key(s), {len(fleet.judged)} metric(s) judged"
     )
     rows = [metric_row(judged) for judged in fleet.judged]
+    html = None
     if args.html or args.format == "html":
         from pytest_gpuperf.cli.fleet_plot import page
 
         html = page(title=title, head=head, rows=rows, columns=COLUMNS, notes=notes, fleet=fleet, rules=rules)
         if args.html:
             write_text(Path(args.html), html, what="HTML report", hint="give another path with --html")
-    if args.format == "html":
+    if html is not None and args.format == "html":
         text = html
     else:
         extra = {

@@ -40,9 +40,13 @@ MAD_EFFICIENCY = 0.37
 SPREAD_CONFIDENCE = 0.7
 """A unit's z is taken against the others' spread at this upper confidence bound, not their MAD as it came out:
 the MAD of 15 units is off by 25% about one time in six, and a fleet whose MAD came out low would list a healthy
-unit of its tail. Measured (docs/fleet.md): fleets of 16 and 64 healthy units with a 2% spread listed one in
-5-7% of fleets at the plain MAD, 1% at this bound, while a unit at 0.9 among 64 (and 2x among 3) is still listed
-in 99% (100%) of them."""
+unit of its tail. Measured (benchmarks/fleet_rule.py, docs/fleet.md): fleets of 16 and 64 healthy units with a 2%
+spread listed one in 5-7% of fleets at the plain MAD, 1-2% at this bound, while a unit at 0.9 among 64 is still
+listed in 98% of them (100% at the plain MAD) and 2x among 3 in all."""
+MIN_BOUND_DOF = 2.0
+"""The fewest degrees of freedom the bound reads a MAD with: of two or three values the MAD-sd is close to their
+sd (the asymptotic 0.37 per value understates it), and at one dof the bound (x2.6 for 3 others) cost a tenth of
+the 10% outliers among 4 units with a 0.5% spread (89% found; 98% at two dof, with no healthy unit listed)."""
 MIN_UNITS = 3
 """Units a metric needs to be judged: each is placed against at least two others."""
 _SMALL_MAD = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
@@ -128,8 +132,8 @@ def mad_sd(values: np.ndarray) -> float:
 def spread_bound(count: int) -> float:
     """The factor from the MAD-sd of ``count`` values to its upper SPREAD_CONFIDENCE bound: the MAD carries about
     0.37 (count - 1) degrees of freedom (its efficiency against the sd of normal values), so sd^2 / est^2 is read
-    as chi-square over dof (at least 1). 2.5 for 3 others, 1.3 for 15, 1.1 for 63."""
-    dof = max(1.0, MAD_EFFICIENCY * (count - 1))
+    as chi-square over dof (at least MIN_BOUND_DOF). 1.7 for 2 to 7 others, 1.3 for 15, 1.1 for 63."""
+    dof = max(MIN_BOUND_DOF, MAD_EFFICIENCY * (count - 1))
     return math.sqrt(dof / float(scipy_stats.chi2.ppf(1 - SPREAD_CONFIDENCE, dof)))
 
 
