@@ -422,6 +422,11 @@ def test_save_spread_writes_the_key_and_each_metric(tmp_path: Path, capsys: pyte
         == spread.metrics[("tests/test_acc.py::test_gemm[bf16]", "tflops")]
     )
     assert spread.lookup("tests/other.py::test_x", "tflops") == spread.pooled
+    # saved among the nodes' results, the next run over the folder leaves it out; named alone, it is refused
+    (tmp_path / "n" / "spread.json").write_bytes(target.read_bytes())
+    assert gpuperf([str(tmp_path / "n")], capsys)[0] == 0
+    code, _, err = gpuperf([str(tmp_path / "n"), str(target)], capsys)
+    assert code == 2 and "a fleet spread file (gpuperf fleet --save-spread), not a node's results" in err
 
 
 def test_save_spread_refuses_two_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
