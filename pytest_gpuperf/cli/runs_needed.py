@@ -4,6 +4,11 @@ An interval of a ratio on the log scale is split into what each more measurement
 within-run spread (shrinks with repeats and runs), its between-run spread (with runs only: a run's median moves
 from one run to the next whatever its repeats) and the reference's own uncertainty (with neither). The parts are
 measured from the samples and the interval itself; the answer holds if the ratio stays where it is.
+
+A figure at which the interval would just fit decides only half the time: a new measurement's ratio moves too,
+and lands on the wrong side as often as not. Each figure is therefore for a chance ``POWER`` of deciding, the
+usual sizing of two one-sided tests (Chow, Shao and Wang, Sample Size Calculations in Clinical Research, 3.2):
+the standard error must fit the margin z_(confidence) + z_(power) times, not z_(confidence) times.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from statistics import NormalDist
 import numpy as np
 
 MAD_TO_SD = 1.4826  # a normal sample's sd over its median absolute deviation
+POWER = 0.80
+"""The chance, if the ratio holds, that the runs a figure names decide it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +96,14 @@ def shrink_to_decide(ratio: float, low: float, high: float, tolerance: float) ->
     if centre < band_low:
         return "FAIL", min(fits(band_low - centre, above), 1.0)
     return "FAIL", min(fits(centre - band_high, below), 1.0)
+
+
+def for_power(factor: float, *, confidence: float, power: float = POWER) -> float:
+    """The shrink ``factor`` at which the interval would just fit, tightened so that a new measurement decides
+    with probability ``power`` if the ratio holds: z / (z + z_power), z the interval's own quantile."""
+    normal = NormalDist()
+    z = normal.inv_cdf(0.5 + confidence / 2)
+    return factor * z / (z + normal.inv_cdf(power))
 
 
 def runs_to_decide(noise: Noise, factor: float) -> int | None:

@@ -24,7 +24,9 @@ import numpy as np
 
 from pytest_gpuperf.cli.loading import InputError, MetricData, Side, check_one_hardware, load_side, quote
 from pytest_gpuperf.cli.runs_needed import (
+    POWER,
     Noise,
+    for_power,
     measure_noise,
     reference_runs_to_decide,
     repeats_to_decide,
@@ -106,7 +108,8 @@ def equivalence(
             "equivalence if the ratio holds",
         )
     else:
-        goal, factor = shrink_to_decide(ratio, low, high, tolerance)
+        goal, fit = shrink_to_decide(ratio, low, high, tolerance)
+        factor = for_power(fit, confidence=CONFIDENCE)
         runs, repeats = runs_to_decide(noise, factor), repeats_to_decide(noise, factor)
         row.update(verdict="INCONCLUSIVE", goal=goal)
         if goal == "FAIL":
@@ -135,12 +138,13 @@ def _reference_runs(noise: Noise, factor: float, *, ratio: float) -> dict[str, A
         "runs_needed": None,
         "reference_runs_needed": reference_runs,
         "runs_needed_with_reference": runs,
-        "detail": f"{held}: ~{reference_runs} reference runs (now {noise.reference_runs}){with_runs} would decide it",
+        "detail": f"{held}: ~{reference_runs} reference runs (now {noise.reference_runs}){with_runs} would decide it "
+        f"({POWER:.0%} of the time, if the ratio holds)",
     }
 
 
 def _runs_would_decide(runs: int, repeats: int | None, noise: Noise) -> str:
-    text = f"~{runs} runs (now {noise.runs}) would show it PASS if the ratio holds"
+    text = f"~{runs} runs (now {noise.runs}) would show it PASS ({POWER:.0%} of the time, if the ratio holds)"
     if repeats is not None:
         return text + f", or ~{repeats} repeats per run (now {noise.repeats})"
     between = math.sqrt(noise.between)
@@ -330,8 +334,8 @@ def partner_summary(
         with_runs = f" with ~{runs} runs of this partner (now {len(side.runs)})" if runs > len(side.runs) else ""
         detail = (
             f"~{reference_runs} reference runs (now {worst['reference_runs']}){with_runs} would show all {len(own)} "
-            f"workload(s) within {band} if the ratios hold (the reference holds back {len(stuck)} workload(s), "
-            f"most {_workload(worst)} at {worst['ratio']:.4f} {worst['interval']})"
+            f"workload(s) within {band} ({POWER:.0%} of the time each, if the ratios hold; the reference holds back "
+            f"{len(stuck)} workload(s), most {_workload(worst)} at {worst['ratio']:.4f} {worst['interval']})"
         )
         return {
             **summary,
@@ -343,8 +347,9 @@ def partner_summary(
     needed = max(row["runs_needed"] for row in open_)
     worst = max(open_, key=lambda row: row["runs_needed"])
     detail = (
-        f"~{needed} runs (now {len(side.runs)}) would show all {len(own)} workload(s) within {band} if the ratios "
-        f"hold (most needed by {_workload(worst)} at {worst['ratio']:.4f} {worst['interval']})"
+        f"~{needed} runs (now {len(side.runs)}) would show all {len(own)} workload(s) within {band} "
+        f"({POWER:.0%} of the time each, if the ratios hold; most needed by {_workload(worst)} at "
+        f"{worst['ratio']:.4f} {worst['interval']})"
     )
     return {**summary, "verdict": "INCONCLUSIVE", "runs_needed": needed, "detail": detail}
 
