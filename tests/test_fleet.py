@@ -118,6 +118,16 @@ def test_a_unit_whose_samples_cannot_separate_is_suspect_not_listed() -> None:
     assert smallest_p(2, 4) == pytest.approx(1 / 15)
 
 
+def test_an_outlier_few_units_cannot_tell_from_their_tail_is_reported_not_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # five units about 4% apart and one at 0.85: beyond 3.5 of their MADs as measured, not of that MAD's upper bound
+    medians = [1.0, 0.96, 1.04, 0.98, 1.02, 0.85]
+    assert standings(fleet_of(medians, jitter=0.002)) == [Standing.OK] * 5 + [Standing.TAIL]
+    code, out, _ = gpuperf([str(write_nodes(tmp_path / "n", medians))], capsys)
+    assert code == 0 and "TAIL node-6: test_gemm[bf16] tflops 0.8" in out and "not against its upper bound" in out
+
+
 def test_fewer_than_three_units_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 3 units"):
         place([[1.0], [2.0]], higher_is_better=True, rules=RULES, level=0.01)

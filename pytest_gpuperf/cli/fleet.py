@@ -51,6 +51,7 @@ COLUMNS = (
     ("spread_pct", "spread"),
     ("listed", "listed"),
     ("suspect", "suspect"),
+    ("tail", "tail"),
     ("better", "better"),
 )
 
@@ -341,6 +342,14 @@ def suspect_note(judged: Judged, unit: Unit, placed: Placement, level: float) ->
     )
 
 
+def tail_note(judged: Judged, unit: Unit, placed: Placement) -> str:
+    return (
+        f"TAIL {placement_line(judged, unit, placed)}: an outlier against the other units' spread as measured, "
+        f"not against its upper bound for {len(judged.units) - 1} units; not listed (more units, or units that "
+        "agree more closely, would decide it)"
+    )
+
+
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
@@ -386,6 +395,7 @@ def metric_row(judged: Judged) -> dict[str, Any]:
         "spread_pct": f"{fleet.spread:.2%}",
         "listed": standings.count(Standing.LISTED),
         "suspect": standings.count(Standing.SUSPECT),
+        "tail": standings.count(Standing.TAIL),
         "better": standings.count(Standing.BETTER),
     }
 
@@ -497,6 +507,7 @@ def node_record(node: Node, *, listed: bool) -> dict[str, Any]:
 def _notes(fleet: Fleet, rules: FleetRules) -> list[str]:
     return [
         *(suspect_note(*item, fleet.level) for item in fleet.of(Standing.SUSPECT)),
+        *(tail_note(*item) for item in fleet.of(Standing.TAIL)),
         *(f"BETTER {placement_line(*item)}" for item in fleet.of(Standing.BETTER)),
         *_too_few_lines(fleet),
         f"rule: a unit is listed when it is at least {rules.tolerance * 100:.4g}% worse than the median of the other "

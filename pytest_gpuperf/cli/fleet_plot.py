@@ -2,7 +2,8 @@
 
 The plots are inline SVG written here (no matplotlib: a fleet page must render on a login node without the
 'report' extra). The x axis is each unit's median against the fleet median on a log scale, with the tolerance
-band drawn; LISTED units are red, SUSPECT orange, BETTER blue, the rest grey; a dot's tooltip names its unit.
+band drawn; LISTED units are red, SUSPECT orange, TAIL purple, BETTER blue, the rest grey; a dot's tooltip names
+its unit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ WIDTH, HEIGHT, MARGIN = 720, 120, 40
 COLOURS = {
     Standing.LISTED: "#c62828",
     Standing.SUSPECT: "#ef6c00",
+    Standing.TAIL: "#8e24aa",
     Standing.BETTER: "#1565c0",
     Standing.OK: "#757575",
 }

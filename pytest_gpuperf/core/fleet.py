@@ -16,8 +16,9 @@ A unit is LISTED only when three things hold at once, each guarding against a di
 
 Each unit is judged leave-one-out, against the median and MAD of the others: a unit that is part of the median
 it is compared with pulls that median towards itself, and with three or four units a 2x outlier would hide.
-A unit that meets 1 and 2 but not 3 is SUSPECT (reported, never failing: more samples decide it); one better
-than the others by the same rules is BETTER (reported, never failing).
+A unit that meets 1 and 2 but not 3 is SUSPECT (reported, never failing: more samples decide it); one that meets 1,
+and 2 against the others' MAD as it came out but not against its bound, is TAIL (reported, never failing: more units
+decide it); one better than the others by the same rules is BETTER (reported, never failing).
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class Standing(str, enum.Enum):
     """Decidedly worse than the others: fails the fleet."""
     SUSPECT = "SUSPECT"
     """Worse by the tolerance and an outlier, but its samples do not separate at the level: more samples decide."""
+    TAIL = "TAIL"
+    """Worse by the tolerance and beyond the threshold against the others' MAD as it came out, but not against its
+    upper bound: the tail of a wide fleet, or an outlier few units cannot tell from it. Reported, never failing:
+    more units, or a fleet that agrees more closely, decide it."""
     BETTER = "BETTER"
     """Decidedly better than the others: reported, never failing."""
     OK = "OK"
@@ -161,7 +166,8 @@ def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: Fl
         others = np.delete(logs, index)
         centre = float(np.median(others))
         typical = math.sqrt(float(np.median(np.delete(noises, index) ** 2)))
-        scale = max(mad_sd(others) * spread_bound(len(others)), math.hypot(float(noises[index]), typical))
+        floor = math.hypot(float(noises[index]), typical)
+        scale = max(mad_sd(others) * spread_bound(len(others)), floor)
         gap = float(logs[index]) - centre
         z = gap / scale if scale > 0 else (0.0 if gap == 0 else math.copysign(math.inf, gap))
         ratio = math.exp(gap)
@@ -173,6 +179,8 @@ def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: Fl
         if performance <= 1 - rules.tolerance and worse_z <= -rules.z:
             p_worse = _mann_whitney(samples, _rest(arrays, index), "less" if higher_is_better else "greater")
             standing = Standing.LISTED if p_worse <= level else Standing.SUSPECT
+        elif performance <= 1 - rules.tolerance and abs(gap) >= rules.z * max(mad_sd(others), floor):
+            standing = Standing.TAIL  # an outlier against the spread as it came out, not against its bound
         elif performance >= 1 + rules.tolerance and worse_z >= rules.z:
             p_better = _mann_whitney(samples, _rest(arrays, index), "greater" if higher_is_better else "less")
             standing = Standing.BETTER if p_better <= level else Standing.OK
