@@ -22,6 +22,8 @@ CASES = (
     ("16 healthy units, 2% spread", 16, 0.02, None, 0.01),
     ("64 healthy units, 2% spread", 64, 0.02, None, 0.01),
     ("16 healthy units, 1% spread", 16, 0.01, None, 0.01),
+    ("6 healthy units, 5% spread", 6, 0.05, None, 0.01),
+    ("6 units, 5% spread, one at 0.67", 5, 0.05, 0.67, 0.01),
     ("64 units, 2% spread, one at 0.9", 63, 0.02, 0.9, 0.01),
     ("16 units, 2% spread, one at 0.9", 15, 0.02, 0.9, 0.01),
     ("8 units, 1% spread, one at 0.9", 7, 0.01, 0.9, 0.01),

@@ -126,6 +126,7 @@ def test_an_outlier_few_units_cannot_tell_from_their_tail_is_reported_not_listed
     assert standings(fleet_of(medians, jitter=0.002)) == [Standing.OK] * 5 + [Standing.TAIL]
     code, out, _ = gpuperf([str(write_nodes(tmp_path / "n", medians))], capsys)
     assert code == 0 and "TAIL node-6: test_gemm[bf16] tflops 0.8" in out and "not against its upper bound" in out
+    assert "WIDE cpu-test-fleet test_gemm[bf16] tflops: the fleet's spread (" in out and "--tolerance " in out
 
 
 def test_fewer_than_three_units_are_refused() -> None:

@@ -342,6 +342,21 @@ def suspect_note(judged: Judged, unit: Unit, placed: Placement, level: float) ->
     )
 
 
+WIDE = 3
+"""A fleet whose spread is more than a WIDE-th of the tolerance is said to be wide: its healthy tail reaches the
+tolerance (6 healthy units 5% apart listed one in 7% of fleets at a 5% tolerance: benchmarks/fleet_rule.py)."""
+
+
+def wide_note(judged: Judged, rules: FleetRules) -> str:
+    spread = judged.placement.spread
+    return (
+        f"WIDE {judged.hardware_key} {short_test(judged.series.test)} {judged.series.metric}: the fleet's spread "
+        f"({spread:.1%}) is more than a third of the tolerance ({rules.tolerance:.0%}), so a unit listed here may be "
+        f"the tail of a healthy fleet; --tolerance {math.ceil(WIDE * spread * 100)}% lists only units outside its "
+        "own variation"
+    )
+
+
 def tail_note(judged: Judged, unit: Unit, placed: Placement) -> str:
     return (
         f"TAIL {placement_line(judged, unit, placed)}: an outlier against the other units' spread as measured, "
@@ -508,6 +523,7 @@ def _notes(fleet: Fleet, rules: FleetRules) -> list[str]:
     return [
         *(suspect_note(*item, fleet.level) for item in fleet.of(Standing.SUSPECT)),
         *(tail_note(*item) for item in fleet.of(Standing.TAIL)),
+        *(wide_note(judged, rules) for judged in fleet.judged if WIDE * judged.placement.spread > rules.tolerance),
         *(f"BETTER {placement_line(*item)}" for item in fleet.of(Standing.BETTER)),
         *_too_few_lines(fleet),
         f"rule: a unit is listed when it is at least {rules.tolerance * 100:.4g}% worse than the median of the other "

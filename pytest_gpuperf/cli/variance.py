@@ -125,15 +125,19 @@ def equivalence(
 
 
 def _reference_runs(noise: Noise, factor: float, *, ratio: float) -> dict[str, Any]:
-    """Where the reference's own part is wider than the band leaves room for: the reference runs that would
-    decide with the submission as it is, else the fewest runs of both together."""
+    """Where the reference's own part is wider than the band leaves room for: more reference runs with the
+    submission as it is, or more runs of both, whichever asks fewer runs in all."""
     alone = reference_runs_to_decide(noise, factor)
-    both = (noise.runs, alone) if alone is not None else runs_of_both_to_decide(noise, factor)
+    both = runs_of_both_to_decide(noise, factor)
+    if both is not None:  # never fewer than either side has: those runs exist already
+        both = (max(both[0], noise.runs), max(both[1], noise.reference_runs))
+    if alone is not None and (both is None or noise.runs + alone <= sum(both)):
+        both = (noise.runs, alone)  # the partner as it is, when that costs no more runs in all
     held = f"the reference's own runs leave the interval too wide at ratio {ratio:.4f}, whatever the submission's runs"
     if both is None:
         return {"runs_needed": None, "detail": f"{held}; the ratio sits on an edge of the band"}
     runs, reference_runs = both
-    with_runs = "" if alone is not None else f" with ~{runs} runs of the submission (now {noise.runs})"
+    with_runs = "" if runs == noise.runs else f" with ~{runs} runs of the submission (now {noise.runs})"
     return {
         "runs_needed": None,
         "reference_runs_needed": reference_runs,
