@@ -7,9 +7,10 @@ a clean round whose verdict would be AMBIGUOUS is extended with more rounds of s
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -452,6 +453,17 @@ class Perf:
         perf.record("tokens_per_s", samples, unit="tok/s", higher_is_better=True, context=window.context)
         """
         return TelemetryWindow(self._telemetry, machine=self._machine_check != "off")
+
+    @contextlib.contextmanager
+    def telemetry_from(self, reader: DeviceReader | None) -> Iterator[None]:
+        """Within the block, sample ``reader``'s device around measurements instead of the session's, whose GPU is
+        this process's (its LOCAL_RANK's): a test that measures each local GPU in turn (the acceptance tier) reads
+        the telemetry of the GPU it measures."""
+        previous, self._telemetry = self._telemetry, reader
+        try:
+            yield
+        finally:
+            self._telemetry = previous
 
     def run_command(
         self,
