@@ -136,6 +136,17 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def parse_minutes(text: str) -> float:
+    """'30', '0.5', '30m' -> minutes: positive and finite (a fraction of a minute is what a CI run affords)."""
+    try:
+        value = float(text.strip().removesuffix("m").strip())
+    except ValueError:
+        raise SettingError("expected a number of minutes such as 30 or 0.5") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SettingError("expected a positive, finite number of minutes such as 30 or 0.5")
+    return value
+
+
 def parse_slowdowns(text: str) -> dict[str, float]:
     """'micro=10' or 'micro=10,training=3' -> {"micro": 0.10, "training": 0.03}: the suites' injected slowdowns."""
     slowdowns: dict[str, float] = {}
@@ -441,6 +452,15 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="SUITE=PCT",
     ),
     OptionSpec(
+        name="burnin-minutes",
+        help="run the burn-in tier (-m burnin): sustained GEMM and memory load for this many minutes per device, "
+        "with clocks, throttle reasons, temperature, ECC, retired pages and Xid events read throughout (default: "
+        "off, its tests skip and say so)",
+        parse=parse_minutes,
+        default=None,
+        metavar="MINUTES",
+    ),
+    OptionSpec(
         name="timeout",
         help="time budget of each gpuperf test in seconds, setup to teardown; past it the test fails and the "
         "session goes on (default 600 on CPU, 1200 for the GPU tier; 0: none; marker gpuperf_timeout overrides)",
@@ -517,6 +537,8 @@ class Settings:
     inject_slowdown: dict[str, float] | None = None
     """Suite marker -> fraction of extra work its workloads do while reporting their nominal work (a proof that the
     gate catches a slowdown); None: none."""
+    burnin_minutes: float | None = None
+    """Minutes of sustained load per device in the burn-in tier; None: the tier is off (its tests skip)."""
     take_turns: str | None = None
     """The turn channel's path prefix (core/turns.py) in a `gpuperf ab --take-turns` session; None: no turns."""
 
