@@ -21,6 +21,10 @@ MARKERS = (
     "micro: a kernel-level microbenchmark (GEMM, memory bandwidth, attention) (pytest-gpuperf suites)",
     "distributed: a multi-rank workload (strategies, collectives) (pytest-gpuperf suites)",
     "gpu_tier: the workload that scripts/gpu_check.sh runs on a GPU (selected with -m 'perf and gpu_tier')",
+    "acceptance: node acceptance, every local device measured on its own against datasheet floors, for "
+    "`gpuperf fleet` (pytest-gpuperf suites; not part of -m perf)",
+    "burnin: sustained load per device for --gpuperf-burnin-minutes with health counters read (pytest-gpuperf "
+    "suites; skips unless that option is given)",
     "frameworks: a user's framework (Megatron, TorchTitan, MaxText, vllm bench serve, SGLang bench_serving) run by "
     "perf.run_command on its tiny configuration (pytest-gpuperf suites; not part of -m perf)",
 )
