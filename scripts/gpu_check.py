@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The one-command GPU check: run the GPU tier of the suites, record baselines, print a summary.
+"""The one-command GPU check: run the GPU tier of the suites and the acceptance tier, record baselines, print a
+summary.
 
-    scripts/gpu_check.sh                 # on a machine with one GPU; ~8 minutes at most
+    scripts/gpu_check.sh                 # on a machine with one GPU; ~9 minutes at most
     scripts/gpu_check.sh --no-save       # judge against the stored baselines instead of recording
     scripts/gpu_check.sh --summary results/gpu-check/*.json   # print the summary of earlier results
 
@@ -41,7 +42,7 @@ class Step:
     marker: str
     """The -m expression that selects the GPU tier of that file."""
     timeout_s: int
-    """Wall-clock bound of the step; the three together stay under 8 minutes."""
+    """Wall-clock bound of the step; together they stay under 9 minutes (a device command may run 10)."""
 
 
 # On one H200 (2026-12-04) micro took 26 s and training 36 s plus ~28 s for its fp8 MoE workload; inference
@@ -50,6 +51,14 @@ STEPS: tuple[Step, ...] = (
     Step(name="micro", path="pytest_gpuperf/suites/test_micro.py", marker="micro", timeout_s=90),
     Step(name="training", path="pytest_gpuperf/suites/test_training.py", marker="perf and gpu_tier", timeout_s=150),
     Step(name="inference", path="pytest_gpuperf/suites/test_inference.py", marker="perf and gpu_tier", timeout_s=210),
+    # Every GPU measured on its own against the datasheet floors (docs/acceptance.md); sized for one GPU, not yet
+    # run on one. A node with more GPUs runs `pytest -m acceptance` itself (~15 s a GPU, 3 minutes for eight).
+    Step(
+        name="acceptance",
+        path="pytest_gpuperf/suites/test_acceptance.py",
+        marker="acceptance and not burnin",
+        timeout_s=60,
+    ),
 )
 
 # Import name -> (distribution to install from .whl/, why the check needs it). Required ones stop the check.
@@ -293,6 +302,10 @@ def run_all(args: argparse.Namespace, *, python: str, plugin: Sequence[str], env
             status = status or (0 if code == 0 else 1)
         if (out_dir / f"{step.name}.json").exists():
             written.append(out_dir / f"{step.name}.json")
+            below = below_floor(out_dir / f"{step.name}.json")
+            for line in below:
+                print(f"gpu-check: {step.name}: below its datasheet floor: {line}", file=sys.stderr)
+            status = status or (1 if below else 0)  # a recording run (--gpuperf-save) gates nothing itself
     print()
     for line in summary(written):
         print(line)
@@ -328,6 +341,25 @@ def write_archive(archive: Path, documents: Sequence[Path], baselines: Path) -> 
 
 
 # -- the summary (pure: results documents in, lines out) --
+
+
+ACCEPTANCE = "test_acceptance.py::"
+
+
+def below_floor(path: Path) -> list[str]:
+    """The acceptance results of a document that fell below their datasheet floor, as "device test: message"."""
+    try:
+        results = json.loads(path.read_text()).get("results", [])
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return []
+    return [
+        f"{(r.get('context') or {}).get('device', '?')} {r['test'].split('::', 1)[-1]}: {floor.get('message')}"
+        for r in results
+        if isinstance(r, dict)
+        and ACCEPTANCE in str(r.get("test"))
+        and isinstance(floor := (r.get("context") or {}).get("floor"), dict)
+        and floor.get("passed") is False
+    ]
 
 
 def _median(values: Sequence[float]) -> float:
@@ -372,8 +404,8 @@ def summary(paths: Sequence[Path]) -> list[str]:
     notes = {d["telemetry_note"] for d in documents if d.get("telemetry_note")}
     lines += [f"  {note}" for note in sorted(notes)]
 
-    def matching(test_part: str, metric: str) -> list[dict[str, Any]]:
-        return [r for r in results if test_part in r["test"] and r["metric"] == metric]
+    def matching(test_part: str, metric: str) -> list[dict[str, Any]]:  # the micro suite's, not the acceptance tier's
+        return [r for r in results if test_part in r["test"] and r["metric"] == metric and ACCEPTANCE not in r["test"]]
 
     reference = REFERENCE.get(str(accelerator.get("name", "")), {})
     bf16 = matching("test_gemm[bf16-", "tflops")
@@ -400,6 +432,7 @@ def summary(paths: Sequence[Path]) -> list[str]:
     if sdpa:
         lines.append("  attention fwd+bwd per backend:")
         lines += [f"    {r['test'].split('[', 1)[1].rstrip(']')}: {_figure(r)}" for r in sdpa]
+    lines += acceptance_lines([r for r in results if ACCEPTANCE in r["test"]])
     mfu = [r for r in results if "mfu" in r["metric"].lower()]
     lines += [f"  training MFU ({r['test']} {r['metric']}): {_figure(r)}" for r in mfu] or [
         "  training MFU: no training result with an 'mfu' metric was recorded"
@@ -408,6 +441,27 @@ def summary(paths: Sequence[Path]) -> list[str]:
     for result in results:
         counts[result["verdict"]] = counts.get(result["verdict"], 0) + 1
     lines.append("  verdicts: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())))
+    return lines
+
+
+def acceptance_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Each device's acceptance figures, with the floor each cleared or fell below, and the floors' count."""
+    if not results:
+        return []
+    lines = ["  acceptance, per device:"]
+    counts = {"cleared": 0, "below": 0, "not applied": 0}
+    for result in results:
+        context = result.get("context", {})
+        device = context.get("device", "?")
+        name = result["test"].split("::", 1)[-1]
+        name = name.replace(f"[{device}-", "[").replace(f"[{device}]", "")  # the test as the fleet names it
+        lines.append(f"    {device} {name} {result['metric']}: {_figure(result)}")
+        floor = context.get("floor") or {}
+        state = {True: "cleared", False: "below"}.get(floor.get("passed"), "not applied")
+        counts[state] += 1
+        if state == "below":
+            lines.append(f"      BELOW FLOOR: {floor.get('message')}")
+    lines.append("    datasheet floors: " + ", ".join(f"{n} {state}" for state, n in counts.items()))
     return lines
 
 
