@@ -94,19 +94,21 @@ def world(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return tmp_path
 
 
-def judge(capsys: pytest.CaptureFixture[str], world: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    code, out, err = gpuperf(
-        capsys,
+def trusted(world: Path, *partners: str, keys: str = "keys") -> list[str]:
+    """`gpuperf variance --trust` over the world's reference and ``partners`` (default: all three)."""
+    names = partners or tuple(PARTNERS)
+    return [
         "variance",
         "--trust",
-        str(world / "keys"),
+        str(world / keys),
         "--reference",
         str(world / "ref"),
-        *(str(world / name) for name in PARTNERS),
-        "--format",
-        "json",
-        *extra,
-    )
+        *(str(world / n) for n in names),
+    ]
+
+
+def judge(capsys: pytest.CaptureFixture[str], world: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = gpuperf(capsys, *trusted(world), "--format", "json", *extra)
     assert err == "", err
     return code, json.loads(out)
 
@@ -245,17 +247,7 @@ def test_a_bundle_that_does_not_verify_refuses_the_whole_command(
     damage(world)
     capsys.readouterr()
     output = world / "out.json"
-    code, out, err = gpuperf(
-        capsys,
-        "variance",
-        "--trust",
-        str(world / "keys"),
-        "--reference",
-        str(world / "ref"),
-        *(str(world / name) for name in PARTNERS),
-        "-o",
-        str(output),
-    )
+    code, out, err = gpuperf(capsys, *trusted(world), "-o", str(output))
     assert_refused(code, out, err, *expected, "nothing was judged")
     assert not output.exists()
 
@@ -272,15 +264,7 @@ def assert_refused(code: int, out: str, err: str, *expected: str) -> None:
 def test_two_bad_bundles_are_counted_in_the_one_line(world: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (world / "near.sig").unlink()
     (world / "off" / "run00.json").unlink()
-    code, out, err = gpuperf(
-        capsys,
-        "variance",
-        "--trust",
-        str(world / "keys"),
-        "--reference",
-        str(world / "ref"),
-        *(str(world / name) for name in PARTNERS),
-    )
+    code, out, err = gpuperf(capsys, *trusted(world))
     assert_refused(code, out, err, "near: not signed", "(and 1 more bundle(s) refused)", "nothing was judged")
 
 
@@ -298,9 +282,7 @@ def test_trusted_keys_that_cannot_be_used_are_refused(
 ) -> None:
     (world / "notakey.pub").write_text("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n")
     (world / "empty").mkdir()
-    code, out, err = gpuperf(
-        capsys, "variance", "--trust", str(world / keys), "--reference", str(world / "ref"), str(world / "near")
-    )
+    code, out, err = gpuperf(capsys, *trusted(world, "near", keys=keys))
     assert_refused(code, out, err, *expected)
 
 
@@ -325,9 +307,7 @@ def test_a_fuzzed_signature_file_is_one_line_never_a_traceback(
         else:
             document[field] = value
         signature.write_text(json.dumps(document))
-        code, out, err = gpuperf(
-            capsys, "variance", "--trust", str(world / "keys"), "--reference", str(world / "ref"), str(world / "close")
-        )
+        code, out, err = gpuperf(capsys, *trusted(world, "close"))
     finally:
         signature.write_bytes(original)
     if code != 2:  # a field the signature does not cover (schema), changed to a value of the right shape
@@ -426,7 +406,7 @@ def test_without_cryptography_the_command_says_what_to_install(world: Path) -> N
         "raise SystemExit(main.main(sys.argv[1:]))\n"
     )
     for argv in (
-        ["variance", "--trust", str(world / "keys"), "--reference", str(world / "ref"), str(world / "near")],
+        trusted(world, "near"),
         ["sign", "--key", str(world / "near.key"), str(world / "near"), "-o", str(world / "again.sig")],
         ["verify", "--public-key", str(world / "near.key.pub"), str(world / "near")],
     ):
