@@ -210,7 +210,7 @@ def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -
             [*vllm_command(vllm), "bench", "serve", "--backend", "openai",
              "--base-url", proxy.url if proxy is not None else engine.url, "--model", engine.model,
              "--tokenizer", folder, "--dataset-name", "random", "--random-input-len", "16",
-             "--random-output-len", "32", "--num-prompts", "48", "--max-concurrency", "2", "--seed", "0",
+             "--random-output-len", "32", "--num-prompts", "96", "--max-concurrency", "2", "--seed", "0",
              "--num-warmups", "4", "--save-result", "--result-filename", "{output}"],
             adapter="vllm-bench",
             timeout=600,
