@@ -199,6 +199,10 @@ def _rank_folders(tmpdir: Path) -> list[str]:
     return sorted(p.name for p in tmpdir.glob("gpuperf-ranks-*"))
 
 
+def _default_hangup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class InnerPytest:
     """A pytest running ``INNER_TEST`` in a subprocess with its own TMPDIR; kills what it left on exit."""
 
@@ -229,6 +233,9 @@ class InnerPytest:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a signal to this test's group must not reach it: only ours does
+                # as from a terminal: a run under nohup (or a CI runner ignoring SIGHUP) would pass the ignored
+                # SIGHUP down through exec, and the SIGHUP case would wait on a pytest that cannot get it
+                preexec_fn=_default_hangup,
             )
         self.seen: dict[int, int] = {}
 
