@@ -38,6 +38,55 @@ def test_every_gpu_tier_gemm_shape_is_one_scaled_mm_takes_on_cuda(shape: str) ->
     micro.check_fp8_shape(m, k, n)  # raises for a K or N that is not a multiple of 16
 
 
+class _Metric:
+    def __init__(self) -> None:
+        self.samples = [1.0]
+        self.context: dict[str, object] = {}
+
+
+class _Perf:
+    """What measure_gemm asks of the perf fixture: the call it times, kept, and one metric's context."""
+
+    device = "cpu"
+
+    def __init__(self) -> None:
+        self.record = _Metric()
+        self.work = 0.0
+        self.timed: object = None
+
+    def measure(self, name: str, call: object, **options: object) -> None:
+        self.timed, self.work = call(), float(options["work"])  # type: ignore[operator,arg-type]
+
+    def metric(self, name: str) -> _Metric:
+        return self.record
+
+
+class _Sizing:
+    def measure(self, precision: str, **options: object) -> object:
+        return type("Plan", (), {"warmup": 0, "repeats": 1})()
+
+    def annotate(self, record: object) -> None:
+        pass
+
+    def for_information(self, record: object, precision: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_slowed_gemm_multiplies_more_rows_and_counts_the_nominal_work(precision: str) -> None:
+    pytest.importorskip("torch")
+    nominal, slowed = _Perf(), _Perf()
+    for perf, slowdown in ((nominal, 0.0), (slowed, 0.10)):
+        micro.measure_gemm(perf, _Sizing(), None, precision=precision, shape=(64, 32, 48), device="cpu",
+                           slowdown=slowdown)  # fmt: skip
+    assert tuple(nominal.timed.shape) == (64, 48)  # type: ignore[attr-defined]
+    assert tuple(slowed.timed.shape) == (71, 48)  # type: ignore[attr-defined]  # 64 rows + 10%, rounded up
+    assert slowed.work == nominal.work == 2 * 64 * 32 * 48 / 1e12
+    assert slowed.record.context["injected_slowdown"] == 0.10
+    assert slowed.record.context["worked_shape"] == {"m": 71, "k": 32, "n": 48}
+    assert "worked_shape" not in nominal.record.context and "injected_slowdown" not in nominal.record.context
+
+
 def test_a_shape_scaled_mm_refuses_is_named() -> None:
     with pytest.raises(ValueError, match="K=4100 is not a multiple of 16"):
         micro.check_fp8_shape(64, 4100, 4096)

@@ -148,13 +148,12 @@ def measure_gemm(
     shape: tuple[int, int, int],
     device: str,
     slowdown: float,
-    grow: str = "k",
 ) -> None:
     """Measure "tflops" of one GEMM of ``shape`` (m, k, n) on ``device`` (the current GPU, or the CPU), sized by
     this machine (``gpuperf_sizing``), with its peak, shape and any injected slowdown in its context. A precision
-    the device lacks skips (``gemm_errors_skip``); any other error fails. A slowed GEMM grows ``grow``, "k" (a
-    longer reduction) or "m" (more rows): on this project's AMX CPU a bf16 GEMM of 512 x 564 x 512 took 1.0-1.1x
-    the time of 512^3, where 564 x 512 x 512 took 1.11-1.14x."""
+    the device lacks skips (``gemm_errors_skip``); any other error fails. A slowed GEMM gets more rows (m): of
+    the three dimensions the one whose growth moved the time most nearly in proportion on the CPUs measured
+    (benchmarks/README.md, "An injected slowdown")."""
     import torch
 
     m, k, n = shape
@@ -162,12 +161,9 @@ def measure_gemm(
     sizing.measure(precision, flops_per_call=flops)  # skips what the probe says would run for minutes
     capability = torch.cuda.get_device_capability() if perf.device == "cuda" else None
     skip_on_error = gemm_errors_skip(precision, perf.device, capability, bool(torch.version.hip))
-    if grow not in ("k", "m"):
-        raise ValueError(f"measure_gemm(grow={grow!r}): k or m")
-    worked_m = heavier(m, slowdown) if grow == "m" else m
-    worked_k = heavier(k, slowdown, multiple=16 if precision == "fp8" else 1) if grow == "k" else k
+    worked_m = heavier(m, slowdown)  # fp8 too: torch._scaled_mm constrains K and N only (fp8_operands)
     with matmul_precision(precision):  # a slowed GEMM does more work; its TFLOP/s counts the nominal shape's
-        call = make_gemm(precision, worked_m, worked_k, n, device)
+        call = make_gemm(precision, worked_m, k, n, device)
         started = time.perf_counter()
         try:
             out = call()
@@ -183,6 +179,8 @@ def measure_gemm(
     attach_peak(perf, "tflops", dtype=precision)
     perf.metric("tflops").context["shape"] = {"m": m, "k": k, "n": n}
     note_slowdown(perf, "tflops", slowdown)
+    if worked_m != m:
+        perf.metric("tflops").context["worked_shape"] = {"m": worked_m, "k": k, "n": n}
     sizing.annotate(perf.metric("tflops"))
     sizing.for_information(perf.metric("tflops"), precision)
 

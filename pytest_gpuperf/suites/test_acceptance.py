@@ -194,7 +194,7 @@ def _kind(perf: Any) -> str:
 def test_gemm(perf: Any, target: Target, timer: Any, cpu_threads: None, gpuperf_sizing: Any, precision: str) -> None:
     side = SQUARE[_kind(perf)]
     measure_gemm(perf, gpuperf_sizing, timer, precision=precision, shape=(side, side, side),
-                 device=target.device.torch_device, slowdown=perf.settings.slowdown(SUITE), grow="m")  # fmt: skip
+                 device=target.device.torch_device, slowdown=perf.settings.slowdown(SUITE))  # fmt: skip
     apply_floor(perf, "tflops", f"gemm_{precision}")
     stamp(perf, target)
 
