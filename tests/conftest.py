@@ -37,6 +37,7 @@ TORCH_FREE = frozenset(
         "test_report_inputs.py",
         "test_record_values.py",
         "test_run_command.py",
+        "test_settings_declared_once.py",
         "test_stats.py",
         "test_store.py",
         "test_telemetry.py",

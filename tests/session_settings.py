@@ -22,6 +22,11 @@ def cpu_settings(baselines_dir: Path, **overrides: Any) -> Settings:
         "baseline_runs": 5,
         "confirm": 1,
         "remeasure": 2,
+        # Machine state and sequential sampling stay off here (the options' defaults turn them on): the tests that
+        # build a session by hand judge only the samples they script; those that test either turn it on.
+        "machine_check": "off",
+        "extend": 0,
+        "extend_seconds": 0.0,
     }
     return Settings(**(fields | overrides))
 

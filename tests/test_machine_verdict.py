@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -211,7 +210,7 @@ def scripted_perf(monkeypatch: pytest.MonkeyPatch, verdicts: list[Verdict], **se
     perf = Perf(
         nodeid="m.py::t",
         device="cpu",
-        settings=SimpleNamespace(**(values | settings)),
+        settings=cpu_settings(Path("."), **(values | settings)),
         noise_limit=0.10,
         baseline_curves=lambda name: [],
         baseline_machine=lambda name: [MachineState.from_dict(state())],
@@ -426,7 +425,7 @@ def test_measure_s_own_timer_takes_the_canaries_between_its_calls_and_a_custom_t
     perf = Perf(
         nodeid="m.py::t",
         device="cpu",
-        settings=SimpleNamespace(**settings),
+        settings=cpu_settings(Path("."), **settings),
         noise_limit=10.0,
         baseline_curves=lambda name: [],
     )
@@ -470,7 +469,7 @@ def test_a_session_taking_turns_asks_call_by_call_or_round_by_round_with_a_custo
     perf = Perf(
         nodeid="m.py::t",
         device="cpu",
-        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, machine_check="off", extend=0, save=False),
+        settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0),
         noise_limit=0.10,
         baseline_curves=lambda name: [],
         take_turn=lambda: asked.append(1),

@@ -8,10 +8,12 @@ or step that the baseline files would refuse is refused the same way, so no late
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from session_settings import cpu_settings
 
 from pytest_gpuperf.core.perf import Perf
 from pytest_gpuperf.core.store import read_document
@@ -20,7 +22,13 @@ SAMPLES = [1.0, 1.01, 0.99, 1.0, 1.02]
 
 
 def perf() -> Perf:
-    return Perf(nodeid="m.py::t", device="cpu", settings=None, noise_limit=0.1, baseline_curves=lambda name: [])
+    return Perf(
+        nodeid="m.py::t",
+        device="cpu",
+        settings=cpu_settings(Path(".")),
+        noise_limit=0.1,
+        baseline_curves=lambda name: [],
+    )
 
 
 def run_project(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:

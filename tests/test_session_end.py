@@ -124,9 +124,17 @@ def test_ctrl_c_while_the_results_are_written_after_a_save_keeps_the_baselines(
 def test_a_context_that_is_a_tensor_or_an_array_is_refused_naming_the_call(make: str) -> None:
     np = pytest.importorskip("numpy")
     torch = pytest.importorskip("torch")
+    from session_settings import cpu_settings
+
     from pytest_gpuperf.core.perf import Perf
 
-    perf = Perf(nodeid="m.py::t", device="cpu", settings=None, noise_limit=0.1, baseline_curves=lambda name: [])
+    perf = Perf(
+        nodeid="m.py::t",
+        device="cpu",
+        settings=cpu_settings(Path(".")),
+        noise_limit=0.1,
+        baseline_curves=lambda name: [],
+    )
     context = eval(make, {"torch": torch, "np": np})  # noqa: S307 - the test's own literals
     with pytest.raises(ValueError, match=r"perf\.record\('t'\) in m\.py::t: context is"):
         perf.record("t", [1.0, 1.01, 0.99], unit="s", higher_is_better=False, context=context)

@@ -97,9 +97,13 @@ def test_a_sample_whose_statistics_overflow_fails_its_test(pytester: pytest.Pyte
 
 
 def test_a_non_finite_context_value_fails_its_test() -> None:
+    from session_settings import cpu_settings
+
     from pytest_gpuperf.core.perf import Perf
 
-    perf = Perf(nodeid="m.py::t", device="cpu", settings=None, noise_limit=0.1, baseline_curves=lambda n: [])
+    perf = Perf(
+        nodeid="m.py::t", device="cpu", settings=cpu_settings(Path(".")), noise_limit=0.1, baseline_curves=lambda n: []
+    )
     with pytest.raises(pytest.fail.Exception, match=r"metric 't' context 'peak.mib' is not a finite number"):
         perf.record("t", [1.0, 2.0, 3.0], unit="s", higher_is_better=False, context={"peak": {"mib": float("nan")}})
     assert perf.metrics == []

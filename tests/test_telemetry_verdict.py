@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from session_settings import cpu_settings, this_machine
@@ -142,7 +141,7 @@ class ScriptedReader:
 
 def test_a_throttled_round_is_measured_again_and_the_clean_round_kept() -> None:
     reader = ScriptedReader([0x20, 0x0])
-    settings = SimpleNamespace(warmup=0, repeats=5, remeasure=2)
+    settings = cpu_settings(Path("."), warmup=0, repeats=5, remeasure=2)
     perf = Perf(
         nodeid="m.py::t",
         device="cuda",
@@ -170,7 +169,7 @@ def test_without_a_reader_nothing_is_sampled_or_invented() -> None:
     perf = Perf(
         nodeid="m.py::t",
         device="cpu",
-        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0),
+        settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0),
         noise_limit=0.5,
         baseline_curves=lambda name: [],
     )

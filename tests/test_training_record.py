@@ -4,6 +4,7 @@ run's device name is faked, the arithmetic is the real one)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -147,7 +148,7 @@ def _seed_runs(reached: list[int]) -> list[SeedRun]:
 def test_convergence_metrics_carry_their_rules_evidence(
     reference: list[int], current: list[int], steps_verdict: str, curve_verdict: str
 ) -> None:
-    from types import SimpleNamespace
+    from session_settings import cpu_settings
 
     from pytest_gpuperf.core.perf import Perf
     from pytest_gpuperf.core.store import Curve
@@ -161,7 +162,7 @@ def test_convergence_metrics_carry_their_rules_evidence(
         device="cpu",
         noise_limit=0.5,
         baseline_curves=lambda name: curves,
-        settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=False),
+        settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0),
     )
     budget = Budget(seeds=3, steps=60, batch_size=1, lr=1e-3, timing_warmup=0, curve_warmup=5, window=1)
     target = Target(floor=1.0, margin=0.05, source="test")
@@ -174,7 +175,7 @@ def test_convergence_metrics_carry_their_rules_evidence(
 
 
 def test_a_seed_missing_the_target_is_a_regressed_final_loss_with_or_without_goldens() -> None:
-    from types import SimpleNamespace
+    from session_settings import cpu_settings
 
     from pytest_gpuperf.core.perf import Perf
     from pytest_gpuperf.core.store import Curve
@@ -186,7 +187,7 @@ def test_a_seed_missing_the_target_is_a_regressed_final_loss_with_or_without_gol
     for reference in ([], [20, 21, 22]):
         curves = [Curve(steps=list(range(60)), values=_curve(r), stack={}, date="2026-11-30") for r in reference]
         perf = Perf(nodeid="m.py::t", device="cpu", noise_limit=0.5, baseline_curves=lambda name, c=curves: c,
-                    settings=SimpleNamespace(warmup=0, repeats=5, remeasure=0, save=False))  # fmt: skip
+                    settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0))  # fmt: skip
         runs = _seed_runs([20, 21, 22])
         runs[1].losses[:] = [2.0] * 60  # this seed never gets near the target
         record_convergence(perf, runs, target=target, budget=budget, tier="cpu")

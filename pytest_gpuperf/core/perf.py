@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from os import PathLike
 
     from pytest_gpuperf.core.results import MetricResult
+    from pytest_gpuperf.core.settings import Settings
 
 Timer = Callable[[Callable[[], object], int], list[float]]
 """Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say). A timer
@@ -161,7 +162,7 @@ class Perf:
         *,
         nodeid: str,
         device: str,
-        settings: Any,
+        settings: Settings,
         noise_limit: float,
         baseline_curves: Callable[[str], list[Curve]],
         telemetry: DeviceReader | None = None,
@@ -191,7 +192,7 @@ class Perf:
         self._adapter_named = adapter_named
         """The adapter a name stands for in ``run_command`` (the pytest_gpuperf_adapter hook), or None."""
         self._take_turn()
-        self._machine_check = str(getattr(settings, "machine_check", "off"))
+        self._machine_check = settings.machine_check
         self._extend_spent = 0.0
         """Seconds this test has spent on extension rounds (bounded by --gpuperf-extend-seconds)."""
         self.metrics: list[MetricRecord] = []
@@ -397,9 +398,9 @@ class Perf:
         """Sequential sampling: pool more clean rounds while the verdict would be AMBIGUOUS, within the bounds.
 
         Returns (pooled samples, context, looks, rounds taken in all)."""
-        limit = int(getattr(self.settings, "extend", 0))
-        budget = float(getattr(self.settings, "extend_seconds", 0.0))
-        if self._preview is None or limit <= 0 or getattr(self.settings, "save", False):
+        limit = self.settings.extend
+        budget = self.settings.extend_seconds
+        if self._preview is None or limit <= 0 or self.settings.save:
             return samples, context, 1, rounds
         looks = 1
         stopped = ""

@@ -484,62 +484,71 @@ DEVICE_DEFAULTS: dict[str, dict[str, float]] = {
 }
 
 
+def option_default(name: str) -> Any:
+    """The default of the option ``name`` (as in OPTIONS: 'machine-check'), the one place it is declared."""
+    for spec in OPTIONS:
+        if spec.name == name:
+            return spec.default
+    raise KeyError(f"no option {name!r} in OPTIONS")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    """The resolved `gpuperf` settings of one pytest session."""
+    """The resolved `gpuperf` settings of one pytest session.
+
+    Each field's default is its option's (``option_default``), so a settings object built by hand gets what a user who
+    sets nothing gets; tests/test_settings_declared_once.py checks they stay the same."""
 
     baselines_dir: Path
     """Where baseline JSON files live."""
-    save: bool
+    save: bool = option_default("save")
     """Store this run's measurements as baselines."""
-    accept: bool = False
+    accept: bool = option_default("accept")
     """Store REGRESSED measurements too (--gpuperf-accept); without it a save never absorbs a regression."""
-    results_path: Path | None
+    results_path: Path | None = option_default("results")
     """Where the run's JSON document goes, if anywhere."""
-    device_request: str
+    device_request: str = option_default("device")
     """auto, cpu or cuda as asked; the device used is resolved lazily (it needs torch)."""
-    threshold: float | None
+    threshold: float | None = option_default("threshold")
     """Smallest change that matters (fraction); None: the device's default."""
-    noise_limit: float | None
+    noise_limit: float | None = option_default("noise-limit")
     """NOISY above this spread (fraction); None: the device's default."""
-    run_noise: float | None
+    run_noise: float | None = option_default("run-noise")
     """Prior between-run sd (fraction); None: the device's default."""
-    sitting_noise: float | None = None
+    sitting_noise: float | None = option_default("sitting-noise")
     """Prior sd of the shift between sittings (fraction); None: the device's default."""
-    machine_noise: float = 0.0
+    machine_noise: float = option_default("machine-noise")
     """Sd between machines of one hardware key (fraction); 0: not measured (another machine's baseline cannot fail
     a timing). With a spread file, its pooled figure."""
     machine_spread: MachineSpread | None = None
     """The fleet's spread file given as --gpuperf-machine-noise: a figure per test and metric (``noise_for``)."""
-    job_alpha: float = JOB_ALPHA
+    job_alpha: float = option_default("job-alpha")
     """The job's family-wise false-failure level (fraction)."""
-    repeats: int
-    warmup: int
-    strict: bool
-    baseline_runs: int
-    confirm: int
+    repeats: int = option_default("repeats")
+    warmup: int = option_default("warmup")
+    strict: bool = option_default("strict")
+    baseline_runs: int = option_default("baseline-runs")
+    confirm: int = option_default("confirm")
     """Repeated attempts before REGRESSED fails a test (each must regress too)."""
-    remeasure: int
-    timeout: float | None = None
+    remeasure: int = option_default("remeasure")
+    timeout: float | None = option_default("timeout")
     """Time budget of each gpuperf test in seconds (0: none); None: the tier's default (core/budget.py)."""
-    machine_check: str = "off"
-    """on: record the machine's state with each measurement and judge by it; record: record only; off: neither
-    (a settings object built by hand; the option's default is on)."""
-    extend: int = 0
-    """Extra rounds an AMBIGUOUS measurement may take (sequential sampling); 0 (a settings object built by hand)
-    never extends, the option's default is 2."""
-    extend_seconds: float = 0.0
+    machine_check: str = option_default("machine-check")
+    """on: record the machine's state with each measurement and judge by it; record: record only; off: neither."""
+    extend: int = option_default("extend")
+    """Extra rounds an AMBIGUOUS measurement may take (sequential sampling); 0 never extends."""
+    extend_seconds: float = option_default("extend-seconds")
     """Time a test may spend on those rounds."""
-    measure_only: bool = False
+    measure_only: bool = option_default("measure-only")
     """Measure only (a `gpuperf ab` session): verdicts are recorded but fail nothing, nothing is saved."""
-    widen_cpus: frozenset[int] | None = None
+    widen_cpus: frozenset[int] | None = option_default("widen-cpus")
     """The CPUs a session pinned by `gpuperf ab` widens to when its tests start their own ranks or servers."""
-    inject_slowdown: dict[str, float] | None = None
+    inject_slowdown: dict[str, float] | None = option_default("inject-slowdown")
     """Suite marker -> fraction of extra work its workloads do while reporting their nominal work (a proof that the
     gate catches a slowdown); None: none."""
-    burnin_minutes: float | None = None
+    burnin_minutes: float | None = option_default("burnin-minutes")
     """Minutes of sustained load per device in the burn-in tier; None: the tier is off (its tests skip)."""
-    take_turns: str | None = None
+    take_turns: str | None = option_default("take-turns")
     """The turn channel's path prefix (core/turns.py) in a `gpuperf ab --take-turns` session; None: no turns."""
 
     @property
