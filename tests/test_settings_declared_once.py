@@ -7,8 +7,9 @@ gets the defaults a user gets; these tests fail where the two drift apart or a s
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
-from pytest_gpuperf.core.settings import OPTIONS, Settings
+from pytest_gpuperf.core.settings import DEVICE_DEFAULTS, OPTIONS, Settings
 
 FIELD_OF = {"baselines": "baselines_dir", "results": "results_path", "device": "device_request"}
 """Options whose Settings field has another name: build_settings makes the resolved path or request of them."""
@@ -46,3 +47,14 @@ def test_a_settings_field_defaults_to_its_options_default() -> None:
             f"Settings.{field.name} defaults to {field.default!r}, but {spec.cli} to {spec.default!r}: "
             "a settings object built by hand would not get what a user gets"
         )
+
+
+def test_the_results_document_records_each_setting_its_readers_read() -> None:
+    block = Settings(baselines_dir=Path("baselines")).as_results("cpu")
+    assert set(block) == {
+        "threshold", "noise_limit", "run_noise", "sitting_noise", "machine_noise", "machine_spread", "job_alpha",
+        "repeats", "warmup", "strict", "saved", "measure_only", "machine_check", "extend", "extend_seconds",
+    }  # fmt: skip
+    assert block["threshold"] == DEVICE_DEFAULTS["cpu"]["threshold"] and block["machine_check"] == "on"
+    assert block["saved"] is False and block["machine_spread"] is None
+    assert Settings(baselines_dir=Path("baselines")).as_results("cuda")["noise_limit"] == 0.05

@@ -571,6 +571,14 @@ class Settings:
             return value
         return DEVICE_DEFAULTS["cuda" if device == "cuda" else "cpu"][name]
 
+    def as_results(self, device: str) -> dict[str, Any]:
+        """The settings a results document records (its "settings" block, which `gpuperf compare`, `report` and
+        `ab` read): the device-dependent ones as ``device`` resolved them."""
+        recorded = {name: getattr(self, name) for name in RECORDED_AS_SET}
+        resolved = {name: self.for_device(device, name) for name in DEVICE_DEFAULTS["cpu"]}
+        spread = self.machine_spread.source if self.machine_spread else None
+        return {**recorded, **resolved, "machine_spread": spread, "saved": self.save}
+
 
 def build_settings(config: pytest.Config) -> Settings:
     values: dict[str, Any] = {spec.name.replace("-", "_"): resolve(config, spec)[0] for spec in OPTIONS}
@@ -588,6 +596,20 @@ def build_settings(config: pytest.Config) -> Settings:
         device_request=values.pop("device"),
         **values,
     )
+
+
+RECORDED_AS_SET = (
+    "machine_noise",
+    "job_alpha",
+    "repeats",
+    "warmup",
+    "strict",
+    "measure_only",
+    "machine_check",
+    "extend",
+    "extend_seconds",
+)
+"""Settings a results document records as they are (Settings.as_results adds the device-dependent ones)."""
 
 
 settings_key = pytest.StashKey[Settings]()
