@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from pytest_gpuperf.core import children, schema
+from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
 from pytest_gpuperf.core.paired import PairedJudgement, PairedRules, judge, log_ratio
 from pytest_gpuperf.core.results import parse_document
 from pytest_gpuperf.core.schema import SchemaError
@@ -823,7 +824,7 @@ def _rules_from(plan: AbPlan, pair: PairRecord) -> PairedRules:
         settings = (pair.side("A").document or {}).get("settings") or {}
         stored = settings.get("threshold")
         usable = isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1
-        threshold = float(stored) if usable and stored is not None else 0.02
+        threshold = float(stored) if usable and stored is not None else DEVICE_DEFAULTS["cpu"]["threshold"]
     figure = plan.session_figure
     both = set(_session_metrics(pair.side("A").document or {}, figure))
     both &= set(_session_metrics(pair.side("B").document or {}, figure))

@@ -18,7 +18,7 @@ import numpy as np
 from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core import rollup
-from pytest_gpuperf.core.settings import DEVICE_DEFAULTS, JOB_ALPHA
+from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
 from pytest_gpuperf.core.sittings import group_sittings
 from pytest_gpuperf.core.stats import Rules, Verdict, summarize, with_siblings
 from pytest_gpuperf.core.verdict import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, judge_on_machine

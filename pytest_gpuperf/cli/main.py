@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
+
 
 def cmd_env(args: argparse.Namespace) -> int:
     from pytest_gpuperf.core.session import resolve_device
@@ -33,6 +35,11 @@ def cmd_env(args: argparse.Namespace) -> int:
     for name, value in fingerprint.stack.items():
         print(f"  {name}: {value}")
     return 0
+
+
+def _default_pct(name: str, device: str = "cpu") -> str:
+    """A plugin default as help text quotes it: 'threshold' -> '2%%' (argparse's escape of %)."""
+    return f"{DEVICE_DEFAULTS[device][name] * 100:g}%%"
 
 
 def percentage(text: str) -> float:
@@ -205,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=percentage,
         default=None,
         metavar="PCT",
-        help="smallest change reported (default: the runs' threshold setting, else 2%%)",
+        help=f"smallest change reported (default: the runs' threshold setting, else {_default_pct('threshold')})",
     )
     history.add_argument(
         "--max-pvalue", type=float, default=0.001, metavar="P", help="significance of a split (default 0.001)"
@@ -408,7 +415,8 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
         type=percentage,
         default=None,
         metavar="PCT",
-        help="smallest change that matters (default: the sessions' setting, 2%% on CPU, 1%% on GPU)",
+        help="smallest change that matters (default: the sessions' setting, "
+        f"{_default_pct('threshold')} on CPU, {_default_pct('threshold', 'cuda')} on GPU)",
     )
     ab.add_argument("--min-pairs", type=_count(1), default=4, metavar="N", help="first look (default 4)")
     ab.add_argument(
@@ -515,21 +523,23 @@ def _add_rules(parser: argparse.ArgumentParser) -> None:
         type=percentage,
         default=None,
         metavar="PCT",
-        help="smallest change that matters (default: BASE's setting, else 2%%)",
+        help=f"smallest change that matters (default: BASE's setting, else {_default_pct('threshold')})",
     )
     parser.add_argument(
         "--noise-limit",
         type=percentage,
         default=None,
         metavar="PCT",
-        help="NOISY above this spread, log Q3/Q1 of the samples (default: BASE's setting, else 10%%)",
+        help="NOISY above this spread, log Q3/Q1 of the samples (default: BASE's setting, else "
+        f"{_default_pct('noise_limit')})",
     )
     parser.add_argument(
         "--run-noise",
         type=percentage,
         default=None,
         metavar="PCT",
-        help="prior between-run sd (default: BASE's setting, else 1.5%%, the plugin's CPU default)",
+        help="prior between-run sd (default: BASE's setting, else "
+        f"{_default_pct('run_noise')}, the plugin's CPU default)",
     )
     parser.add_argument(
         "--sitting-noise",
@@ -537,7 +547,7 @@ def _add_rules(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PCT",
         help="prior sd of the machine's shift between sittings, added where NEW was measured an hour or more "
-        "from BASE's runs (default: BASE's setting, else 8%%, the plugin's CPU default)",
+        f"from BASE's runs (default: BASE's setting, else {_default_pct('sitting_noise')}, the plugin's CPU default)",
     )
 
 
