@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.core import rollup
+from pytest_gpuperf.core import report, rollup
 from pytest_gpuperf.core.stats import NOT_AMONG, Rules, Verdict, compare, smallest_decided_change
 from pytest_gpuperf.core.verdict import ACROSS_UNMEASURED, runs_of_this_machine
 from pytest_gpuperf.machine.identity import named_identity, read_identity
@@ -181,6 +181,8 @@ def test_saving_says_once_which_metrics_vary_more_than_the_threshold_resolves(
         ["*1 saved metric(s) vary between runs on this machine more than the 2.0% threshold can resolve*",
          "*test_node.py::test_step step: beyond *%"]
     )  # fmt: skip
+    huge = report.unresolved_lines([("t.py::a", "busbw", 9210.06), ("t.py::b", "busbw", 1.5)], 0.02, width=200)
+    assert huge[-2:] == ["  t.py::a busbw: beyond 9,211x", "  t.py::b busbw: beyond 2.5x"]
     steady = [[1.0 + 0.001 * i + 0.0001 * run for i in range(15)] for run in range(3)]
     assert smallest_decided_change(steady, Rules(delta=0.02, run_noise=0.001)) < 0.02
     assert smallest_decided_change(steady[:1], Rules(delta=0.02)) is None

@@ -201,5 +201,11 @@ def unresolved_lines(unresolved: list[tuple[str, str, float]], threshold: float,
         "compares two stacks paired, in one sitting"
     )
     lines = textwrap.wrap(head, width, subsequent_indent="  ")
-    lines += [rollup.shorten(f"  {test} {metric}: beyond {size:.1%}", width) for test, metric, size in worst[:5]]
+    lines += [rollup.shorten(f"  {test} {metric}: beyond {_change(size)}", width) for test, metric, size in worst[:5]]
     return lines
+
+
+def _change(size: float) -> str:
+    """A decidable change as a percentage, or as a factor once it doubles the figure (a collective's runs two
+    orders of magnitude apart read "beyond 921006.0%")."""
+    return f"{size:.1%}" if size < 1 else f"{1 + size:,.3g}x" if size < 999 else f"{1 + size:,.0f}x"
