@@ -11,7 +11,8 @@ through a plugin module put on PYTHONPATH), so a baseline recorded here is judge
     python benchmarks/main_job.py --runs 3 --inject micro=10 --out benchmarks/data/main-job-micro10.jsonl
 
 Each run appends one JSON line (exit status, minutes, verdict counts, the REGRESSED metrics, the family size, the
-comparison each judged metric made, the load average before and after) and prints a line; the end prints the
+comparison each judged metric made, why the undecided ones were not decided, each injected metric's verdict and
+ratio, the load average before and after) and prints a line; the end prints the
 totals. A failed job with nothing injected is the defect this measures.
 """
 
@@ -31,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from pytest_gpuperf.core.rollup import DECIDED, undecided_because  # noqa: E402
+
 MACHINE_PLUGIN = """
 def pytest_gpuperf_machine(config):
     return {name!r}
@@ -123,8 +127,28 @@ def read_results(path: Path) -> dict[str, Any]:
     suites = collections.defaultdict(collections.Counter)
     for result in document["results"]:
         suites[result["test"].split("::", 1)[0].rsplit("/", 1)[-1]][result["verdict"]] += 1
+    because = collections.Counter(
+        undecided_because(result["verdict"], result["comparison"].get("reason", ""), result["context"])
+        or result["verdict"]
+        for result in document["results"]
+        if result["verdict"] not in DECIDED
+    )
+    injected = [
+        {
+            "test": result["test"].rsplit("/", 1)[-1],
+            "metric": result["metric"],
+            "verdict": result["verdict"],
+            "ratio": result["comparison"].get("ratio"),
+            "ci": [result["comparison"].get("ci_low"), result["comparison"].get("ci_high")],
+            "reason": result["comparison"].get("reason", "")[:200],
+        }
+        for result in document["results"]
+        if result["context"].get("injected_slowdown")
+    ]
     return {
         "verdicts": dict(verdicts),
+        "undecided_because": dict(because),
+        "injected": injected,
         "regressed": regressed,
         "family_size": document["settings"].get("family_size"),
         "comparisons": dict(comparisons),
