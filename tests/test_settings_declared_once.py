@@ -7,9 +7,19 @@ gets the defaults a user gets; these tests fail where the two drift apart or a s
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
-from pytest_gpuperf.core.settings import DEVICE_DEFAULTS, OPTIONS, Settings
+import pytest
+
+from pytest_gpuperf.core.settings import (
+    DEVICE_DEFAULTS,
+    ENVIRONMENT_ONLY,
+    OPTIONS,
+    SettingError,
+    Settings,
+    environment_setting,
+)
 
 FIELD_OF = {"baselines": "baselines_dir", "results": "results_path", "device": "device_request"}
 """Options whose Settings field has another name: build_settings makes the resolved path or request of them."""
@@ -58,3 +68,37 @@ def test_the_results_document_records_each_setting_its_readers_read() -> None:
     assert block["threshold"] == DEVICE_DEFAULTS["cpu"]["threshold"] and block["machine_check"] == "on"
     assert block["saved"] is False and block["machine_spread"] is None
     assert Settings(baselines_dir=Path("baselines")).as_results("cuda")["noise_limit"] == 0.05
+
+
+def test_each_environment_variable_the_package_reads_is_declared() -> None:
+    package = Path(__file__).resolve().parent.parent / "pytest_gpuperf"
+    read = {
+        match.group(1)
+        for path in package.rglob("*.py")
+        for match in re.finditer(r"""os\.(?:environ\.get\(|getenv\(|environ\[)\s*["'](GPUPERF_[A-Z0-9_]+)""",
+                                 path.read_text())
+    }  # fmt: skip
+    declared = {spec.env for spec in (*OPTIONS, *ENVIRONMENT_ONLY)}
+    assert read - declared == set(), "read from the environment but declared in neither OPTIONS nor ENVIRONMENT_ONLY"
+
+
+def test_environment_only_settings_are_declared_once_and_documented() -> None:
+    names = [spec.env for spec in (*OPTIONS, *ENVIRONMENT_ONLY)]
+    assert len(names) == len(set(names)), "an environment variable declared twice"
+    text = (Path(__file__).resolve().parent.parent / "docs" / "settings.md").read_text()
+    missing = [spec.env for spec in ENVIRONMENT_ONLY if f"`{spec.env}" not in text]
+    assert not missing, f"docs/settings.md does not list {missing}"
+
+
+def test_an_environment_only_setting_is_parsed_and_a_bad_value_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GPUPERF_PG_TIMEOUT", raising=False)
+    assert environment_setting("pg-timeout") == 60.0
+    monkeypatch.setenv("GPUPERF_PG_TIMEOUT", "30")
+    assert environment_setting("pg-timeout") == 30.0
+    monkeypatch.setenv("GPUPERF_PG_TIMEOUT", "soon")
+    with pytest.raises(SettingError, match=r"GPUPERF_PG_TIMEOUT='soon': expected"):
+        environment_setting("pg-timeout")
+    monkeypatch.setenv("GPUPERF_ALLOW_COMPILE", "1")
+    assert environment_setting("allow-compile") is True

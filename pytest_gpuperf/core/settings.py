@@ -468,6 +468,56 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
     ),
 )
 
+ENVIRONMENT_ONLY: tuple[OptionSpec[Any], ...] = (
+    OptionSpec(
+        name="pg-timeout",
+        help="process-group timeout of the ranks `launch()` starts, in seconds (gloo's own default is 30 minutes)",
+        parse=parse_positive_seconds,
+        default=60.0,
+        metavar="S",
+    ),
+    OptionSpec(
+        name="max-ranks",
+        help="most ranks one `launch()` may spawn on this machine (default: 4 per CPU this process may use, at "
+        "least 8)",
+        parse=parse_count(1),
+        default=None,
+        metavar="N",
+    ),
+    OptionSpec(
+        name="allow-compile",
+        help="run the distributed strategies that compile DeepSpeed's cpu_adam extension (~40 s on 2 cores) on CPU "
+        "too (default: only in the GPU tier)",
+        parse=parse_bool,
+        default=False,
+    ),
+    OptionSpec(
+        name="maxtext-python",
+        help="a Python >= 3.12 that has MaxText, for the frameworks suite's MaxText test (default: this one)",
+        parse=parse_text,
+        default=None,
+        metavar="PYTHON",
+    ),
+)
+"""Settings read from the environment only (``GPUPERF_*``), also outside a pytest session (``launch()`` in a
+script): no command-line option or ini key. ``environment_setting`` reads one."""
+
+
+def environment_setting(name: str) -> Any:
+    """The value of the environment-only setting ``name``: its variable parsed, else its default.
+
+    SettingError quotes the variable and its value: "GPUPERF_MAX_RANKS='0': expected a whole number >= 1"."""
+    spec = next((spec for spec in ENVIRONMENT_ONLY if spec.name == name), None)
+    if spec is None:
+        raise KeyError(f"no setting {name!r} in ENVIRONMENT_ONLY")
+    raw = os.environ.get(spec.env)
+    if raw is None or not raw.strip():
+        return spec.default
+    try:
+        return spec.parse(raw)
+    except SettingError as error:
+        raise SettingError(f"{spec.env}={raw!r}: {error}") from None
+
 
 def option_default(name: str) -> Any:
     """The default of the option ``name`` (as in OPTIONS: 'machine-check'), the one place it is declared."""

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
+from pytest_gpuperf.core.settings import SettingError, environment_setting
 from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed.environment import rank_variables
 from pytest_gpuperf.distributed.errors import FailureKind, LaunchError, RankFailed, RankFailure, describe_exitcode
@@ -85,27 +86,21 @@ class PoolKey:
 
 def default_pg_timeout_s() -> float:
     """Process-group timeout: GPUPERF_PG_TIMEOUT seconds, or 60 (gloo's own default is 30 minutes)."""
-    raw = os.environ.get("GPUPERF_PG_TIMEOUT", "60")
     try:
-        value = float(raw)
-    except ValueError:
-        raise LaunchError(f"GPUPERF_PG_TIMEOUT={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise LaunchError(f"GPUPERF_PG_TIMEOUT={raw!r} must be positive")
+        value: float = environment_setting("pg-timeout")
+    except SettingError as error:
+        raise LaunchError(str(error)) from None
     return value
 
 
 def max_local_ranks() -> int:
     """Most ranks one ``launch()`` may spawn on this machine: GPUPERF_MAX_RANKS, else ``RANKS_PER_CORE`` per core
     this process may run on (at least ``MIN_RANK_LIMIT``). Checked before anything is spawned."""
-    raw = os.environ.get("GPUPERF_MAX_RANKS")
-    if raw is not None and raw.strip():
-        try:
-            value = int(raw)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise LaunchError(f"GPUPERF_MAX_RANKS={raw!r} is not a positive whole number of ranks")
+    try:
+        value: int | None = environment_setting("max-ranks")
+    except SettingError as error:
+        raise LaunchError(str(error)) from None
+    if value is not None:
         return value
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(MIN_RANK_LIMIT, RANKS_PER_CORE * cores)

@@ -9,11 +9,11 @@ GPU tier (``-m "perf and gpu_tier"``): nccl over the meshes of ``--gpuperf-mesh`
 from __future__ import annotations
 
 import functools
-import os
 import statistics
 
 import pytest
 
+from pytest_gpuperf.core.settings import SettingError, environment_setting
 from pytest_gpuperf.distributed.collectives import OPS, algbw_gbps, bus_factor, size_label, time_collective
 from pytest_gpuperf.distributed.mesh import MeshError
 from pytest_gpuperf.distributed.strategies import get_strategy
@@ -55,12 +55,19 @@ def _single_rank(job: TrainJob, threads: int, device: str) -> CombinedRun:
     return train_single(job, threads=threads, device=device)
 
 
+def _allow_compile() -> bool:
+    try:
+        return bool(environment_setting("allow-compile"))
+    except SettingError as error:
+        pytest.fail(str(error))
+
+
 def _run_strategy(strategy_name: str, device_mesh, perf, job: TrainJob) -> None:
     strategy = get_strategy(strategy_name)
     missing = strategy.missing()
     if missing:
         pytest.skip(missing)
-    if strategy.compiles and perf.device == "cpu" and os.environ.get("GPUPERF_ALLOW_COMPILE") != "1":
+    if strategy.compiles and perf.device == "cpu" and not _allow_compile():
         pytest.skip(
             f"{strategy.name} compiles DeepSpeed's cpu_adam extension (~40 s on 2 cores); runs in the "
             "GPU tier, or on CPU with GPUPERF_ALLOW_COMPILE=1"

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gpuperf.core.settings import environment_setting
 from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program, vllm_command
 
 pytestmark = pytest.mark.frameworks
@@ -163,7 +164,7 @@ def test_torchtitan_debug_model(perf: Any) -> None:
 
 
 def test_maxtext_synthetic_tiny(perf: Any, tmp_path: Path) -> None:
-    python = os.environ.get("GPUPERF_MAXTEXT_PYTHON") or sys.executable
+    python = environment_setting("maxtext-python") or sys.executable
     if python == sys.executable and sys.version_info < (3, 12):
         pytest.skip(
             f"MaxText needs Python >= 3.12 (this is {sys.version_info.major}.{sys.version_info.minor}): name one that "
