@@ -39,6 +39,17 @@ def test_no_setting_is_declared_twice() -> None:
         assert not twice, f"declared more than once in OPTIONS ({attribute}): {twice}"
 
 
+def test_no_setting_is_declared_twice_across_the_plugins_tables() -> None:
+    from pytest_gpuperf.core.sizing import OPTIONS as SIZING
+    from pytest_gpuperf.distributed.plugin import OPTIONS as DISTRIBUTED
+    from pytest_gpuperf.inference.plugin import OPTIONS as INFERENCE
+    from pytest_gpuperf.training.plugin import OPTIONS as TRAINING
+
+    envs = [spec.env for spec in (*OPTIONS, *ENVIRONMENT_ONLY, *SIZING, *DISTRIBUTED, *INFERENCE, *TRAINING)]
+    twice = sorted({env for env in envs if envs.count(env) > 1})
+    assert not twice, f"declared in more than one table: {twice}"
+
+
 def test_each_option_is_a_settings_field_and_each_field_an_option() -> None:
     fields = {field.name for field in dataclasses.fields(Settings)}
     options = {field_name(spec.name) for spec in OPTIONS}

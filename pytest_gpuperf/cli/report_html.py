@@ -24,6 +24,7 @@ from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, c
 from pytest_gpuperf.cli.output import emit, printable
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
 from pytest_gpuperf.core import rollup, schema
+from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
 from pytest_gpuperf.core.schema import SchemaError
 from pytest_gpuperf.core.stats import summarize
 
@@ -460,7 +461,7 @@ def ab_section(document: dict[str, Any], source: str) -> str:
 
     command = document.get("command") or {}
     rules = document.get("rules") or {}
-    threshold = float(rules.get("threshold") or 0.02)
+    threshold = float(rules.get("threshold") or DEVICE_DEFAULTS["cpu"]["threshold"])
     header = ["test", "metric", "A median", "B median", "ratio", "interval", "pairs", "verdict", "components"]
     cells: list[list[str]] = []
     plots: list[str] = []
