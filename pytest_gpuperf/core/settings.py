@@ -498,18 +498,48 @@ ENVIRONMENT_ONLY: tuple[OptionSpec[Any], ...] = (
         default=None,
         metavar="PYTHON",
     ),
+    OptionSpec(
+        name="vllm",
+        help="the vllm program of the frameworks suite's vllm bench serve test (default: beside this Python, in "
+        ".venv-vllm, or on PATH)",
+        parse=parse_text,
+        default=None,
+        metavar="PROGRAM",
+    ),
+    OptionSpec(
+        name="megatron-lm",
+        help="a Megatron-LM checkout holding pretrain_gpt.py, for the frameworks suite's Megatron test (default: "
+        "none, the test skips)",
+        parse=parse_text,
+        default=None,
+        metavar="DIR",
+    ),
+    OptionSpec(
+        name="torchtitan",
+        help="a TorchTitan checkout holding its debug model config, for the frameworks suite's TorchTitan test "
+        "(default: none, the test skips)",
+        parse=parse_text,
+        default=None,
+        metavar="DIR",
+    ),
 )
 """Settings read from the environment only (``GPUPERF_*``), also outside a pytest session (``launch()`` in a
 script): no command-line option or ini key. ``environment_setting`` reads one."""
+
+
+def environment_spec(name: str) -> OptionSpec[Any]:
+    """The declaration of the environment-only setting ``name`` ('max-ranks')."""
+    spec = next((spec for spec in ENVIRONMENT_ONLY if spec.name == name), None)
+    if spec is None:
+        raise KeyError(f"no setting {name!r} in ENVIRONMENT_ONLY")
+    return spec
 
 
 def environment_setting(name: str) -> Any:
     """The value of the environment-only setting ``name``: its variable parsed, else its default.
 
     SettingError quotes the variable and its value: "GPUPERF_MAX_RANKS='0': expected a whole number >= 1"."""
-    spec = next((spec for spec in ENVIRONMENT_ONLY if spec.name == name), None)
-    if spec is None:
-        raise KeyError(f"no setting {name!r} in ENVIRONMENT_ONLY")
+    spec = environment_spec(name)
     raw = os.environ.get(spec.env)
     if raw is None or not raw.strip():
         return spec.default

@@ -7,18 +7,21 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
-import os
 import shutil
 import sys
 import threading
 import time
 from pathlib import Path
 
+from pytest_gpuperf.core.settings import environment_setting
 
-def find_program(name: str, env: str) -> str | None:
-    """``name`` beside this Python, in the environment variable ``env``, in .venv-vllm, or on PATH."""
-    if os.environ.get(env):
-        return os.environ[env]
+
+def find_program(name: str, setting: str) -> str | None:
+    """``name`` as the environment-only setting ``setting`` names it (core/settings.py), else beside this Python,
+    in .venv-vllm, or on PATH."""
+    given: str | None = environment_setting(setting)
+    if given:
+        return given
     beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.settings import environment_setting
+from pytest_gpuperf.core.settings import environment_setting, environment_spec
 from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program, vllm_command
 
 pytestmark = pytest.mark.frameworks
@@ -43,8 +43,9 @@ def _cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _checkout(env: str, marker: str, why: str) -> Path:
-    folder = os.environ.get(env)
+def _checkout(setting: str, marker: str, why: str) -> Path:
+    env = environment_spec(setting).env
+    folder: str | None = environment_setting(setting)
     if not folder:
         pytest.skip(f"{env} is not set: name a checkout holding {marker} ({why})")
     if not (Path(folder) / marker).exists():
@@ -75,7 +76,7 @@ def _serve(kind: str, tmp_path_factory: pytest.TempPathFactory, device: str) -> 
 
 
 def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    vllm = find_program("vllm", "GPUPERF_VLLM")
+    vllm = find_program("vllm", "vllm")
     if vllm is None:
         pytest.skip("vllm bench serve is not installed: scripts/vllm_cpu_venv.sh makes .venv-vllm (CPU)")
     for module in ("transformers", "fastapi", "uvicorn"):
@@ -127,7 +128,7 @@ def test_sglang_bench_serving(perf: Any, tmp_path_factory: pytest.TempPathFactor
 def test_megatron_pretrain_gpt_mock_data(perf: Any) -> None:
     if not _cuda():
         pytest.skip("Megatron-Core has no CPU path (its training loop puts tensors on device='cuda'): needs a GPU")
-    checkout = _checkout("GPUPERF_MEGATRON_LM", "pretrain_gpt.py", "pretrain_gpt.py is not in the megatron-core wheel")
+    checkout = _checkout("megatron-lm", "pretrain_gpt.py", "pretrain_gpt.py is not in the megatron-core wheel")
     if importlib.util.find_spec("megatron") is None and not (checkout / "megatron" / "core").exists():
         pytest.skip("megatron-core is not installed and the checkout has no megatron/core")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
@@ -152,7 +153,7 @@ def test_torchtitan_debug_model(perf: Any) -> None:
     if importlib.util.find_spec("torchtitan") is None:
         pytest.skip("torchtitan is not installed (pip install torchtitan)")
     config = "torchtitan/models/llama3/train_configs/debug_model.toml"
-    checkout = _checkout("GPUPERF_TORCHTITAN", config, "its debug config and test tokenizer are not in the wheel")
+    checkout = _checkout("torchtitan", config, "its debug config and test tokenizer are not in the wheel")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
     perf.run_command(
         [torchrun, "--nproc_per_node", "1", "-m", "torchtitan.train", "--job.config_file", config,
