@@ -129,6 +129,30 @@ def test_an_outlier_few_units_cannot_tell_from_their_tail_is_reported_not_listed
     assert "WIDE cpu-test-fleet test_gemm[bf16] tflops: the fleet's spread (" in out and "--tolerance " in out
 
 
+def test_a_prior_spread_keeps_few_units_from_listing_one_a_process_apart() -> None:
+    # Three units that agree within 1% (their MAD comes out tiny) and a fourth 13% lower: what four CPU "nodes",
+    # processes of one quiet VM, gave with nothing changed (benchmarks/README.md). Against the three's own spread it
+    # is listed; with the CPU's prior it is the tail of a wide kind, reported and not failing.
+    units = fleet_of([1.26, 1.25, 1.255, 1.10], jitter=0.05)
+    level = RULES.alpha / 4
+    assert place(units, higher_is_better=True, rules=RULES, level=level).placements[-1].standing is Standing.LISTED
+    cpu = FleetRules(spread_prior=0.08)
+    assert [p.standing for p in place(units, higher_is_better=True, rules=cpu, level=level).placements] == [
+        Standing.OK
+    ] * 3 + [Standing.TAIL]
+    # a node at half the others' speed is listed whatever the prior; sixty-four units outweigh it
+    assert standings_with(cpu, fleet_of([1.0, 1.0, 1.0, 0.5])) == [Standing.OK] * 3 + [Standing.LISTED]
+    rng = np.random.default_rng(7)
+    many = fleet_of(list(np.exp(rng.normal(0.0, 0.01, 63))) + [0.9], seed=3)
+    assert standings_with(cpu, many, level=0.01 / 64)[-1] is Standing.LISTED
+    with pytest.raises(ValueError, match="spread_prior must be a fraction"):
+        FleetRules(spread_prior=1.5)
+
+
+def standings_with(rules: FleetRules, units: list[list[float]], *, level: float = 0.01 / 4) -> list[Standing]:
+    return [p.standing for p in place(units, higher_is_better=True, rules=rules, level=level).placements]
+
+
 def test_fewer_than_three_units_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 3 units"):
         place([[1.0], [2.0]], higher_is_better=True, rules=RULES, level=0.01)
@@ -157,7 +181,13 @@ Metrics = dict[tuple[str, str], Any]
 
 
 def document(
-    host: str | None, metrics: Metrics, *, slug: str = SLUG, machine: str | None = None, unit: str = "TFLOP/s"
+    host: str | None,
+    metrics: Metrics,
+    *,
+    slug: str = SLUG,
+    machine: str | None = None,
+    unit: str = "TFLOP/s",
+    timed_on: str | None = None,
 ) -> dict[str, Any]:
     results = []
     for (test, metric), samples in sorted(metrics.items()):
@@ -177,7 +207,8 @@ def document(
     fingerprint: dict[str, Any] = {"hardware_key": {"cpu": slug}, "hardware_slug": slug, "stack": {}}
     if host is not None or machine is not None:
         fingerprint["machine"] = {"id": named_identity(machine or host or "").id, "host": host or "", "parts": ["name"]}
-    return {"schema": 1, "created": "2026-12-06T00:00:00+00:00", "fingerprint": fingerprint, "results": results}
+    made = {"schema": 1, "created": "2026-12-06T00:00:00+00:00", "fingerprint": fingerprint, "results": results}
+    return made | ({"settings": {"device": timed_on}} if timed_on else {})
 
 
 def write_nodes(folder: Path, medians: Sequence[float], *, n: int = 20, **kwargs: Any) -> Path:
@@ -219,6 +250,23 @@ def test_equal_nodes_exit_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "0 of 4 nodes listed; exit 0" in out and "LISTED" not in out
 
 
+def test_a_cpu_fleet_is_placed_with_the_cpu_prior_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cpu = write_nodes(tmp_path / "cpu", [1.0, 1.0, 1.0, 0.88], timed_on="cpu")
+    code, out, _ = gpuperf([str(cpu)], capsys)
+    assert code == 0 and "LISTED" not in out, out
+    assert f"prior: {SLUG}'s units placed against their MAD pooled with a 8.0% prior spread" in out
+    code, out, _ = gpuperf([str(cpu), "--spread-prior", "0"], capsys)  # the fleet's own spread alone
+    assert code == 1 and "LISTED node-4" in out and "prior:" not in out
+    code, out, _ = gpuperf([str(write_nodes(tmp_path / "slow", [1.0, 1.0, 1.0, 0.5], timed_on="cpu"))], capsys)
+    assert code == 1 and "LISTED node-4" in out
+    code, out, _ = gpuperf([str(write_nodes(tmp_path / "gpu", [1.0, 1.0, 1.0, 0.88], timed_on="cuda"))], capsys)
+    assert code == 1 and "prior:" not in out  # none measured for a GPU yet: the fleet's own spread decides
+    code, out, _ = gpuperf([str(cpu), "--spread-prior", "3", "--format", "json"], capsys)
+    assert json.loads(out)["rules"]["spread_prior"] == {SLUG: pytest.approx(0.03)}
+
+
 def test_each_gpu_of_each_node_is_a_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(1)
     for node in ("node-a", "node-b"):
@@ -253,7 +301,13 @@ def test_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     row = next(row for row in report["rows"] if row["metric"] == "tflops")
     assert row["units"] == 4 and row["listed"] == 1 and 0 < row["spread"] < 0.05
     assert {unit["standing"] for unit in report["units"]} == {"OK", "LISTED"}
-    assert report["rules"] == {"tolerance": 0.05, "z": 3.5, "alpha": 0.01, "level": pytest.approx(0.01 / 8)}
+    assert report["rules"] == {
+        "tolerance": 0.05,
+        "z": 3.5,
+        "alpha": 0.01,
+        "level": pytest.approx(0.01 / 8),
+        "spread_prior": {SLUG: 0.0},  # results that do not say their device get no prior
+    }
 
 
 def test_html_has_a_strip_plot_per_metric(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

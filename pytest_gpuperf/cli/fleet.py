@@ -16,7 +16,7 @@ import math
 import os
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,17 @@ from pytest_gpuperf.cli.output import write_text
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core import schema
 from pytest_gpuperf.core import spread as spread_file
-from pytest_gpuperf.core.fleet import MIN_UNITS, FleetRules, KeyPlacement, Placement, Standing, place, pooled_spread
+from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
+from pytest_gpuperf.core.fleet import (
+    MIN_UNITS,
+    SPREAD_PRIOR_DOF,
+    FleetRules,
+    KeyPlacement,
+    Placement,
+    Standing,
+    place,
+    pooled_spread,
+)
 from pytest_gpuperf.core.fleet import smallest_p as smallest_p_value
 
 WHOLE_NODE = "node"
@@ -99,6 +109,8 @@ class Judged:
     series: Series
     units: tuple[Unit, ...]
     placement: KeyPlacement
+    spread_prior: float = 0.0
+    """The prior spread its units were placed with (``key_rules``)."""
 
 
 # -- reading -----------------------------------------------------------------------------------------------------
@@ -260,9 +272,29 @@ class Fleet:
         ]
 
 
-def judge_fleet(nodes: list[Node], rules: FleetRules) -> Fleet:
+def device_kind(members: list[Node]) -> str | None:
+    """The device the key's runs timed on ("cpu", "cuda"), as their settings record it; None if they disagree or
+    say nothing."""
+    kinds = {run.settings.get("device") for node in members for run in node.runs}
+    (kind,) = kinds if len(kinds) == 1 else (None,)
+    return kind if isinstance(kind, str) else None
+
+
+def key_rules(members: list[Node], rules: FleetRules, spread_prior: float | None) -> FleetRules:
+    """The rules for one hardware key: ``spread_prior`` where given, else the device kind's prior for the shift
+    of one machine's timings between sittings (DEVICE_DEFAULTS: 8% on CPU, none on a GPU yet), a floor for how
+    far apart separate machines of the kind may be with nothing wrong."""
+    if spread_prior is None:
+        spread_prior = DEVICE_DEFAULTS.get(device_kind(members) or "", {}).get("sitting_noise", 0.0)
+    return replace(rules, spread_prior=spread_prior)
+
+
+def judge_fleet(nodes: list[Node], rules: FleetRules, spread_prior: float | None = None) -> Fleet:
+    """Judge each hardware key's nodes among themselves; ``spread_prior``: the prior spread for every key (None:
+    each key's device kind's, ``key_rules``)."""
     fleet = Fleet(nodes=nodes)
     todo: list[tuple[str, Series]] = []
+    by_key: dict[str, FleetRules] = {}
     for key in fleet.keys:
         members = [node for node in nodes if node.hardware_key == key]
         if len(members) < 2:
@@ -272,6 +304,7 @@ def judge_fleet(nodes: list[Node], rules: FleetRules) -> Fleet:
                 "against other nodes of its hardware key: give every node's results"
             )
             continue
+        by_key[key] = key_rules(members, rules, spread_prior)
         series = build_series(members)
         judgeable = [entry for entry in series.values() if len(entry.samples) >= MIN_UNITS]
         fleet.too_few[key] = sorted(
@@ -293,10 +326,14 @@ def judge_fleet(nodes: list[Node], rules: FleetRules) -> Fleet:
         placement = place(
             [entry.samples[unit] for unit in units],
             higher_is_better=entry.higher_is_better,
-            rules=rules,
+            rules=by_key[key],
             level=fleet.level,
         )
-        fleet.judged.append(Judged(hardware_key=key, series=entry, units=units, placement=placement))
+        fleet.judged.append(
+            Judged(
+                hardware_key=key, series=entry, units=units, placement=placement, spread_prior=by_key[key].spread_prior
+            )
+        )
     return fleet
 
 
@@ -454,7 +491,7 @@ def spread_document(fleet: Fleet) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     rules = FleetRules(tolerance=args.tolerance, z=args.z_threshold, alpha=args.alpha)
     nodes = build_nodes(read_node_runs([Path(path) for path in args.results]))
-    fleet = judge_fleet(nodes, rules)
+    fleet = judge_fleet(nodes, rules, args.spread_prior)
     if not fleet.judged:
         raise InputError("nothing could be judged: " + " | ".join(fleet.refused))
     spread = spread_document(fleet) if args.save_spread else None  # refused before anything is written
@@ -496,7 +533,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         extra = {
             "summary": summary,
-            "rules": {"tolerance": rules.tolerance, "z": rules.z, "alpha": rules.alpha, "level": fleet.level},
+            "rules": {
+                "tolerance": rules.tolerance,
+                "z": rules.z,
+                "alpha": rules.alpha,
+                "level": fleet.level,
+                "spread_prior": {judged.hardware_key: judged.spread_prior for judged in fleet.judged},
+            },
             "listed": [unit_record(*item) | {"line": placement_line(*item)} for item in listed],
             "units": [unit_record(j, u, p) for j in fleet.judged for u, p in zip(j.units, j.placement.placements)],
             "nodes": [node_record(node, listed=node.name in listed_nodes) for node in nodes],
@@ -531,6 +574,17 @@ def _notes(fleet: Fleet, rules: FleetRules) -> list[str]:
         f"sampling noise) and its samples separate from theirs (one-sided Mann-Whitney at {rules.alpha:g} / "
         f"{round(rules.alpha / fleet.level)} placements = {fleet.level:.2g}); spread: the robust sd of the units' "
         "log medians, floored by their sampling noise",
+        *_prior_lines(fleet),
+    ]
+
+
+def _prior_lines(fleet: Fleet) -> list[str]:
+    priors = sorted({(judged.hardware_key, judged.spread_prior) for judged in fleet.judged if judged.spread_prior})
+    return [
+        f"prior: {key}'s units placed against their MAD pooled with a {prior:.1%} prior spread at "
+        f"{SPREAD_PRIOR_DOF:g} degrees of freedom (a fleet of few units cannot measure its own spread; "
+        "--spread-prior sets it, 0 for none)"
+        for key, prior in priors
     ]
 
 

@@ -334,6 +334,15 @@ def _add_fleet(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="P",
         help="chance that a fleet of equal units lists one, over all units and metrics (default 0.01)",
     )
+    fleet.add_argument(
+        "--spread-prior",
+        type=percentage_or_zero,
+        default=None,
+        metavar="PCT",
+        help="prior spread between healthy units, pooled with the fleet's own MAD so that a few units cannot "
+        "measure theirs too small (default: the device's between-sittings noise, "
+        f"{_default_pct('sitting_noise')} on CPU, none on a GPU; 0: none)",
+    )
     fleet.add_argument("--html", metavar="FILE", help="also write an HTML page with a strip plot per metric")
     fleet.add_argument(
         "--save-spread",

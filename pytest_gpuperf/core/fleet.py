@@ -7,9 +7,10 @@ A unit is LISTED only when three things hold at once, each guarding against a di
 2. **Outlying**: its robust z (Iglewicz and Hoaglin's modified z, 1993: the log distance from the others' median in
    units of 1.4826 x their MAD, the MAD corrected for small counts as Croux and Rousseeuw 1992 give it) is beyond
    the threshold (3.5). The others' spread is taken at an upper confidence bound (``spread_bound``: a MAD of few
-   units that came out low must not make a healthy unit an outlier) and floored by the units' own sampling noise
-   (the standard error of a log median, 1.2533 x the robust sd of the samples / sqrt(n)): a fleet of identical
-   units has a MAD of 0, and without the floor any unit a hair off would be infinitely many MADs away.
+   units that came out low must not make a healthy unit an outlier), pooled with the device kind's prior spread
+   where one is given (``FleetRules.spread_prior``: what four units cannot measure), and floored by the units' own
+   sampling noise (the standard error of a log median, 1.2533 x the robust sd of the samples / sqrt(n)): a fleet
+   of identical units has a MAD of 0, and without the floor any unit a hair off would be infinitely many MADs away.
 3. **Separated**: its own samples are worse than the pooled samples of the other units by a one-sided
    Mann-Whitney test at ``alpha`` divided by the number of (metric, unit) placements of the whole invocation
    (Bonferroni): a unit whose few samples happened to land low is not listed.
@@ -48,6 +49,10 @@ MIN_BOUND_DOF = 2.0
 """The fewest degrees of freedom the bound reads a MAD with: of two or three values the MAD-sd is close to their
 sd (the asymptotic 0.37 per value understates it), and at one dof the bound (x2.6 for 3 others) cost a tenth of
 the 10% outliers among 4 units with a 0.5% spread (89% found; 98% at two dof, with no healthy unit listed)."""
+SPREAD_PRIOR_DOF = 2.0
+"""Degrees of freedom of ``FleetRules.spread_prior``: half what the verdict gives its run-noise prior (core/stats.py
+``Rules.prior_runs``), since a prior measured on one machine's sittings should give way to a fleet's own spread once
+it has a few dozen units (a MAD of 64 carries ~23)."""
 MIN_UNITS = 3
 """Units a metric needs to be judged: each is placed against at least two others."""
 _SMALL_MAD = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
@@ -76,6 +81,11 @@ class FleetRules:
     """Smallest robust z (modified z) that lists a unit."""
     alpha: float = 0.01
     """The invocation's family-wise level of the separation test, shared by all placements (Bonferroni)."""
+    spread_prior: float = 0.0
+    """Prior sd of the log medians of healthy units of this kind (0: none). A few units cannot measure their own
+    spread: the others' MAD is pooled with this prior at ``SPREAD_PRIOR_DOF`` degrees of freedom against the MAD's
+    own (``MAD_EFFICIENCY`` per unit), so it governs a fleet of four and fades in one of sixty-four. It only ever
+    widens the scale a unit is placed against."""
 
     def __post_init__(self) -> None:
         if not 0 < self.tolerance < 1:
@@ -84,6 +94,8 @@ class FleetRules:
             raise ValueError(f"z must be a positive number, got {self.z!r}")
         if not 0 < self.alpha < 0.5:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
+        if not 0 <= self.spread_prior < 1:
+            raise ValueError(f"spread_prior must be a fraction in [0, 1), got {self.spread_prior!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,6 +154,14 @@ def spread_bound(count: int) -> float:
     return math.sqrt(dof / float(scipy_stats.chi2.ppf(1 - SPREAD_CONFIDENCE, dof)))
 
 
+def with_prior(measured: float, count: int, rules: FleetRules) -> float:
+    """The MAD-sd of ``count`` units pooled with the rules' spread prior by degrees of freedom (0 without one)."""
+    if rules.spread_prior <= 0:
+        return 0.0
+    dof = MAD_EFFICIENCY * max(0, count - 1)
+    return math.sqrt((dof * measured**2 + SPREAD_PRIOR_DOF * rules.spread_prior**2) / (dof + SPREAD_PRIOR_DOF))
+
+
 def median_noise(samples: np.ndarray) -> float:
     """Standard error of the log median of one unit's samples (0 where there are fewer than two)."""
     if len(samples) < 2:
@@ -167,7 +187,7 @@ def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: Fl
         centre = float(np.median(others))
         typical = math.sqrt(float(np.median(np.delete(noises, index) ** 2)))
         floor = math.hypot(float(noises[index]), typical)
-        scale = max(mad_sd(others) * spread_bound(len(others)), floor)
+        scale = max(mad_sd(others) * spread_bound(len(others)), floor, with_prior(mad_sd(others), len(others), rules))
         gap = float(logs[index]) - centre
         z = gap / scale if scale > 0 else (0.0 if gap == 0 else math.copysign(math.inf, gap))
         ratio = math.exp(gap)
