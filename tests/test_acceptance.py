@@ -211,6 +211,9 @@ class FakeNvml:
     def nvmlShutdown(self) -> None:
         self.shutdowns += 1
 
+    def nvmlDeviceGetCount(self) -> int:
+        return 8
+
     def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
         return f"handle{index}"
 
@@ -266,7 +269,10 @@ def test_without_nvml_or_amdsmi_the_reason_is_given() -> None:
             raise self.AmdSmiException("no ROCm")
 
     why = burnin.open_health(0, nvml=Broken(), amdsmi=NoAmd(), environ={})
-    assert why == "NVML could not open device 0: Driver Not Loaded; amdsmi could not open device 0: no ROCm"
+    assert why == (
+        "NVML did not start (Driver Not Loaded); no NVIDIA driver here?; "
+        "amdsmi did not start (no ROCm); no AMD driver here?"
+    )
 
 
 def test_sustain_runs_each_load_in_turn_until_the_time_is_up() -> None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "BENIGN_THROTTLE_REASONS",
@@ -491,7 +491,17 @@ def _nvml_index(device_index: int, environ: Mapping[str, str]) -> int | str:
     return int(entry) if entry.isdigit() else entry
 
 
-def _open_nvml(nvml: Any, device_index: int, environ: Mapping[str, str]) -> _NvmlReader | TelemetryUnavailable:
+Opened = TypeVar("Opened")
+
+
+def _open_nvml(
+    nvml: Any,
+    device_index: int,
+    environ: Mapping[str, str],
+    wrap: Callable[[str, Any, Any], Opened],
+    *,
+    allow_mig: bool,
+) -> Opened | TelemetryUnavailable:
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as error:
@@ -499,7 +509,7 @@ def _open_nvml(nvml: Any, device_index: int, environ: Mapping[str, str]) -> _Nvm
     try:
         target = _nvml_index(device_index, environ)
         if isinstance(target, str):
-            if target.startswith("MIG-"):
+            if target.startswith("MIG-") and not allow_mig:
                 raise LookupError(f"MIG instance {target} has no per-instance clocks or energy")
             handle = nvml.nvmlDeviceGetHandleByUUID(target)
         else:
@@ -507,7 +517,7 @@ def _open_nvml(nvml: Any, device_index: int, environ: Mapping[str, str]) -> _Nvm
             if target >= count:
                 raise LookupError(f"NVML sees {count} device(s), asked for index {target}")
             handle = nvml.nvmlDeviceGetHandleByIndex(target)
-        return _NvmlReader(nvml, handle)
+        return wrap("nvml", nvml, handle)
     except (nvml.NVMLError, LookupError, IndexError, ValueError) as error:
         try:
             nvml.nvmlShutdown()
@@ -516,7 +526,9 @@ def _open_nvml(nvml: Any, device_index: int, environ: Mapping[str, str]) -> _Nvm
         return TelemetryUnavailable(reason=f"NVML could not open device {device_index}: {error}")
 
 
-def _open_amdsmi(amdsmi: Any, device_index: int) -> _AmdSmiReader | TelemetryUnavailable:
+def _open_amdsmi(
+    amdsmi: Any, device_index: int, wrap: Callable[[str, Any, Any], Opened]
+) -> Opened | TelemetryUnavailable:
     try:
         amdsmi.amdsmi_init()
     except amdsmi.AmdSmiException as error:
@@ -525,7 +537,7 @@ def _open_amdsmi(amdsmi: Any, device_index: int) -> _AmdSmiReader | TelemetryUna
         handles = list(amdsmi.amdsmi_get_processor_handles())
         if device_index >= len(handles):
             raise LookupError(f"amdsmi sees {len(handles)} GPU(s), asked for index {device_index}")
-        return _AmdSmiReader(amdsmi, handles[device_index])
+        return wrap("amdsmi", amdsmi, handles[device_index])
     except (amdsmi.AmdSmiException, LookupError) as error:
         try:
             amdsmi.amdsmi_shut_down()
@@ -534,19 +546,22 @@ def _open_amdsmi(amdsmi: Any, device_index: int) -> _AmdSmiReader | TelemetryUna
         return TelemetryUnavailable(reason=f"amdsmi could not open device {device_index}: {error}")
 
 
-def open_reader(
+def open_device(
+    wrap: Callable[[str, Any, Any], Opened],
     *,
     device_index: int = 0,
     backend: str = "auto",
     nvml: Any = None,
     amdsmi: Any = None,
     environ: Mapping[str, str] | None = None,
-) -> DeviceReader | TelemetryUnavailable:
-    """A reader for the `device_index`-th GPU this process sees, or why there is none.
+    allow_mig: bool = False,
+) -> Opened | TelemetryUnavailable:
+    """``wrap(backend, library, handle)`` of the `device_index`-th GPU this process sees, or why there is none.
 
-    `backend` is "auto" (NVML, then amdsmi), "nvml" or "amdsmi". `nvml` / `amdsmi` substitute the
-    library modules (tests pass recorded fakes); by default they are imported here, lazily. The
-    reader holds the library open: close() it when done (it is reusable across measurements).
+    `backend` is "auto" (NVML, then amdsmi), "nvml" or "amdsmi". `nvml` / `amdsmi` substitute the library modules
+    (tests pass recorded fakes); by default they are imported here, lazily. The library is left open for what
+    ``wrap`` made; a library error inside ``wrap`` shuts it down and counts as that library's failure.
+    ``allow_mig``: a MIG instance is opened too (its fault counters exist; its clocks and energy do not).
     """
     if backend not in {"auto", "nvml", "amdsmi"}:
         raise ValueError(f"telemetry backend {backend!r}: use auto, nvml or amdsmi")
@@ -557,7 +572,7 @@ def open_reader(
         if nvml is None:
             reasons.append("nvidia-ml-py not installed (pip install nvidia-ml-py)")
         else:
-            opened = _open_nvml(nvml, device_index, environ)
+            opened = _open_nvml(nvml, device_index, environ, wrap, allow_mig=allow_mig)
             if not isinstance(opened, TelemetryUnavailable):
                 return opened
             reasons.append(opened.reason)
@@ -567,11 +582,28 @@ def open_reader(
             reasons.append("amdsmi not installed (it ships with ROCm)")
         else:
             # amdsmi enumerates every GPU on the host; HIP_VISIBLE_DEVICES is not mapped yet.
-            amd = _open_amdsmi(amdsmi, device_index)
+            amd = _open_amdsmi(amdsmi, device_index, wrap)
             if not isinstance(amd, TelemetryUnavailable):
                 return amd
             reasons.append(amd.reason)
     return TelemetryUnavailable(reason="; ".join(reasons))
+
+
+def _reader(backend: str, library: Any, handle: Any) -> DeviceReader:
+    return _NvmlReader(library, handle) if backend == "nvml" else _AmdSmiReader(library, handle)
+
+
+def open_reader(
+    *,
+    device_index: int = 0,
+    backend: str = "auto",
+    nvml: Any = None,
+    amdsmi: Any = None,
+    environ: Mapping[str, str] | None = None,
+) -> DeviceReader | TelemetryUnavailable:
+    """A reader for the `device_index`-th GPU this process sees, or why there is none (``open_device``). The
+    reader holds the library open: close() it when done (it is reusable across measurements)."""
+    return open_device(_reader, device_index=device_index, backend=backend, nvml=nvml, amdsmi=amdsmi, environ=environ)
 
 
 # --- sampler ----------------------------------------------------------------------------------

@@ -18,9 +18,7 @@ that keeps needing it is retired or remapped, which fails.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -345,37 +343,11 @@ class HealthSource:
 def open_health(
     device_index: int, *, nvml: Any = None, amdsmi: Any = None, environ: Mapping[str, str] | None = None
 ) -> HealthSource | str:
-    """The fault counters of the ``device_index``-th GPU this process sees (NVML, then AMD SMI), or why none."""
-    from pytest_gpuperf.machine import telemetry
+    """The fault counters of the ``device_index``-th GPU this process sees (NVML, then AMD SMI), or why none:
+    opened as the telemetry reader opens its device (a MIG instance included: its counters exist)."""
+    from pytest_gpuperf.machine.telemetry import TelemetryUnavailable, open_device
 
-    environ = os.environ if environ is None else environ
-    reasons = []
-    nvml = nvml if nvml is not None else telemetry._import("pynvml")
-    if nvml is None:
-        reasons.append("nvidia-ml-py not installed (pip install nvidia-ml-py)")
-    else:
-        try:
-            nvml.nvmlInit()
-            target = telemetry._nvml_index(device_index, environ)
-            if isinstance(target, str):
-                handle = nvml.nvmlDeviceGetHandleByUUID(target)
-            else:
-                handle = nvml.nvmlDeviceGetHandleByIndex(target)
-            return HealthSource("nvml", nvml, handle)
-        except (nvml.NVMLError, IndexError, ValueError) as error:
-            reasons.append(f"NVML could not open device {device_index}: {error}")
-            with contextlib.suppress(nvml.NVMLError):
-                nvml.nvmlShutdown()
-    amdsmi = amdsmi if amdsmi is not None else telemetry._import("amdsmi")
-    if amdsmi is None:
-        reasons.append("amdsmi not installed (it ships with ROCm)")
-    else:
-        try:
-            amdsmi.amdsmi_init()
-            handles = list(amdsmi.amdsmi_get_processor_handles())
-            if device_index >= len(handles):
-                raise LookupError(f"amdsmi sees {len(handles)} GPU(s), asked for index {device_index}")
-            return HealthSource("amdsmi", amdsmi, handles[device_index])
-        except (amdsmi.AmdSmiException, LookupError) as error:
-            reasons.append(f"amdsmi could not open device {device_index}: {error}")
-    return "; ".join(reasons)
+    opened = open_device(
+        HealthSource, device_index=device_index, nvml=nvml, amdsmi=amdsmi, environ=environ, allow_mig=True
+    )
+    return opened.reason if isinstance(opened, TelemetryUnavailable) else opened
