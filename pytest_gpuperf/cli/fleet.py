@@ -381,7 +381,7 @@ def suspect_note(judged: Judged, unit: Unit, placed: Placement, level: float) ->
 
 WIDE = 3
 """A fleet whose spread is more than a WIDE-th of the tolerance is said to be wide: its healthy tail reaches the
-tolerance (6 healthy units 5% apart listed one in 7% of fleets at a 5% tolerance: benchmarks/fleet_rule.py)."""
+tolerance (docs/fleet.md, "Why it does not cry wolf")."""
 
 
 def wide_note(judged: Judged, rules: FleetRules) -> str:
