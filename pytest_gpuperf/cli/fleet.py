@@ -276,7 +276,7 @@ def device_kind(members: list[Node]) -> str | None:
     """The device the key's runs timed on ("cpu", "cuda"), as their settings record it; None if they disagree or
     say nothing."""
     kinds = {run.settings.get("device") for node in members for run in node.runs}
-    (kind,) = kinds if len(kinds) == 1 else (None,)
+    kind = kinds.pop() if len(kinds) == 1 else None
     return kind if isinstance(kind, str) else None
 
 

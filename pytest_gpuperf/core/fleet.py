@@ -187,7 +187,8 @@ def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: Fl
         centre = float(np.median(others))
         typical = math.sqrt(float(np.median(np.delete(noises, index) ** 2)))
         floor = math.hypot(float(noises[index]), typical)
-        scale = max(mad_sd(others) * spread_bound(len(others)), floor, with_prior(mad_sd(others), len(others), rules))
+        others_sd = mad_sd(others)
+        scale = max(others_sd * spread_bound(len(others)), floor, with_prior(others_sd, len(others), rules))
         gap = float(logs[index]) - centre
         z = gap / scale if scale > 0 else (0.0 if gap == 0 else math.copysign(math.inf, gap))
         ratio = math.exp(gap)
@@ -199,7 +200,7 @@ def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: Fl
         if performance <= 1 - rules.tolerance and worse_z <= -rules.z:
             p_worse = _mann_whitney(samples, _rest(arrays, index), "less" if higher_is_better else "greater")
             standing = Standing.LISTED if p_worse <= level else Standing.SUSPECT
-        elif performance <= 1 - rules.tolerance and abs(gap) >= rules.z * max(mad_sd(others), floor):
+        elif performance <= 1 - rules.tolerance and abs(gap) >= rules.z * max(others_sd, floor):
             standing = Standing.TAIL  # an outlier against the spread as it came out, not against its bound
         elif performance >= 1 + rules.tolerance and worse_z >= rules.z:
             p_better = _mann_whitney(samples, _rest(arrays, index), "greater" if higher_is_better else "less")

@@ -208,4 +208,7 @@ def unresolved_lines(unresolved: list[tuple[str, str, float]], threshold: float,
 def _change(size: float) -> str:
     """A decidable change as a percentage, or as a factor once it doubles the figure (a collective's runs two
     orders of magnitude apart read "beyond 921006.0%")."""
-    return f"{size:.1%}" if size < 1 else f"{1 + size:,.3g}x" if size < 999 else f"{1 + size:,.0f}x"
+    if size < 1:
+        return f"{size:.1%}"
+    factor = 1 + size
+    return f"{factor:,.3g}x" if factor < 1000 else f"{factor:,.0f}x"
