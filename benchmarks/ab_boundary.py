@@ -1,6 +1,6 @@
 """Operating characteristics of `gpuperf ab`'s sequential rule on simulated pairs, per boundary shape.
 
-The rule (core/paired.py: signed-rank test, Hodges-Lehmann estimate, Walsh-average intervals, a Wang-Tsiatis
+The rule (core/stats/paired.py: signed-rank test, Hodges-Lehmann estimate, Walsh-average intervals, a Wang-Tsiatis
 boundary calibrated by simulation) is run look by look on seeded sequences of pair log-ratios: a true change plus
 noise of a given kind and spread, with the engine's defaults (threshold 2%, alpha 1%, 4..16 pairs). Per shape,
 noise and change it prints the share flagged (REGRESSED or IMPROVED), SAME (PASS) and REGRESSED, and the median
@@ -29,8 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.core.paired import PairedRules, first_decision  # noqa: E402
-from pytest_gpuperf.core.stats import Verdict  # noqa: E402
+from pytest_gpuperf.core.stats.paired import PairedRules, first_decision  # noqa: E402
+from pytest_gpuperf.core.stats.unpaired import Verdict  # noqa: E402
 
 
 def noise(kind: str, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Detection power and error rates of `gpuperf ab` on this machine, with injected slowdowns and a CPU hog.
 
-Each trial is one whole `gpuperf ab` comparison (the engine, cli/ab_engine.run_ab, with its defaults: threshold
+Each trial is one whole `gpuperf ab` comparison (the engine, ab/engine.run_ab, with its defaults: threshold
 2%, alpha 0.01, 4..16 pairs, 10 repeats per session) of a pytest workload against itself (A/A) or against a copy
 that does more work. The workload is exact work, as in detection_power.py: a fixed count of one-thread 128x128
 matmuls per call, and a slowdown of s adds round(PRODUCTS * s) products. In half the trials a CPU hog runs: a busy
@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.cli.ab_engine import AbPlan, run_ab  # noqa: E402
+from pytest_gpuperf.ab.engine import AbPlan, run_ab  # noqa: E402
 from pytest_gpuperf.cli.main import cpu_list  # noqa: E402
 
 PRODUCTS = 100
@@ -182,7 +182,7 @@ def main() -> int:
     parser.add_argument(
         "--max-pairs", type=int, default=16, help="the engine's last look (its default 16; `gpuperf ab --max-pairs`)"
     )
-    parser.add_argument("--take-turns", action="store_true", help="the engine's --take-turns (cli/ab_turns.py)")
+    parser.add_argument("--take-turns", action="store_true", help="the engine's --take-turns (ab/turns.py)")
     parser.add_argument(
         "--cpus",
         type=cpu_list,

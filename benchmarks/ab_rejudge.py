@@ -8,7 +8,7 @@ that side's canary has run so far in the comparison, so that only pairs measured
 judged; ``turns``: the engine's rule for a pair taking turns, only a pair in which one session was contended and the
 other not; ``any-contention``: the engine's rule before 2026-12-03, which also left out a pair whose two sessions
 shared one neighbour alike; ``none``: every pair judged) and judged by the engine's sequential boundary
-(core/paired.py; ``--boundary-shape 0.5`` for Pocock's, the engine's before 2026-12-03 evening), with each
+(core/stats/paired.py; ``--boundary-shape 0.5`` for Pocock's, the engine's before 2026-12-03 evening), with each
 session's figure taken as its median, its lower quartile, its 10th percentile or its best sample. A comparison
 whose kept pairs run out before a figure decides (the live run had stopped earlier, on its own figure's decision)
 is counted as "ran out", not decided.
@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.cli.ab_engine import (  # noqa: E402
+from pytest_gpuperf.ab.engine import (  # noqa: E402
     AbPlan,
     canaries_differ,
     contended_in_one,
@@ -43,8 +43,8 @@ from pytest_gpuperf.cli.ab_engine import (  # noqa: E402
     sessions_contended,
     why_left_out,
 )
-from pytest_gpuperf.core.paired import PairedRules, judge, log_ratio  # noqa: E402
-from pytest_gpuperf.core.settings import DEVICE_DEFAULTS  # noqa: E402
+from pytest_gpuperf.core.config.settings import DEVICE_DEFAULTS  # noqa: E402
+from pytest_gpuperf.core.stats.paired import PairedRules, judge, log_ratio  # noqa: E402
 from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation  # noqa: E402
 
 ENGINE = AbPlan(cmd_a=(), cmd_b=(), pytest_args=(), out_dir=Path())

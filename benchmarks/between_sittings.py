@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from pytest_gpuperf.core.verdict import UNMOVED_BY_LOAD
+from pytest_gpuperf.core.verdict.judge import UNMOVED_BY_LOAD
 
 TAILS = ("p90", "p99", "busbw", "scaling")
 NOISE_LIMIT = 0.10

@@ -2,7 +2,7 @@
 
 Simulated fleets: each unit's true median drawn log-normal with the fleet's spread between units, each unit's
 samples with 1% noise around it (20 samples; 3% for the noisy case), one unit of some fleets set slower. Each
-fleet is placed with core/fleet.py ``place`` at its default rules, the level split over the fleet's units (one
+fleet is placed with core/stats/fleet.py ``place`` at its default rules, the level split over the fleet's units (one
 metric). Prints, per case, the share of fleets that listed a healthy unit (false listings) or the slow one.
 
     .venv/bin/python benchmarks/fleet_rule.py [--fleets 300]
@@ -15,7 +15,7 @@ from unittest import mock
 
 import numpy as np
 
-from pytest_gpuperf.core import fleet
+from pytest_gpuperf.core.stats import fleet
 
 CASES = (
     # (name, healthy units, spread between them, the odd unit's median or None, within-unit noise)

@@ -33,7 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from pytest_gpuperf.core.rollup import DECIDED, undecided_because  # noqa: E402
+from pytest_gpuperf.core.verdict.rollup import DECIDED, undecided_because  # noqa: E402
 
 MACHINE_PLUGIN = """
 def pytest_gpuperf_machine(config):

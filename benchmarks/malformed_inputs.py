@@ -396,10 +396,10 @@ def record_values(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
 
     from _pytest.outcomes import OutcomeException
 
-    from pytest_gpuperf.core import schema
-    from pytest_gpuperf.core.perf import Perf
-    from pytest_gpuperf.core.stats import summarize
-    from pytest_gpuperf.core.store import BaselineStore, MetricRun, NewMetric, NotStorable, read_document
+    from pytest_gpuperf.core.record.perf import Perf
+    from pytest_gpuperf.core.stats.unpaired import summarize
+    from pytest_gpuperf.core.store import schema
+    from pytest_gpuperf.core.store.baselines import BaselineStore, MetricRun, NewMetric, NotStorable, read_document
 
     rng = random.Random(args.seed + 4)
     outcomes: collections.Counter[str] = collections.Counter()
@@ -563,7 +563,7 @@ def is_regular(path: Path) -> bool:
 def is_baseline(path: Path) -> bool:
     """A regular file the store reads as a baseline: what a session must leave whole (a planted empty or garbage
     file was never one)."""
-    from pytest_gpuperf.core.store import read_document
+    from pytest_gpuperf.core.store.baselines import read_document
 
     if not is_regular(path):
         return False
@@ -639,8 +639,8 @@ def reap_left_behind(wait: float) -> dict[int, str]:
 
 
 def session_problems(status: str, output: str, case: Path, keys: Path, before: dict[str, bytes]) -> list[str]:
-    from pytest_gpuperf.core import schema
-    from pytest_gpuperf.core.store import read_document
+    from pytest_gpuperf.core.store import schema
+    from pytest_gpuperf.core.store.baselines import read_document
 
     problems = []
     if status == "hang":
@@ -674,8 +674,8 @@ def session_problems(status: str, output: str, case: Path, keys: Path, before: d
 
 def fair_tests_kept(case: Path, keys: Path) -> list[str]:
     """The fair tests of test_odd.py and test_fair.py: baselines saved and in the results, whatever the odd one."""
-    from pytest_gpuperf.core import schema
-    from pytest_gpuperf.core.store import read_document
+    from pytest_gpuperf.core.store import schema
+    from pytest_gpuperf.core.store.baselines import read_document
 
     problems = []
     saved: set[str] = set()
@@ -701,7 +701,7 @@ def fair_tests_kept(case: Path, keys: Path) -> list[str]:
 def ab_sides(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
     """Part 6: `gpuperf ab` with hostile sides (tests/fuzz_inputs.AB_SIDE_CASES): wrapper scripts, FIFOs left at
     the results path, sleeping past --budget, malformed documents. Nothing of a side may outlive ab."""
-    from pytest_gpuperf.core import schema
+    from pytest_gpuperf.core.store import schema
 
     outcomes: collections.Counter[str] = collections.Counter()
     defects: Defects = []

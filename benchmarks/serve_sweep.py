@@ -62,7 +62,7 @@ def _rates(text: str) -> list[float] | str:
 
 
 def _slo(text: str) -> Any:
-    from pytest_gpuperf.core.settings import SettingError
+    from pytest_gpuperf.core.config.settings import SettingError
     from pytest_gpuperf.inference.plugin import _parse_slo
 
     try:

@@ -35,5 +35,5 @@ def pytest_gpuperf_telemetry_reader(config: pytest.Config, device: str) -> Any:
 
 @pytest.hookspec(firstresult=True)
 def pytest_gpuperf_adapter(config: pytest.Config, name: str) -> Any:
-    """The adapter ``perf.run_command(argv, adapter=name)`` reads a framework's output with (core/readings.py's
+    """The adapter ``perf.run_command(argv, adapter=name)`` reads a framework's output with (core/record/readings.py's
     ``Adapter``), or None for a name this implementation does not know. The default knows the built-in ones."""

@@ -12,23 +12,23 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpuperf import hooks
-from pytest_gpuperf.core.parametrize import item_uses_fixture
-from pytest_gpuperf.core.settings import OPTIONS, add_options, get_settings
-from pytest_gpuperf.core.state import gpuperf_session, reporting, reporting_key, session_key
-from pytest_gpuperf.core.store import StoreError, check_folder
-from pytest_gpuperf.core.testid import stable_test_id
+from pytest_gpuperf.core.config.settings import OPTIONS, add_options, get_settings
+from pytest_gpuperf.core.session.parametrize import item_uses_fixture
+from pytest_gpuperf.core.session.state import gpuperf_session, reporting, reporting_key, session_key
+from pytest_gpuperf.core.store.baselines import StoreError, check_folder
+from pytest_gpuperf.core.store.testid import stable_test_id
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.core.perf import Perf
+    from pytest_gpuperf.core.record.perf import Perf
 
 # Feature plugins (fixtures and options of each workload area); each imports torch only when used.
 pytest_plugins: tuple[str, ...] = (
-    "pytest_gpuperf.core.budget",  # the time budget of every gpuperf test
+    "pytest_gpuperf.core.session.budget",  # the time budget of every gpuperf test
     "pytest_gpuperf.distributed.plugin",
     "pytest_gpuperf.frameworks.plugin",
     "pytest_gpuperf.inference.plugin",
-    "pytest_gpuperf.core.junit",
-    "pytest_gpuperf.core.sizing",
+    "pytest_gpuperf.core.session.junit",
+    "pytest_gpuperf.core.session.sizing",
     "pytest_gpuperf.micro.plugin",
     "pytest_gpuperf.training.plugin",
 )
@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "figures as baselines would hide that slowdown from every later run; unset it, or drop --gpuperf-save"
         )
     if settings.take_turns:
-        from pytest_gpuperf.core.turns import TurnError, check_channel
+        from pytest_gpuperf.core.session.turns import TurnError, check_channel
 
         try:
             check_channel(settings.take_turns)
@@ -112,7 +112,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     planned = [item for item in session.items if item_uses_fixture(item, "perf", __name__)]
     if not planned:
         return
-    # The job's metrics form one family for its false-failure rate (core/session.py family_size).
+    # The job's metrics form one family for its false-failure rate (core/session/session.py family_size).
     gpuperf_session(session.config).planned_tests = [stable_test_id(item.path, item.nodeid) for item in planned]
     widen = get_settings(session.config).widen_cpus
     uses = [set(getattr(item, "fixturenames", ())) for item in planned]
@@ -135,7 +135,7 @@ def _check_spread(config: pytest.Config) -> None:
     spread = get_settings(config).machine_spread
     if spread is None:
         return
-    from pytest_gpuperf.core.spread import SpreadError, check_key
+    from pytest_gpuperf.core.store.spread import SpreadError, check_key
 
     try:
         check_key(spread, gpuperf_session(config).fingerprint.slug)
@@ -165,14 +165,14 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if recorder is None or not (recorder.metrics or recorder.curves) or not reporting(item.config):
         return outcome
     session = gpuperf_session(item.config)
-    from pytest_gpuperf.core.attempts import settle
+    from pytest_gpuperf.core.session.attempts import settle
 
     try:
         results = settle(item, session, session.evaluate(recorder))  # a suspected regression is run again first
         session.accept(recorder, results)
     except StoreError as error:
         pytest.fail(f"gpuperf: {error}", pytrace=False)
-    from pytest_gpuperf.core.report import failure_message, junit_properties
+    from pytest_gpuperf.core.session.report import failure_message, junit_properties
 
     for result in results:
         item.user_properties.extend(junit_properties(result))
@@ -229,8 +229,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     if not (state.results or state.saved_files or state.telemetry_note or state.end_failed):
         return
-    from pytest_gpuperf.core.report import summary_table
-    from pytest_gpuperf.core.rollup import shorten
+    from pytest_gpuperf.core.session.report import summary_table
+    from pytest_gpuperf.core.verdict.rollup import shorten
 
     terminalreporter.section("gpuperf")
     if state.telemetry_note:
@@ -261,7 +261,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         for test, metric, why in state.not_saved:
             terminalreporter.write_line(shorten(f"  not saved: {test} {metric}: {why}", 120), yellow=True)
         if state.unresolved:
-            from pytest_gpuperf.core.report import unresolved_lines
+            from pytest_gpuperf.core.session.report import unresolved_lines
 
             for line in unresolved_lines(state.unresolved, state.rules().delta, width=120):
                 terminalreporter.write_line(line, yellow=True)

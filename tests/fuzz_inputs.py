@@ -242,7 +242,7 @@ def hostile_pool(folder: Path) -> dict[str, list[Any]]:
     at and past float range, names with TeX markup and lone surrogates, UTF-16 XML with a DTD, duplicate keys,
     a hardware slug that climbs out of --baselines, 100,000-deep nesting.
     """
-    from pytest_gpuperf.core.store import BaselineStore, Curve, NewCurve
+    from pytest_gpuperf.core.store.baselines import BaselineStore, Curve, NewCurve
 
     folder.mkdir(parents=True, exist_ok=True)
 

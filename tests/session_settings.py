@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.core.settings import Settings
+from pytest_gpuperf.core.config.settings import Settings
 
 
 def cpu_settings(baselines_dir: Path, **overrides: Any) -> Settings:
@@ -32,7 +32,7 @@ def cpu_settings(baselines_dir: Path, **overrides: Any) -> Settings:
 
 
 def this_machine() -> dict[str, str]:
-    """The context key a baseline run recorded on this machine carries (core/session.py accept): hand-built runs
+    """The context key a baseline run recorded on this machine carries (core/session/session.py accept): hand-built runs
     that stand for this machine's own add it, so the verdict compares like with like, not across machines."""
     from pytest_gpuperf.machine.identity import read_identity
 

@@ -17,9 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.cli import main as cli
-from pytest_gpuperf.cli.ab import table
-from pytest_gpuperf.cli.ab_engine import (
+from pytest_gpuperf.ab.engine import (
     AbError,
     AbPlan,
     AbResult,
@@ -29,7 +27,9 @@ from pytest_gpuperf.cli.ab_engine import (
     session_argv,
     session_figure,
 )
-from pytest_gpuperf.core.stats import Verdict
+from pytest_gpuperf.cli import main as cli
+from pytest_gpuperf.cli.ab import table
+from pytest_gpuperf.core.stats.unpaired import Verdict
 
 # -- the engine with scripted sessions -------------------------------------------------------------------------
 
@@ -232,7 +232,7 @@ def test_a_device_timed_pair_is_left_out_when_a_session_s_device_slowed_by_itsel
 def test_pairs_left_out_are_replaced_up_to_max_left_out(tmp_path: Path) -> None:
     """The hypervisor steals in every other pair: each metric still gets its judged pairs (the looks the boundary
     is calibrated on), the run taking more pairs, never more than max_pairs + max_left_out."""
-    from pytest_gpuperf.core.paired import PairedRules
+    from pytest_gpuperf.core.stats.paired import PairedRules
 
     rules = PairedRules(threshold=0.02, min_pairs=4, max_pairs=8)
     busy_pair = {n for n in range(1, 80) if ((n + 1) // 2) % 2 == 0}  # the sessions of pairs 2, 4, 6, ...
@@ -257,7 +257,7 @@ def test_pairs_left_out_are_replaced_up_to_max_left_out(tmp_path: Path) -> None:
 
 
 def test_every_pair_contended_ends_ambiguous_at_twice_max_pairs(tmp_path: Path) -> None:
-    from pytest_gpuperf.core.paired import PairedRules
+    from pytest_gpuperf.core.stats.paired import PairedRules
 
     rules = PairedRules(threshold=0.02, min_pairs=3, max_pairs=5)
     result = run_ab(plan(tmp_path, rules=rules), runner=Script(steady(slow_b=1.05), machine=lambda s, n: STOLEN))
@@ -276,7 +276,7 @@ def test_a_neighbour_both_sessions_of_a_pair_shared_alike_does_not_leave_it_out(
 
 
 def test_only_a_neighbour_shared_alike_is_discounted() -> None:
-    from pytest_gpuperf.cli.ab_engine import sessions_contended, shared_neighbour
+    from pytest_gpuperf.ab.engine import sessions_contended, shared_neighbour
     from pytest_gpuperf.machine.contention import MachineState
 
     quiet, busy = MachineState.from_dict(QUIET), MachineState.from_dict(NEIGHBOUR)
@@ -301,7 +301,7 @@ def test_only_a_neighbour_shared_alike_is_discounted() -> None:
 
 
 def test_canaries_differ_is_symmetric_and_needs_both_states() -> None:
-    from pytest_gpuperf.cli.ab_engine import canaries_differ
+    from pytest_gpuperf.ab.engine import canaries_differ
     from pytest_gpuperf.machine.contention import MachineState
 
     calm = MachineState.from_dict(QUIET | {"canary_s": [0.00093] * 5})
@@ -319,7 +319,7 @@ def test_taking_turns_a_pair_is_left_out_for_a_shared_core_or_a_state_one_sessio
     """Taking turns, the two sides' calls alternate ~10 ms apart: steal or a neighbour both sessions saw cancels in
     the ratio, and canaries are not compared; a state one side alone saw leaves the pair out, and so does a core
     shared inside the timed calls (run-queue wait), even when both saw it."""
-    from pytest_gpuperf.cli.ab_engine import contended_in_one, why_left_out
+    from pytest_gpuperf.ab.engine import contended_in_one, why_left_out
     from pytest_gpuperf.machine.contention import MachineState
 
     quiet = MachineState.from_dict(QUIET | {"canary_s": [0.00093] * 5})
@@ -711,7 +711,7 @@ def test_sessions_without_metrics_end_after_the_first_pair(tmp_path: Path) -> No
 
 
 def test_given_rules_set_the_pairs(tmp_path: Path) -> None:
-    from pytest_gpuperf.core.paired import PairedRules
+    from pytest_gpuperf.core.stats.paired import PairedRules
 
     rules = PairedRules(threshold=0.02, min_pairs=3, max_pairs=5)
     result = run_ab(plan(tmp_path, rules=rules), runner=Script(steady(jitter=0.05)))

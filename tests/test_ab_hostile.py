@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from pytest_gpuperf.ab.engine import AbError, AbPlan, AbResult, MetricOutcome, run_ab
 from pytest_gpuperf.cli import main as cli
-from pytest_gpuperf.cli.ab_engine import AbError, AbPlan, AbResult, MetricOutcome, run_ab
-from pytest_gpuperf.core import schema
+from pytest_gpuperf.core.store import schema
 
 # What these tests check is new (issue 38): its names are imported where used, so on the code before it each test
 # fails on its own rather than the whole module failing to import.
@@ -168,7 +168,7 @@ def test_budget_stops_a_wrapper_side_s_whole_process_group_and_nothing_compared_
 
 
 def test_stop_group_escalates_to_sigterm_and_sigkill_for_a_group_that_ignores_them(tmp_path: Path) -> None:
-    from pytest_gpuperf.core import children
+    from pytest_gpuperf.core.record import children
 
     ignore = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     ignore += "signal.signal(signal.SIGTERM, signal.SIG_IGN)"
@@ -192,7 +192,7 @@ def test_stop_group_escalates_to_sigterm_and_sigkill_for_a_group_that_ignores_th
 
 
 def test_strays_a_finished_session_left_in_its_group_are_ended(tmp_path: Path) -> None:
-    from pytest_gpuperf.core import children
+    from pytest_gpuperf.core.record import children
 
     with (tmp_path / "log").open("wb") as log:
         process = children.start_group(
@@ -349,7 +349,7 @@ def test_a_budget_beyond_float_range_is_refused(sides: Path, capsys: pytest.Capt
 
 
 def test_ab_json_text_maps_non_finite_figures_to_null() -> None:
-    from pytest_gpuperf.cli.ab_engine import document_text
+    from pytest_gpuperf.ab.engine import document_text
 
     text = document_text({"budget_s": float("inf"), "interval": [float("nan"), 1.5], "path": Path("x")})
     assert schema.loads(text) == {"budget_s": None, "interval": [None, 1.5], "path": "x"}
@@ -401,7 +401,7 @@ def test_keygen_refuses_an_undecodable_name_before_writing_anything(tmp_path: Pa
 
 def test_the_ab_json_a_run_writes_is_what_report_reads(tmp_path: Path) -> None:
     """The writer's document passes the report's strict reader (round trip)."""
-    from pytest_gpuperf.cli.ab_engine import document_text
+    from pytest_gpuperf.ab.engine import document_text
     from pytest_gpuperf.cli.loading import check_ab_document
 
     result = AbResult(plan=AbPlan(cmd_a=("a",), cmd_b=("b",), pytest_args=("t.py",), out_dir=tmp_path))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuperf.ab.turns import PINNED, UNPINNED
 from pytest_gpuperf.cli import main as cli
-from pytest_gpuperf.cli.ab_turns import PINNED, UNPINNED
-from pytest_gpuperf.core.turns import ASK, DONE, GRANT, Turns
+from pytest_gpuperf.core.session.turns import ASK, DONE, GRANT, Turns
 
 WORKLOAD = """
 import json, os, time, pytest
@@ -202,11 +202,11 @@ def test_load_while_waiting_for_the_turn_is_counted_in_the_waits(tmp_path: Path)
 
 
 def test_a_session_that_is_done_keeps_the_turn_until_it_has_exited(tmp_path: Path) -> None:
-    from pytest_gpuperf.cli.ab_turns import run_pair_taking_turns
+    from pytest_gpuperf.ab.turns import run_pair_taking_turns
 
     script = """
 import sys, time
-from pytest_gpuperf.core.turns import Turns
+from pytest_gpuperf.core.session.turns import Turns
 turns = Turns(sys.argv[1])
 turns.take()
 if sys.argv[2] == "first":
@@ -269,7 +269,7 @@ def test_turns_by_default_takes_turns_only_where_they_work_and_says_why(
     turns: bool,
     why: str,
 ) -> None:
-    from pytest_gpuperf.cli.ab_turns import turns_by_default
+    from pytest_gpuperf.ab.turns import turns_by_default
 
     chosen, reason = turns_by_default(pytest_args, commands, accelerator=lambda: gpu, environ=environ)
     assert chosen is turns and why in reason, reason
@@ -293,8 +293,8 @@ def test_the_command_line_takes_turns_by_default_and_either_flag_overrides_it(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    from pytest_gpuperf.ab.engine import AbPlan, AbResult
     from pytest_gpuperf.cli import ab as ab_cli
-    from pytest_gpuperf.cli.ab_engine import AbPlan, AbResult
 
     plans: list[AbPlan] = []
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_gpuperf.cli.bisect_search import (
+from pytest_gpuperf.ab.bisect_search import (
     Outcome,
     SearchResult,
     Trial,

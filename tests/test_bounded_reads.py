@@ -19,8 +19,15 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.cli import loading
-from pytest_gpuperf.core import schema
-from pytest_gpuperf.core.store import BaselineFileError, BaselineStore, MetricRun, NewMetric, SaveError, read_document
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store.baselines import (
+    BaselineFileError,
+    BaselineStore,
+    MetricRun,
+    NewMetric,
+    SaveError,
+    read_document,
+)
 
 KEY = {"device": "cpu", "accelerator": None, "cpu": {"model": "x", "cores": 2, "ram_gib": 4}, "nodes": 1}
 DEVICES = [device for device in ("/dev/zero", "/dev/urandom") if Path(device).exists()]
@@ -77,7 +84,8 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "module.json"
     os.mkfifo(fifo)
     code = (
-        "import sys; from pathlib import Path; from pytest_gpuperf.core.store import read_document, StoreError\n"
+        "import sys; from pathlib import Path\n"
+        "from pytest_gpuperf.core.store.baselines import read_document, StoreError\n"
         "try:\n    read_document(Path(sys.argv[1]))\nexcept StoreError as error:\n    print(error)\n"
     )
     done = bounded([sys.executable, "-c", code, str(fifo)], timeout=30)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pytest_gpuperf.core.budget import DEFAULT_BUDGET_S, budget_of, grace_s
+from pytest_gpuperf.core.session.budget import DEFAULT_BUDGET_S, budget_of, grace_s
 
 HANGS = textwrap.dedent(
     """

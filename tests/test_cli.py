@@ -337,7 +337,7 @@ def test_sign_and_verify_catch_an_edited_number(runs: Path, capsys: pytest.Captu
 
 
 def test_baselines_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_gpuperf.core.store import BaselineStore, MetricRun, NewMetric
+    from pytest_gpuperf.core.store.baselines import BaselineStore, MetricRun, NewMetric
 
     def save(root: Path, samples: list[float], driver: str, extra: bool) -> None:
         store = BaselineStore(root, "cpu-test-2c-8gib", {"device": "cpu"})

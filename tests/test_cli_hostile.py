@@ -217,7 +217,7 @@ def test_markup_and_lone_surrogates_in_names_do_not_break_the_report(
 def test_a_report_of_samples_near_the_float_limit_is_refused_in_one_line(
     tmp_path: Path, good: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The one validator (core/schema.py) bounds samples to 1e-100..1e100, so nothing downstream can overflow."""
+    """The one validator (core/store/schema.py) bounds samples to 1e-100..1e100, so nothing downstream can overflow."""
     pytest.importorskip("matplotlib")
     huge = with_changes(tmp_path, "huge.json", lambda d: d["results"][0].update(samples=[1e308, 1.7e308, 1.6e308]))
     report = tmp_path / "report.html"
@@ -362,7 +362,7 @@ def test_a_crafted_hardware_slug_cannot_read_outside_the_baselines_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("matplotlib")
-    from pytest_gpuperf.core.store import BaselineStore, Curve, NewCurve
+    from pytest_gpuperf.core.store.baselines import BaselineStore, Curve, NewCurve
 
     baselines, outside = tmp_path / "baselines", tmp_path / "outside"
     baselines.mkdir()

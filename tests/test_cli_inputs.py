@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pytest_gpuperf.cli import variance
 from pytest_gpuperf.cli.compare import compare_sides
 from pytest_gpuperf.cli.loading import InputError, MetricData, Run, Side, junit_address, parse_junit_xml
-from pytest_gpuperf.core.stats import Rules
+from pytest_gpuperf.core.stats.unpaired import Rules
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -82,7 +82,7 @@ def test_entity_declarations_are_refused() -> None:
 
 def test_fingerprint_property_names_agree() -> None:
     from pytest_gpuperf.cli import loading
-    from pytest_gpuperf.core import junit as junit_fingerprint
+    from pytest_gpuperf.core.session import junit as junit_fingerprint
 
     assert loading.FINGERPRINT_PROPERTY == junit_fingerprint.FINGERPRINT_PROPERTY
 

@@ -1,4 +1,5 @@
-"""A suspected regression is confirmed by running the test again in a fresh pytest process (core/attempts.py)."""
+"""A suspected regression is confirmed by running the test again in a fresh pytest process
+(core/session/attempts.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_gpuperf.core.convergence import (
+from pytest_gpuperf.core.stats.convergence import (
     StepsVerdict,
     check_curve,
     compare_steps,

@@ -166,8 +166,8 @@ def test_readme_quickstart_gives_the_verdicts_it_shows(
 
 
 def _registered_options() -> set[str]:
-    from pytest_gpuperf.core.settings import OPTIONS
-    from pytest_gpuperf.core.sizing import OPTIONS as SIZING
+    from pytest_gpuperf.core.config.settings import OPTIONS
+    from pytest_gpuperf.core.session.sizing import OPTIONS as SIZING
     from pytest_gpuperf.distributed.plugin import OPTIONS as DISTRIBUTED
     from pytest_gpuperf.inference.plugin import OPTIONS as INFERENCE
     from pytest_gpuperf.training.plugin import OPTIONS as TRAINING

@@ -1,7 +1,7 @@
 """`gpuperf fleet`: which node, which GPU, is slower than its siblings, and the spread it saves for the verdict.
 
-The statistics (core/fleet.py) are tested on known samples; the command on results documents written here per
-the documented schema (core/results.py), one per node; the saved spread through pytest sessions that play two
+The statistics (core/stats/fleet.py) are tested on known samples; the command on results documents written here per
+the documented schema (core/store/results.py), one per node; the saved spread through pytest sessions that play two
 machines of one hardware key (the ``pytest_gpuperf_machine`` hook).
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from pytest_gpuperf.cli import main as cli
-from pytest_gpuperf.core.fleet import FleetRules, Standing, mad_sd, place, pooled_spread, smallest_p
-from pytest_gpuperf.core.spread import MachineSpread, SpreadError, parse_spread, read_spread, without_device
+from pytest_gpuperf.core.stats.fleet import FleetRules, Standing, mad_sd, place, pooled_spread, smallest_p
+from pytest_gpuperf.core.store.spread import MachineSpread, SpreadError, parse_spread, read_spread, without_device
 from pytest_gpuperf.machine.identity import named_identity
 
 RULES = FleetRules()

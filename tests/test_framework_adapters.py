@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.core.readings import (
+from pytest_gpuperf.core.record.readings import (
     DEFAULT_WARMUP,
     Adapter,
     OutputError,

@@ -274,7 +274,7 @@ def test_bad_configs_give_one_line(tmp_path: Path) -> None:
 
 
 def test_without_transformers_the_option_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_gpuperf.core.settings import SettingError
+    from pytest_gpuperf.core.config.settings import SettingError
     from pytest_gpuperf.training.plugin import parse_models
 
     monkeypatch.setitem(__import__("sys").modules, "transformers", None)

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from session_settings import cpu_settings, this_machine
 
-from pytest_gpuperf.core import perf as perf_module
-from pytest_gpuperf.core.perf import Perf
-from pytest_gpuperf.core.session import GpuperfSession
-from pytest_gpuperf.core.stats import Comparison, Verdict
-from pytest_gpuperf.core.store import MetricRun, NewMetric
+from pytest_gpuperf.core.record import perf as perf_module
+from pytest_gpuperf.core.record.perf import Perf
+from pytest_gpuperf.core.session.session import GpuperfSession
+from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
+from pytest_gpuperf.core.store.baselines import MetricRun, NewMetric
 from pytest_gpuperf.machine.contention import MachineState
 
 RECORDED_NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-"""The baselines here were recorded minutes before they are judged: one sitting (core/sittings.py)."""
+"""The baselines here were recorded minutes before they are judged: one sitting (core/stats/sittings.py)."""
 
 # The issue's case: a pure-Python loop recorded at ~18.8 ms while the machine was loaded, ~12 ms now.
 LOADED_BASELINE = [18.8e-3 * (1 + 0.002 * (i % 5)) for i in range(15)]

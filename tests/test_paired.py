@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from pytest_gpuperf.core.paired import (
+from pytest_gpuperf.core.stats.paired import (
     PairedRules,
     calibrated_boundary,
     critical_value,
@@ -22,7 +22,7 @@ from pytest_gpuperf.core.paired import (
     walsh_averages,
     walsh_interval,
 )
-from pytest_gpuperf.core.stats import Verdict
+from pytest_gpuperf.core.stats.unpaired import Verdict
 
 
 @pytest.mark.parametrize("n", [5, 9, 14])

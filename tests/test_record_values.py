@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from session_settings import cpu_settings
 
-from pytest_gpuperf.core.perf import Perf
-from pytest_gpuperf.core.store import read_document
+from pytest_gpuperf.core.record.perf import Perf
+from pytest_gpuperf.core.store.baselines import read_document
 
 SAMPLES = [1.0, 1.01, 0.99, 1.0, 1.02]
 
@@ -287,7 +287,7 @@ def test_nothing_the_store_refuses_reaches_disk_and_the_next_session_runs(pytest
 
 
 def test_writing_a_metric_above_the_bootstrap_bound_warns(pytester: pytest.Pytester) -> None:
-    from pytest_gpuperf.core.stats import BOOTSTRAP_SAMPLES
+    from pytest_gpuperf.core.stats.unpaired import BOOTSTRAP_SAMPLES
 
     pytester.makepyfile(
         test_many=f"""
@@ -317,7 +317,7 @@ def test_writing_a_metric_above_the_bootstrap_bound_warns(pytester: pytest.Pytes
 def test_the_bootstrap_of_a_large_run_is_bounded_and_agrees_with_the_whole_one() -> None:
     import tracemalloc
 
-    from pytest_gpuperf.core import stats
+    from pytest_gpuperf.core.stats import unpaired as stats
 
     rng = np.random.default_rng(1)
     rules = stats.Rules(delta=0.02, resamples=300)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.cli.main import main
-from pytest_gpuperf.core.store import empty_document, read_document, write_atomic
+from pytest_gpuperf.core.store.baselines import empty_document, read_document, write_atomic
 from pytest_gpuperf.machine.fingerprint import collect
 
 FINGERPRINT = collect("cpu")

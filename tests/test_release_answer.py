@@ -197,7 +197,7 @@ def screenshot(report: Path, where: Path) -> None:
 
 
 def test_long_test_ids_are_shortened_to_fit_120_columns() -> None:
-    from pytest_gpuperf.core.report import fit_table
+    from pytest_gpuperf.core.session.report import fit_table
 
     rows = [
         [f"pytest_gpuperf/suites/test_inference.py::test_serving_sweep[{'x' * 80}-{end}]", "pareto.tok_s_per_device"]
@@ -246,7 +246,7 @@ def test_history_reports_the_step_at_a_stack_switch(tmp_path: Path, capsys: pyte
 
 
 def test_headline_says_why_metrics_are_undecided_and_machine_notes_read_plain_contexts() -> None:
-    from pytest_gpuperf.core import rollup
+    from pytest_gpuperf.core.verdict import rollup
 
     rows = [
         rollup.Row(test="suites/test_micro.py::test_gemm[a]", metric="tflops", verdict="PASS"),

@@ -11,8 +11,8 @@ import pytest
 
 from pytest_gpuperf.cli.loading import InputError, parse_results_json
 from pytest_gpuperf.cli.main import main as gpuperf
-from pytest_gpuperf.core import results as results_format
-from pytest_gpuperf.core.store import StoreError, read_document
+from pytest_gpuperf.core.store import results as results_format
+from pytest_gpuperf.core.store.baselines import StoreError, read_document
 
 RUN = {"samples": [1.0, 2.0, 3.0], "summary": {}, "stack": {"torch": "2.13.0"}, "date": "2026-01-01"}
 CURVE_RUN = {"steps": [0, 1], "values": [2.0, 1.0], "stack": {"torch": "2.13.0"}, "date": "2026-01-01"}
@@ -155,7 +155,7 @@ def test_what_the_session_writes_is_what_the_readers_accept(pytester: pytest.Pyt
 
 def test_one_owner_per_format_name() -> None:
     from pytest_gpuperf.cli import loading
-    from pytest_gpuperf.core import junit, report, session
+    from pytest_gpuperf.core.session import junit, report, session
 
     assert loading.FINGERPRINT_PROPERTY is results_format.FINGERPRINT_PROPERTY is junit.FINGERPRINT_PROPERTY
     assert session.MetricResult is results_format.MetricResult
@@ -165,6 +165,6 @@ def test_one_owner_per_format_name() -> None:
 def test_the_clock_check_has_one_owner() -> None:
     """perf.py and session.py ask telemetry.py; neither restates the rule."""
     root = Path(__file__).resolve().parent.parent / "pytest_gpuperf"
-    for name in ("core/perf.py", "core/session.py"):
+    for name in ("core/record/perf.py", "core/session/session.py"):
         source = (root / name).read_text()
         assert "judge_clocks(" not in source and "check_conditions" in source, name

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.core import children
+from pytest_gpuperf.core.record import children
 
 FRAMEWORK = r"""
 import json, os, subprocess, sys, time
@@ -213,7 +213,7 @@ def test_misuse_is_a_clear_error(project: pytest.Pytester) -> None:
 
 
 def test_the_version_is_read_from_the_commands_own_python() -> None:
-    from pytest_gpuperf.core.command import module_version
+    from pytest_gpuperf.core.record.command import module_version
 
     assert module_version("pytest", sys.executable) == pytest.__version__
     assert module_version("no_such_module_here", sys.executable) is None
@@ -221,7 +221,7 @@ def test_the_version_is_read_from_the_commands_own_python() -> None:
 
 
 def test_the_python_of_a_script_is_read_from_its_shebang(tmp_path: Path) -> None:
-    from pytest_gpuperf.core.command import _python_of
+    from pytest_gpuperf.core.record.command import _python_of
 
     folder = tmp_path / "tools"
     folder.mkdir()

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-import pytest_gpuperf.core.session as session
-import pytest_gpuperf.core.store as store
+import pytest_gpuperf.core.session.session as session
+import pytest_gpuperf.core.store.baselines as store
 
 THREE_MODULES = {
     f"test_{name}": """
@@ -46,7 +46,8 @@ def fill_the_disk(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def press_ctrl_c_on_the_results(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C arrives while --gpuperf-results is written (core/session.py holds its own name for write_atomic)."""
+    """Ctrl-C arrives while --gpuperf-results is written (core/session/session.py holds its own name for
+    write_atomic)."""
 
     def interrupted(path: Path, document: dict[str, Any]) -> None:
         raise KeyboardInterrupt
@@ -126,7 +127,7 @@ def test_a_context_that_is_a_tensor_or_an_array_is_refused_naming_the_call(make:
     torch = pytest.importorskip("torch")
     from session_settings import cpu_settings
 
-    from pytest_gpuperf.core.perf import Perf
+    from pytest_gpuperf.core.record.perf import Perf
 
     perf = Perf(
         nodeid="m.py::t",

@@ -1,4 +1,4 @@
-"""Each setting is declared once, in core/settings.py's OPTIONS: its default, help and parser (issue 35).
+"""Each setting is declared once, in core/config/settings.py's OPTIONS: its default, help and parser (issue 35).
 
 The Settings dataclass takes its field defaults from there, so a settings object built by hand (tests, tools)
 gets the defaults a user gets; these tests fail where the two drift apart or a setting is declared twice.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.settings import (
+from pytest_gpuperf.core.config.settings import (
     DEVICE_DEFAULTS,
     ENVIRONMENT_ONLY,
     OPTIONS,
@@ -43,7 +43,7 @@ def test_no_setting_is_declared_twice() -> None:
 
 def every_table() -> tuple[OptionSpec[Any], ...]:
     """The settings of every option table the plugin registers, and the environment-only ones."""
-    from pytest_gpuperf.core.sizing import OPTIONS as SIZING
+    from pytest_gpuperf.core.session.sizing import OPTIONS as SIZING
     from pytest_gpuperf.distributed.plugin import OPTIONS as DISTRIBUTED
     from pytest_gpuperf.inference.plugin import OPTIONS as INFERENCE
     from pytest_gpuperf.training.plugin import OPTIONS as TRAINING

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_gpuperf.core.stats import (
+from pytest_gpuperf.core.stats.unpaired import (
     Rules,
     Verdict,
     compare,
@@ -274,7 +274,7 @@ def test_a_change_whose_interval_holds_no_change_is_not_flagged(
 ) -> None:
     """The tests say 8% worse (or better) at p < alpha, but the interval printed beside the verdict still holds
     1.0 (a rate point of three runs read [0.871, 1.015] beside p=0.0088): the verdict must not contradict it."""
-    import pytest_gpuperf.core.stats as stats
+    import pytest_gpuperf.core.stats.unpaired as stats
 
     base = [[0.0290, 0.0296, 0.0301], [0.0293, 0.0297, 0.0300], [0.0291, 0.0295, 0.0299], [0.0294, 0.0296, 0.0302]]
     worse = [0.0303, 0.0323, 0.0324]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.core.store import (
+from pytest_gpuperf.core.store.baselines import (
     BaselineStore,
     Curve,
     MetricRun,
@@ -194,7 +194,7 @@ def test_written_files_follow_the_umask_not_mkstemp(tmp_path: Path) -> None:
     import os
     import stat
 
-    from pytest_gpuperf.core.store import write_atomic
+    from pytest_gpuperf.core.store.baselines import write_atomic
 
     previous = os.umask(0o022)
     try:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gpuperf.core.store import (
+from pytest_gpuperf.core.store.baselines import (
     BaselineStore,
     MetricRun,
     NewMetric,
@@ -99,7 +99,7 @@ def test_a_sample_whose_statistics_overflow_fails_its_test(pytester: pytest.Pyte
 def test_a_non_finite_context_value_fails_its_test() -> None:
     from session_settings import cpu_settings
 
-    from pytest_gpuperf.core.perf import Perf
+    from pytest_gpuperf.core.record.perf import Perf
 
     perf = Perf(
         nodeid="m.py::t", device="cpu", settings=cpu_settings(Path(".")), noise_limit=0.1, baseline_curves=lambda n: []
@@ -302,7 +302,7 @@ def test_temp_files_of_dead_writers_are_removed_live_ones_kept(tmp_path: Path) -
 KILLED_WRITER = """
 import os, signal, sys
 from pathlib import Path
-from pytest_gpuperf.core import store
+from pytest_gpuperf.core.store import baselines as store
 os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # killed mid-write, after the data, before the rename
 store.write_atomic(Path(sys.argv[1]), {"schema": 1})
 """
@@ -333,7 +333,7 @@ def test_ctrl_c_during_the_save_says_what_was_saved(pytester: pytest.Pytester) -
     pytester.makepyfile(test_a=TWO_TESTS.replace("{bad}", "1.0"), test_b=TWO_TESTS.replace("{bad}", "1.0"))
     pytester.makeconftest(
         """
-        import pytest_gpuperf.core.store as store
+        import pytest_gpuperf.core.store.baselines as store
         real = store.write_atomic
         calls = []
         def interrupted(path, document):

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from session_settings import cpu_settings, this_machine
 
-from pytest_gpuperf.core.perf import Perf
-from pytest_gpuperf.core.session import GpuperfSession
-from pytest_gpuperf.core.stats import Verdict
-from pytest_gpuperf.core.store import MetricRun, NewMetric
+from pytest_gpuperf.core.record.perf import Perf
+from pytest_gpuperf.core.session.session import GpuperfSession
+from pytest_gpuperf.core.stats.unpaired import Verdict
+from pytest_gpuperf.core.store.baselines import MetricRun, NewMetric
 from pytest_gpuperf.machine.telemetry import TelemetrySample, TelemetryTrace, TelemetryUnavailable
 
 RECORDED_NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-"""The baselines here were recorded minutes before they are judged: one sitting (core/sittings.py)."""
+"""The baselines here were recorded minutes before they are judged: one sitting (core/stats/sittings.py)."""
 
 BASELINE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1, 100.3, 99.7]
 WORSE = [value * 0.8 for value in BASELINE]  # 20% fewer TFLOP/s: REGRESSED on equal terms

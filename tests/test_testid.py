@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pytest_gpuperf.core.testid import SUITES_DIR, SUITES_PREFIX, stable_test_id
+from pytest_gpuperf.core.store.testid import SUITES_DIR, SUITES_PREFIX, stable_test_id
 
 
 def test_a_shipped_suite_test_is_named_by_its_place_in_the_package() -> None:

@@ -150,9 +150,9 @@ def test_convergence_metrics_carry_their_rules_evidence(
 ) -> None:
     from session_settings import cpu_settings
 
-    from pytest_gpuperf.core.perf import Perf
-    from pytest_gpuperf.core.store import Curve
-    from pytest_gpuperf.core.verdict import CurveMatch, StepsToTarget
+    from pytest_gpuperf.core.record.perf import Perf
+    from pytest_gpuperf.core.store.baselines import Curve
+    from pytest_gpuperf.core.verdict.judge import CurveMatch, StepsToTarget
     from pytest_gpuperf.training.record import Target, record_convergence
     from pytest_gpuperf.training.tiers import Budget
 
@@ -177,8 +177,8 @@ def test_convergence_metrics_carry_their_rules_evidence(
 def test_a_seed_missing_the_target_is_a_regressed_final_loss_with_or_without_goldens() -> None:
     from session_settings import cpu_settings
 
-    from pytest_gpuperf.core.perf import Perf
-    from pytest_gpuperf.core.store import Curve
+    from pytest_gpuperf.core.record.perf import Perf
+    from pytest_gpuperf.core.store.baselines import Curve
     from pytest_gpuperf.training.record import Target, record_convergence
     from pytest_gpuperf.training.tiers import Budget
 

@@ -1,4 +1,4 @@
-"""core/verdict.py: one verdict per metric, from the baseline comparison or the metric's own rule."""
+"""core/verdict/judge.py: one verdict per metric, from the baseline comparison or the metric's own rule."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pytest_gpuperf.core.stats import Rules, Verdict
-from pytest_gpuperf.core.verdict import CurveMatch, External, StepsToTarget, judge
+from pytest_gpuperf.core.stats.unpaired import Rules, Verdict
+from pytest_gpuperf.core.verdict.judge import CurveMatch, External, StepsToTarget, judge
 
 RULES = Rules(delta=0.02, noise_limit=0.10, run_noise=0.01)
 
@@ -73,7 +73,7 @@ def test_a_failed_convergence_check_keeps_the_tests_throughput_metrics(
     pytester.makepyfile(
         test_train="""
         import os, pytest
-        from pytest_gpuperf.core.verdict import CurveMatch
+        from pytest_gpuperf.core.verdict.judge import CurveMatch
 
         def curves(offset):
             return [[max(1.0, 3.0 - 0.1 * i) + offset + 0.001 * s for i in range(60)] for s in range(3)]

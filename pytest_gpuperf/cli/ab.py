@@ -1,6 +1,6 @@
 """`gpuperf ab --a CMD_A --b CMD_B -- PYTEST_ARGS`: two stacks compared interleaved on one machine.
 
-A thin layer over cli/ab_engine.py: parses the command line, prints a progress line per pair and the final
+A thin layer over ab/engine.py: parses the command line, prints a progress line per pair and the final
 table (~120 columns), writes ab.json under --out and JUnit with --junitxml. Exit status 0 when nothing
 REGRESSED, 1 when something did, 2 on bad input or a comparison that could not go on, 3 when it compared nothing
 (every pair stopped by --budget, no metric both sides measured), 128 + the signal when interrupted (130 for
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
-from pytest_gpuperf.cli.ab_engine import (
+from pytest_gpuperf.ab.engine import (
     MAX_BUDGET_S,
     MAX_PAIR_COUNT,
     AbError,
@@ -37,10 +37,10 @@ from pytest_gpuperf.cli.ab_engine import (
     document_text,
     run_ab,
 )
-from pytest_gpuperf.cli.ab_turns import PINNED, UNPINNED, pinned_by_default, turns_by_default
+from pytest_gpuperf.ab.turns import PINNED, UNPINNED, pinned_by_default, turns_by_default
 from pytest_gpuperf.cli.loading import InputError, junit_address
 from pytest_gpuperf.cli.output import printable, write_text
-from pytest_gpuperf.core.stats import Verdict
+from pytest_gpuperf.core.stats.unpaired import Verdict
 
 WIDTH = 120
 EXIT_NOTHING_COMPARED = 3

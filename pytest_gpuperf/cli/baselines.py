@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_gpuperf.cli.loading import InputError, check_regular_file, walk_files
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 COLUMNS = (
@@ -29,7 +29,7 @@ COLUMNS = (
 
 def read_folder(root: Path) -> dict[str, dict[str, Any]]:
     """Baseline documents by path relative to ``root`` (or the file name when ``root`` is a file)."""
-    from pytest_gpuperf.core.store import StoreError, read_document
+    from pytest_gpuperf.core.store.baselines import StoreError, read_document
 
     if root.is_dir():
         files = [path for path in walk_files(root, (".json",)) if len(path.relative_to(root).parts) == 2]

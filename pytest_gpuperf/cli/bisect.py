@@ -2,8 +2,8 @@
 
 A stack spec is a set of pins: a requirements-style file (``name==version`` lines, ``#`` comments) or the pins
 themselves (``'torch==2.13.0 numpy==2.1.0'``, comma or space separated). First the good stack and the bad one are
-compared with the `gpuperf ab` engine (cli/ab_engine.py); every metric that REGRESSED (or the --metric ones) is
-then bisected by cli/bisect_search.py, each step an ab run of a mixed stack against the good one on those metrics
+compared with the `gpuperf ab` engine (ab/engine.py); every metric that REGRESSED (or the --metric ones) is
+then bisected by ab/bisect_search.py, each step an ab run of a mixed stack against the good one on those metrics
 only. Mixed stacks come from a builder:
 
 - default: a venv layered on the running environment (``python -m venv --system-site-packages`` plus a .pth that
@@ -35,17 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.ab import plan_from_args, terminal_text
-from pytest_gpuperf.cli.ab_engine import (
-    AbError,
-    AbPlan,
-    AbResult,
-    SessionRunner,
-    document_text,
-    run_ab,
-    subprocess_runner,
-)
-from pytest_gpuperf.cli.bisect_search import (
+from pytest_gpuperf.ab.bisect_search import (
     Outcome,
     SearchResult,
     Step,
@@ -55,9 +45,19 @@ from pytest_gpuperf.cli.bisect_search import (
     search,
     verdict_line,
 )
+from pytest_gpuperf.ab.engine import (
+    AbError,
+    AbPlan,
+    AbResult,
+    SessionRunner,
+    document_text,
+    run_ab,
+    subprocess_runner,
+)
+from pytest_gpuperf.cli.ab import plan_from_args, terminal_text
 from pytest_gpuperf.cli.loading import InputError
 from pytest_gpuperf.cli.output import write_text
-from pytest_gpuperf.core.stats import Verdict
+from pytest_gpuperf.core.stats.unpaired import Verdict
 
 BISECT_SCHEMA = "gpuperf-bisect/1"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
@@ -438,6 +438,6 @@ def write_junit(bisection: Bisection, searches: dict[tuple[str, str], SearchResu
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    """Strict JSON (ab_engine.document_text): a figure that is not finite is written as null, never NaN."""
+    """Strict JSON (ab/engine.py document_text): a figure that is not finite is written as null, never NaN."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, document_text(document), what="bisection result", hint="give another --out")

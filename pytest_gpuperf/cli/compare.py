@@ -17,11 +17,11 @@ import numpy as np
 
 from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core import rollup
-from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
-from pytest_gpuperf.core.sittings import group_sittings
-from pytest_gpuperf.core.stats import Rules, Verdict, summarize, with_siblings
-from pytest_gpuperf.core.verdict import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, judge_on_machine
+from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
+from pytest_gpuperf.core.stats.sittings import group_sittings
+from pytest_gpuperf.core.stats.unpaired import Rules, Verdict, summarize, with_siblings
+from pytest_gpuperf.core.verdict import rollup
+from pytest_gpuperf.core.verdict.judge import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, judge_on_machine
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
@@ -135,7 +135,7 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
         try:
             # numpy's overflow is an error here, not a warning on stderr beside a verdict computed from inf
             with np.errstate(over="raise", invalid="raise"):
-                result = judge_on_machine(  # the session's rule, machine state included (core/verdict.py)
+                result = judge_on_machine(  # the session's rule, machine state included (core/verdict/judge.py)
                     current,
                     [run.samples for run in base_runs],
                     [run.context for run in base_runs],

@@ -4,7 +4,7 @@ Each results file is one node's run (a folder: every file in it); files of one m
 runs pooled. Nodes are grouped by hardware key and each key's nodes are judged among themselves only. Within a
 node, a result whose context names a ``device`` is that device's unit (the acceptance suite's per-GPU tests,
 ``test_gemm[gpu3-bf16]``, compared across the fleet as ``test_gemm[bf16]``); otherwise the node is the unit.
-Each unit of each metric is placed against the others with core/fleet.py's rule (tolerance, robust z and a
+Each unit of each metric is placed against the others with core/stats/fleet.py's rule (tolerance, robust z and a
 separation test, leave-one-out); the statistics live there, reading and rendering here.
 """
 
@@ -34,10 +34,8 @@ from pytest_gpuperf.cli.loading import (
 )
 from pytest_gpuperf.cli.output import write_text
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core import schema
-from pytest_gpuperf.core import spread as spread_file
-from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
-from pytest_gpuperf.core.fleet import (
+from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
+from pytest_gpuperf.core.stats.fleet import (
     MIN_UNITS,
     SPREAD_PRIOR_DOF,
     FleetRules,
@@ -47,7 +45,9 @@ from pytest_gpuperf.core.fleet import (
     place,
     pooled_spread,
 )
-from pytest_gpuperf.core.fleet import smallest_p as smallest_p_value
+from pytest_gpuperf.core.stats.fleet import smallest_p as smallest_p_value
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store import spread as spread_file
 
 WHOLE_NODE = "node"
 """The device a whole-node test names (the acceptance suite's all-reduce across a node's GPUs): its unit is the

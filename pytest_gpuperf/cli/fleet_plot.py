@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table
-from pytest_gpuperf.core.fleet import FleetRules, Standing
+from pytest_gpuperf.core.stats.fleet import FleetRules, Standing
 
 if TYPE_CHECKING:
     from pytest_gpuperf.cli.fleet import Fleet, Judged

@@ -20,8 +20,8 @@ from scipy import stats as scipy_stats
 from pytest_gpuperf.cli.changepoints import change_points
 from pytest_gpuperf.cli.loading import InputError, Run, decode_json, load_path, quote, read_bytes
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
-from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
+from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 DEFAULT_THRESHOLD = DEVICE_DEFAULTS["cpu"]["threshold"]

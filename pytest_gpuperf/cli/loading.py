@@ -7,8 +7,8 @@ JUnit XML carries each metric as ``gpuperf.<metric>.*`` testcase properties (res
 since the plugin's junit_fingerprint module, the run's fingerprint as the testsuite property
 ``gpuperf.fingerprint``. Files written without it load with an unknown hardware key and an empty stack.
 
-The results format and its validation belong to core/results.py (the rules of each field: core/schema.py, the
-same the plugin applies to baseline files); this module turns a validated document into Runs.
+The results format and its validation belong to core/store/results.py (the rules of each field:
+core/store/schema.py, the same the plugin applies to baseline files); this module turns a validated document into Runs.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, TypeGuard
 from xml.etree import ElementTree
 
-from pytest_gpuperf.core import results as results_format
-from pytest_gpuperf.core import schema
-from pytest_gpuperf.core.results import FINGERPRINT_PROPERTY
-from pytest_gpuperf.core.schema import SchemaError, quote
-from pytest_gpuperf.core.store import is_sibling
+from pytest_gpuperf.core.store import results as results_format
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store.baselines import is_sibling
+from pytest_gpuperf.core.store.results import FINGERPRINT_PROPERTY
+from pytest_gpuperf.core.store.schema import SchemaError, quote
 
 MAX_BYTES = schema.MAX_BYTES
 """Larger inputs are refused rather than read into memory."""
@@ -447,7 +447,7 @@ def _metrics_from_case(classname: str, name: str, pairs: list[tuple[str, str]], 
     return found
 
 
-# -- field checks (the rules themselves: core/schema.py) ----------------------------------------------------------
+# -- field checks (the rules themselves: core/store/schema.py) ---------------------------------------------------------
 
 
 def _samples(raw: Any, where: str) -> tuple[float, ...]:

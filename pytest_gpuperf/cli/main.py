@@ -10,11 +10,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
+from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from pytest_gpuperf.core.session import resolve_device
+    from pytest_gpuperf.core.session.session import resolve_device
     from pytest_gpuperf.machine.fingerprint import collect
 
     try:
@@ -51,8 +51,8 @@ def percentage_or_zero(text: str) -> float:
 
 
 def _setting_value(parser: str, text: str) -> float:
-    """A value parsed as the plugin's options are (core/settings.py, imported only when an option is given)."""
-    from pytest_gpuperf.core import settings
+    """A value parsed as the plugin's options are (core/config/settings.py, imported only when an option is given)."""
+    from pytest_gpuperf.core.config import settings
 
     try:
         value: float = getattr(settings, parser)(text)
@@ -482,9 +482,9 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
 
 
 def cpu_list(text: str) -> frozenset[int]:
-    """CPU numbers as taskset -c writes them: "1", "0,2", "0-3,8" (core/settings.py ``parse_cpus``); "all"
+    """CPU numbers as taskset -c writes them: "1", "0,2", "0-3,8" (core/config/settings.py ``parse_cpus``); "all"
     (wherever the sessions may run): the empty set."""
-    from pytest_gpuperf.core.settings import SettingError, parse_cpus
+    from pytest_gpuperf.core.config.settings import SettingError, parse_cpus
 
     if text.strip().lower() == "all":
         return frozenset()
@@ -508,7 +508,7 @@ def _count(minimum: int) -> Callable[[str], int]:
 
 
 def _duration(text: str) -> float:
-    from pytest_gpuperf.core.settings import SettingError, parse_duration
+    from pytest_gpuperf.core.config.settings import SettingError, parse_duration
 
     try:
         return parse_duration(text)

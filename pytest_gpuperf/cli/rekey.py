@@ -27,8 +27,8 @@ def _git_tracked(folder: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_gpuperf.core.session import resolve_device
-    from pytest_gpuperf.core.store import StoreError, read_document, write_atomic
+    from pytest_gpuperf.core.session.session import resolve_device
+    from pytest_gpuperf.core.store.baselines import StoreError, read_document, write_atomic
     from pytest_gpuperf.machine.fingerprint import collect
 
     root = Path(args.baselines)

@@ -18,15 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from pytest_gpuperf.cli.ab_engine import AB_SCHEMA
+from pytest_gpuperf.ab.engine import AB_SCHEMA
 from pytest_gpuperf.cli.history import order_runs
 from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
 from pytest_gpuperf.cli.output import emit, printable
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
-from pytest_gpuperf.core import rollup, schema
-from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
-from pytest_gpuperf.core.schema import SchemaError
-from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
+from pytest_gpuperf.core.stats.unpaired import summarize
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store.schema import SchemaError
+from pytest_gpuperf.core.verdict import rollup
 
 MAX_PLOTS = 60
 """Per section; a report of hundreds of plots is not read, the table still lists every metric."""
@@ -286,7 +287,7 @@ def golden_curves(baselines: Path | None, run: Run, curve: CurveData) -> list[tu
     so both are checked to name a file inside the folder before anything is opened."""
     if baselines is None or run.hardware_slug == "unknown-hardware":
         return []
-    from pytest_gpuperf.core.store import StoreError, entry_key, module_file_name, read_document
+    from pytest_gpuperf.core.store.baselines import StoreError, entry_key, module_file_name, read_document
 
     if not SAFE_SLUG.fullmatch(run.hardware_slug):
         raise InputError(

@@ -17,7 +17,7 @@ PACKAGE = "pytest_gpuperf.suites"
 
 def suite_names() -> list[str]:
     """The shipped suites by short name: ``training`` for ``pytest_gpuperf/suites/test_training.py``."""
-    from pytest_gpuperf.core.testid import SUITES_DIR
+    from pytest_gpuperf.core.store.testid import SUITES_DIR
 
     return sorted(path.stem.removeprefix("test_") for path in SUITES_DIR.glob("test_*.py"))
 

@@ -36,7 +36,7 @@ from pytest_gpuperf.cli.runs_needed import (
 )
 from pytest_gpuperf.cli.signing import PublicKey, trusted_bundle, trusted_keys
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core.stats import Rules, pooled_run_noise, ratio_interval, with_siblings
+from pytest_gpuperf.core.stats.unpaired import Rules, pooled_run_noise, ratio_interval, with_siblings
 
 CONFIDENCE = 0.90
 DEFAULT_RUN_NOISE = 0.005

@@ -163,7 +163,7 @@ def _run_in_this_rank(
     )
     # No process to kill here: print where this rank is when the timeout passes, and let the process group
     # timeout end a collective that waits for a dead peer. A thread, not faulthandler.dump_traceback_later:
-    # that timer is one per process and the test's time budget (core/budget.py) holds it.
+    # that timer is one per process and the test's time budget (core/session/budget.py) holds it.
     dump = threading.Timer(timeout_s, _dump_all_threads, args=(job.rank, timeout_s))
     dump.daemon = True
     dump.start()

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.parametrize import uses_own_fixture
-from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_count, resolve
+from pytest_gpuperf.core.config.settings import OptionSpec, SettingError, add_options, parse_count, resolve
+from pytest_gpuperf.core.session.parametrize import uses_own_fixture
 from pytest_gpuperf.distributed.devices import assign_worker_devices
 from pytest_gpuperf.distributed.mesh import MeshError, MeshRequest, MeshSpec, parse_mesh, parse_meshes, unfit_reason
 
@@ -87,7 +87,7 @@ def device_mesh(request: pytest.FixtureRequest) -> MeshRequest:
             spec = parse_mesh(str(param))
         except MeshError as error:
             raise pytest.UsageError(f"device_mesh parameter {param!r} of {request.node.nodeid}: {error}") from None
-    from pytest_gpuperf.core.state import gpuperf_session
+    from pytest_gpuperf.core.session.state import gpuperf_session
     from pytest_gpuperf.distributed.environment import torchrun_environment
 
     device = gpuperf_session(request.config).device

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from pytest_gpuperf.core.settings import SettingError, environment_setting
+from pytest_gpuperf.core.config.settings import SettingError, environment_setting
 from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed.environment import rank_variables
 from pytest_gpuperf.distributed.errors import FailureKind, LaunchError, RankFailed, RankFailure, describe_exitcode

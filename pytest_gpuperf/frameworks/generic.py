@@ -3,7 +3,7 @@ in the file the command writes) and ``RegexAdapter`` (a regular expression per l
 
 Each maps the framework's keys (or groups) to gpuperf metrics with ``Metric``: which key, its unit, which way is
 better, and a scale (1e-3 turns milliseconds into seconds). Every matching line is one step; the warm-up rule
-(core/readings.py) drops the first ones.
+(core/record/readings.py) drops the first ones.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.core.readings import OutputError, Reading, RunOutput, Series
+from pytest_gpuperf.core.record.readings import OutputError, Reading, RunOutput, Series
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,7 +18,7 @@ import json
 import math
 import re
 
-from pytest_gpuperf.core.readings import OutputError, Reading, RunOutput, Series
+from pytest_gpuperf.core.record.readings import OutputError, Reading, RunOutput, Series
 
 KEYS = {
     "step_time": ("perf/step_time_seconds", "s", False),

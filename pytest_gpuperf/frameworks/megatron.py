@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from pytest_gpuperf.core.readings import Reading, RunOutput, Series
+from pytest_gpuperf.core.record.readings import Reading, RunOutput, Series
 
 ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
 MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)(.*)$")

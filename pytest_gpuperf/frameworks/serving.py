@@ -33,7 +33,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.core.readings import Figure, OutputError, Reading, RunOutput
+from pytest_gpuperf.core.record.readings import Figure, OutputError, Reading, RunOutput
 from pytest_gpuperf.inference.metrics import min_samples
 
 LATENCIES = {"ttft": "requests", "tpot": "requests", "itl": "token gaps", "e2e": "requests"}

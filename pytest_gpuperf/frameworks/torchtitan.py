@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from pytest_gpuperf.core.readings import Reading, RunOutput, Series
+from pytest_gpuperf.core.record.readings import Reading, RunOutput, Series
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP = re.compile(

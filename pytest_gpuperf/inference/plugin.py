@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.settings import (
+from pytest_gpuperf.core.config.settings import (
     OptionSpec,
     SettingError,
     add_options,
@@ -19,7 +19,7 @@ from pytest_gpuperf.core.settings import (
     parse_seconds,
     resolve,
 )
-from pytest_gpuperf.core.state import reporting
+from pytest_gpuperf.core.session.state import reporting
 from pytest_gpuperf.inference.metrics import SLO
 from pytest_gpuperf.inference.servers import (
     PACKAGES,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.inference.arrivals import Arrivals, schedule
 from pytest_gpuperf.inference.lengths import Lengths
 from pytest_gpuperf.inference.metrics import (

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.machine import peaks
 
 SQUARE = {"cpu": 512, "cuda": 8192}  # 512: ~3 ms per fp32 call on one CPU thread, long enough to time

@@ -18,7 +18,7 @@ class CudaEventTimer:
     """Records CUDA events around each call and flushes L2 before it; seconds per call.
 
     ``clock = "device"`` tells ``perf.measure`` that the figures are the accelerator's own time: the host's
-    state (its canaries, steal, run-queue wait) does not gate them, the device's telemetry does (core/perf.py).
+    state (its canaries, steal, run-queue wait) does not gate them, the device's telemetry does (core/record/perf.py).
     """
 
     clock = "device"

@@ -52,7 +52,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.core.schema import UnreadableFile, read_file
+from pytest_gpuperf.core.store.schema import UnreadableFile, read_file
 
 if TYPE_CHECKING:
     import torch

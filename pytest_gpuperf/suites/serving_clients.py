@@ -13,11 +13,11 @@ import threading
 import time
 from pathlib import Path
 
-from pytest_gpuperf.core.settings import environment_setting
+from pytest_gpuperf.core.config.settings import environment_setting
 
 
 def find_program(name: str, setting: str) -> str | None:
-    """``name`` as the environment-only setting ``setting`` names it (core/settings.py), else beside this Python,
+    """``name`` as the environment-only setting ``setting`` names it (core/config/settings.py), else beside this Python,
     in .venv-vllm, or on PATH."""
     given: str | None = environment_setting(setting)
     if given:

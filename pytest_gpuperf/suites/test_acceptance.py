@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.core.parametrize import parametrized_by_test
-from pytest_gpuperf.core.settings import get_settings
-from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.core.config.settings import get_settings
+from pytest_gpuperf.core.session.parametrize import parametrized_by_test
+from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.micro.acceptance import NODE, LocalDevice, judge_floor, local_devices
 from pytest_gpuperf.micro.kernels import (
     BANDWIDTH_BYTES,
@@ -72,7 +72,7 @@ def _devices(config: pytest.Config) -> tuple[LocalDevice, ...]:
     request = get_settings(config).device_request
     if request == "cpu" or (request == "auto" and count_devices()[1] == 0):
         return local_devices("cpu", 0)
-    from pytest_gpuperf.core.state import gpuperf_session
+    from pytest_gpuperf.core.session.state import gpuperf_session
 
     device = gpuperf_session(config).device
     if device == "cpu":
@@ -93,7 +93,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marks: list[pytest.MarkDecorator] = []
         settings = get_settings(metafunc.config)
         if metafunc.definition.get_closest_marker("burnin") is not None and settings.burnin_minutes is not None:
-            # The budget follows the minutes asked for, each confirmation attempt measuring again (core/budget.py).
+            # The budget follows the minutes asked for, each confirmation attempt measuring again
+            # (core/session/budget.py).
             load_s = settings.burnin_minutes * 60 * (1 + settings.confirm)
             marks.append(pytest.mark.gpuperf_timeout(load_s + BURNIN_SLACK_S))
         params = [pytest.param(device, marks=marks, id=device.id) for device in devices]

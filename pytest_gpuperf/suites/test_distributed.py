@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 
-from pytest_gpuperf.core.settings import SettingError, environment_setting
+from pytest_gpuperf.core.config.settings import SettingError, environment_setting
 from pytest_gpuperf.distributed.collectives import OPS, algbw_gbps, bus_factor, size_label, time_collective
 from pytest_gpuperf.distributed.mesh import MeshError
 from pytest_gpuperf.distributed.strategies import get_strategy

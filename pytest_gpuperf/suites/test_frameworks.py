@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.settings import environment_setting, environment_spec
+from pytest_gpuperf.core.config.settings import environment_setting, environment_spec
 from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program, vllm_command
 
 pytestmark = pytest.mark.frameworks

@@ -6,7 +6,7 @@ device is resolved only when a collected test asks for these fixtures).
 defaults), so ``-k`` and node ids name them: ``test_pretrain[tiny-moe]``, ``test_precision_ladder[fp4]``. A test
 narrows the models it takes with ``@pytest.mark.gpuperf_models("lora")`` (kinds: ``pretrain``, ``dense``,
 ``moe``, ``lora``). A test that parametrizes ``precision`` or ``model`` itself keeps its own values, and a test
-that gets a project's own ``model`` or ``precision`` fixture is left alone (``core/parametrize.py``).
+that gets a project's own ``model`` or ``precision`` fixture is left alone (``core/session/parametrize.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpuperf.core.parametrize import uses_own_fixture
-from pytest_gpuperf.core.settings import OptionSpec, SettingError, add_options, parse_choice, resolve
+from pytest_gpuperf.core.config.settings import OptionSpec, SettingError, add_options, parse_choice, resolve
+from pytest_gpuperf.core.session.parametrize import uses_own_fixture
 from pytest_gpuperf.training.tiers import TIERS, Tier, get_tier
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def training_tier(config: pytest.Config) -> Tier:
     if tier is None:
         request = config.stash[options_key].tier_request
         if request == "auto":
-            from pytest_gpuperf.core.state import gpuperf_session
+            from pytest_gpuperf.core.session.state import gpuperf_session
 
             request = "gpu" if gpuperf_session(config).device == "cuda" else "cpu"
         tier = get_tier(request)
@@ -212,7 +212,7 @@ def model(request: pytest.FixtureRequest) -> ModelSpec:
 @pytest.fixture
 def precision(request: pytest.FixtureRequest) -> str:
     """A precision from ``--gpuperf-precisions``; skipped, naming device and precision, where it cannot run."""
-    from pytest_gpuperf.core.state import gpuperf_session
+    from pytest_gpuperf.core.session.state import gpuperf_session
     from pytest_gpuperf.training.precision import unsupported_reason
 
     name: str = request.param

@@ -13,7 +13,7 @@ Metrics (each judged against its baseline by the foundation's verdict):
 * the ``loss`` curve of every seed (the golden for later runs); ``final_loss``, ``steps_to_target`` and
   ``time_to_target`` (s, every step counted, as MLPerf's time-to-train does), one sample per seed.
 
-The convergence metrics carry the evidence their rules need (``record_convergence``); core/verdict.py decides
+The convergence metrics carry the evidence their rules need (``record_convergence``); core/verdict/judge.py decides
 their verdicts, as it does every other metric's.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.core import convergence
+from pytest_gpuperf.core.stats import convergence
 from pytest_gpuperf.models.registry import ModelSpec
 from pytest_gpuperf.training.tiers import Budget
 from pytest_gpuperf.training.workload import SeedRun
@@ -169,13 +169,13 @@ def record_convergence(
     """Loss curves of every seed, ``final_loss``, ``steps_to_target`` and ``time_to_target``, each with the
     evidence its verdict needs; returns each seed's steps to the target (None: missed it).
 
-    What is measured is reported here; what it means is decided in core/verdict.py: ``final_loss`` (each seed's
+    What is measured is reported here; what it means is decided in core/verdict/judge.py: ``final_loss`` (each seed's
     smoothed loss at the last step) is judged by ``CurveMatch`` (the curves against the golden band of the stored
     reference seeds, and every seed reaching the target), ``steps_to_target`` by ``StepsToTarget`` (MLPerf's
     t-test over seeds). ``time_to_target`` is a timing and judged as one. A failed check is a REGRESSED metric
     like any other: the test's throughput metrics stay in the results beside it.
     """
-    from pytest_gpuperf.core.verdict import CurveMatch, StepsToTarget
+    from pytest_gpuperf.core.verdict.judge import CurveMatch, StepsToTarget
 
     name = metric_name(curve, tier, perf.device)
     reference = [list(c.values) for c in perf.baseline_curves(name)]

@@ -11,7 +11,7 @@ are refused, and nesting deeper than the parser can follow is an error, never a 
 Own code rather than a JSON Schema library: the messages must name the exact entry ("test 't' metric 'm':
 samples must be positive") in one line, and the number rules (range, digits) are not JSON Schema's.
 
-What a test records (core/perf.py) passes the same rules when it is recorded (``plain`` for a context, the field
+What a test records (core/record/perf.py) passes the same rules when it is recorded (``plain`` for a context, the field
 rules for the rest), so a value no reader would take fails the test that recorded it, never a later session.
 Every document is read through ``read_file``: regular files only, and a bounded number of bytes.
 """

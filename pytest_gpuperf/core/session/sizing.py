@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.settings import OptionSpec, add_options, parse_positive_seconds, resolve
+from pytest_gpuperf.core.config.settings import OptionSpec, add_options, parse_positive_seconds, resolve
 from pytest_gpuperf.machine.capability import (
     DEFAULT_BUDGET_S,
     Capability,

@@ -7,7 +7,7 @@ Sessions run one at a time, in blocks of two pairs ordered ABBA or BAAB (chosen 
 recorded), so a drift of the machine that is linear over a block cancels between its two pairs. Each session is
 ``CMD -m pytest PYTEST_ARGS --gpuperf-results FILE --gpuperf-measure-only ...``: it measures and writes its
 results, fails no test on a verdict, saves nothing. After every complete pair each undecided metric is judged on
-its paired log-ratios (core/paired.py); a decided metric keeps its verdict, and the run stops when every metric
+its paired log-ratios (core/stats/paired.py); a decided metric keeps its verdict, and the run stops when every metric
 is decided or has had its last look (max_pairs judged pairs; pairs the machine's state left out of a metric are
 replaced, up to max_left_out more), at the time budget, on Ctrl-C (with the verdicts so far) or on an error.
 
@@ -50,15 +50,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
-from pytest_gpuperf.core import children, schema
-from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS
-from pytest_gpuperf.core.paired import PairedJudgement, PairedRules, judge, log_ratio
-from pytest_gpuperf.core.results import parse_document
-from pytest_gpuperf.core.schema import SchemaError
-from pytest_gpuperf.core.stats import Verdict
-from pytest_gpuperf.core.verdict import machine_state, timed_on_device
+from pytest_gpuperf.ab.sessions import AbError, end_strays, start_session, stop_all, stop_session
+from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
+from pytest_gpuperf.core.stats.paired import PairedJudgement, PairedRules, judge, log_ratio
+from pytest_gpuperf.core.stats.unpaired import Verdict
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store.results import parse_document
+from pytest_gpuperf.core.store.schema import SchemaError
+from pytest_gpuperf.core.verdict.judge import machine_state, timed_on_device
 from pytest_gpuperf.machine.contention import (
     CANARIES,
     MachineState,
@@ -84,16 +85,6 @@ MAX_BUDGET_S = 366 * 24 * 3600.0
 MAX_RESULTS_DEPTH = 100
 """A session's results document nested deeper than this is refused: ab.json embeds it, and writing it must not
 hit the interpreter's recursion limit (results documents are ~6 levels deep; a test's context adds a few)."""
-
-
-class AbError(Exception):
-    """A comparison that cannot go on (bad command, different machines, sessions that keep failing); one line.
-
-    ``result`` holds what was measured until then, so the caller can still write it."""
-
-    def __init__(self, message: str, result: AbResult | None = None) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,9 +122,9 @@ class AbPlan:
     session_figure: str = "best"
     """Each session's figure for a metric: "best" (its fastest call, or highest rate) or "median" (SESSION_FIGURES)."""
     take_turns: bool = False
-    """Run both sessions of a pair at once, taking turns test by test and round by round (cli/ab_turns.py)."""
+    """Run both sessions of a pair at once, taking turns test by test and round by round (ab/turns.py)."""
     take_turns_why: str = ""
-    """Why take_turns is what it is (the command line's choice, or cli/ab_turns.py turns_by_default's), for ab.json."""
+    """Why take_turns is what it is (the command line's choice, or ab/turns.py turns_by_default's), for ab.json."""
     cpus: frozenset[int] | None = None
     """Run every session on these CPUs only (the engine sets its own affinity, which the sessions inherit; a
     container started by a daemon does not); None: wherever this process may run."""
@@ -387,7 +378,7 @@ class SessionRunner(Protocol):
 def subprocess_runner(
     argv: list[str], *, log_file: Path, timeout: float | None, cwd: Path | None, env: dict[str, str]
 ) -> tuple[int | None, float]:
-    """A real session: no shell, output to its log, in a process group of its own (core/children.py); at the
+    """A real session: no shell, output to its log, in a process group of its own (core/record/children.py); at the
     time limit or on Ctrl-C the whole group is stopped (before re-raising), and what it leaves behind when it
     exits is ended, so no process of it measures beside the next session."""
     started = time.monotonic()
@@ -403,47 +394,6 @@ def subprocess_runner(
             raise
     end_strays()
     return returncode, time.monotonic() - started
-
-
-_STARTED: list[subprocess.Popen[bytes]] = []
-"""Sessions started and not yet known to be gone with their groups: the taking-turns runner (cli/ab_turns.py)
-starts and waits for its own, so the engine ends their strays after each pair and stops them all on its way out."""
-
-
-def start_session(argv: list[str], log: IO[bytes], *, cwd: Path | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """One session's process, output to ``log``, no shell, leading a process group of its own (a wrapper's
-    children are stopped with it); AbError names a command that cannot be run."""
-    try:
-        process = children.start_group(argv, stdout=log, cwd=cwd, env=env)
-    except FileNotFoundError:
-        raise AbError(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:3])} ...)") from None
-    except PermissionError:
-        raise AbError(f"command not executable: {shlex.quote(argv[0])}") from None
-    _STARTED.append(process)
-    return process
-
-
-def stop_session(process: subprocess.Popen[bytes]) -> None:
-    """The session's whole process group: SIGINT (pytest writes what it has), SIGTERM, SIGKILL, 5 s apart."""
-    children.stop_group(process)
-
-
-def end_strays() -> None:
-    """End what finished sessions left running in their groups (a wrapper's background job)."""
-    for process in list(_STARTED):
-        if process.poll() is not None:
-            children.end_strays(process)
-            _STARTED.remove(process)
-
-
-def _stop_all() -> None:
-    """Every session still running, with its group: the comparison is over (an error, Ctrl-C)."""
-    for process in list(_STARTED):
-        if process.poll() is None:
-            stop_session(process)
-        else:
-            children.end_strays(process)
-        _STARTED.remove(process)
 
 
 def session_argv(plan: AbPlan, side: str, results_file: Path, turns: Path | None = None) -> list[str]:
@@ -487,7 +437,7 @@ def run_ab(
         try:
             return _run_pairs(plan, runner, progress, clock)
         finally:
-            _stop_all()
+            stop_all()
 
 
 @contextlib.contextmanager
@@ -646,7 +596,7 @@ def _run_pair_taking_turns(
     plan: AbPlan, order: str, index: int, sessions_dir: Path, timeout: float | None, env: dict[str, str]
 ) -> list[SessionOutcome]:
     """Both sessions of the pair at once, taking turns, the first of ``order`` granted the first turn."""
-    from pytest_gpuperf.cli.ab_turns import TurnChannelError, run_pair_taking_turns
+    from pytest_gpuperf.ab.turns import TurnChannelError, run_pair_taking_turns
 
     files = {side: _session_files(sessions_dir, index, side) for side in order}
     turns = {side: sessions_dir / f"{index:03d}-{side}.turn" for side in order}
@@ -699,15 +649,13 @@ def _outcome(
 
 def read_session_results(results_file: Path) -> tuple[dict[str, Any] | None, str | None]:
     """A session's results document, read as every gpuperf reader reads one (bounded, regular files only,
-    strict JSON, validated by core/results.py), or why it cannot be used: a malformed document is a failed
+    strict JSON, validated by core/store/results.py), or why it cannot be used: a malformed document is a failed
     session, never a traceback in the engine."""
-    from pytest_gpuperf.cli.loading import InputError, read_bytes
-
     if not os.path.lexists(results_file):
         return None, "exit status 0 but no results file was written"
     try:
-        data = read_bytes(results_file)
-    except InputError as error:
+        data = schema.read_file(results_file)
+    except schema.UnreadableFile as error:
         return None, f"unusable results file: {error}"
     try:
         document = parse_document(data, where=str(results_file))

@@ -23,11 +23,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_gpuperf.core import schema
-from pytest_gpuperf.core.schema import SchemaError
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store.schema import SchemaError
 
 if TYPE_CHECKING:  # stats needs numpy and scipy; the plugin imports this module before any test runs
-    from pytest_gpuperf.core.stats import Comparison, Verdict
+    from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
 
 SCHEMA_VERSION = 1
 FINGERPRINT_PROPERTY = "gpuperf.fingerprint"
@@ -76,7 +76,7 @@ class MetricResult:
 
     def as_dict(self) -> dict[str, Any]:
         """Its entry of the results document (and of an xdist worker's payload)."""
-        from pytest_gpuperf.core.stats import summarize
+        from pytest_gpuperf.core.stats.unpaired import summarize
 
         pooled = [value for run in self.baseline_runs for value in run]
         return {
@@ -103,7 +103,7 @@ class MetricResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricResult:
         """Back from ``as_dict`` (an xdist worker's results, in the controller)."""
-        from pytest_gpuperf.core.stats import Comparison, Verdict
+        from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
 
         comparison = dict(data["comparison"])
         comparison["verdict"] = Verdict(comparison["verdict"])
@@ -137,7 +137,7 @@ def build_document(
 
     Warns (GpuperfSamplesWarning) of each metric with more samples than the bootstrap resamples whole: its file
     is large, and its verdicts' intervals are m-out-of-n bootstrap ones (stats.BOOTSTRAP_SAMPLES)."""
-    from pytest_gpuperf.core.stats import BOOTSTRAP_SAMPLES
+    from pytest_gpuperf.core.stats.unpaired import BOOTSTRAP_SAMPLES
 
     large = [result for result in results if len(result.samples) > BOOTSTRAP_SAMPLES]
     if large:
@@ -232,7 +232,7 @@ def read_machine(raw: Any) -> str | None:
 
 def junit_properties(result: MetricResult) -> list[tuple[str, object]]:
     """Name/value pairs for record_property, so --junitxml carries every metric and verdict."""
-    from pytest_gpuperf.core.stats import summarize
+    from pytest_gpuperf.core.stats.unpaired import summarize
 
     prefix = f"gpuperf.{result.metric}"
     now = summarize(result.samples)

@@ -44,7 +44,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.settings import OPTIONS, get_settings, resolve
+from pytest_gpuperf.core.config.settings import OPTIONS, get_settings, resolve
 
 DEFAULT_BUDGET_S = {"cpu": 600.0, "gpu": 1200.0}
 """Per tier. CPU: on 2 quiet cores the whole training suite takes ~1-2 minutes (docs/training.md); on 2 cores

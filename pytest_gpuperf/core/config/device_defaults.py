@@ -1,5 +1,5 @@
 """The defaults that differ between CPU and GPU, and the job's false-failure level: declared here, without pytest,
-so the `gpuperf` command's help can quote them as the plugin's options (core/settings.py) use them."""
+so the `gpuperf` command's help can quote them as the plugin's options (core/config/settings.py) use them."""
 
 JOB_ALPHA = 0.01
 """The default family-wise false-failure level of a job (--gpuperf-job-alpha), shared by `gpuperf compare`."""

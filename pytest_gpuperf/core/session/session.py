@@ -17,14 +17,11 @@ from typing import Any
 import numpy as np
 
 from pytest_gpuperf import __version__
-from pytest_gpuperf.core import results as results_format
-from pytest_gpuperf.core.perf import MetricRecord, Perf
-from pytest_gpuperf.core.results import MetricResult
-from pytest_gpuperf.core.rollup import machine_note
-from pytest_gpuperf.core.schema import SchemaError, non_finite
-from pytest_gpuperf.core.settings import Settings
-from pytest_gpuperf.core.sittings import group_sittings
-from pytest_gpuperf.core.stats import (
+from pytest_gpuperf.core.config.settings import Settings
+from pytest_gpuperf.core.record.perf import MetricRecord, Perf
+from pytest_gpuperf.core.session.turns import Turns
+from pytest_gpuperf.core.stats.sittings import group_sittings
+from pytest_gpuperf.core.stats.unpaired import (
     Rules,
     Verdict,
     exact_agreement,
@@ -32,7 +29,8 @@ from pytest_gpuperf.core.stats import (
     summarize,
     with_siblings,
 )
-from pytest_gpuperf.core.store import (
+from pytest_gpuperf.core.store import results as results_format
+from pytest_gpuperf.core.store.baselines import (
     BaselineStore,
     Curve,
     MetricRun,
@@ -44,8 +42,9 @@ from pytest_gpuperf.core.store import (
     os_reason,
     write_atomic,
 )
-from pytest_gpuperf.core.turns import Turns
-from pytest_gpuperf.core.verdict import (
+from pytest_gpuperf.core.store.results import MetricResult
+from pytest_gpuperf.core.store.schema import SchemaError, non_finite
+from pytest_gpuperf.core.verdict.judge import (
     ANOTHER_MACHINE,
     ANOTHER_SITTING,
     THIS_SITTING,
@@ -54,6 +53,7 @@ from pytest_gpuperf.core.verdict import (
     machine_state,
     runs_of_this_machine,
 )
+from pytest_gpuperf.core.verdict.rollup import machine_note
 from pytest_gpuperf.machine.contention import MachineState, waiting_for_turn
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
@@ -204,7 +204,7 @@ class GpuperfSession:
     def decidable(self, nodeid: str, name: str) -> bool:
         """Whether a stored metric can be decided whatever is measured now: not when its baseline's spread is past
         the noise limit (NOISY whatever the run), nor when it is a timing recorded only on other machines and the
-        spread between machines is not measured (AMBIGUOUS whatever the run: core/verdict.py)."""
+        spread between machines is not measured (AMBIGUOUS whatever the run: core/verdict/judge.py)."""
         baseline = self.store.metric(nodeid, name)
         if baseline is None or not baseline.runs:
             return False

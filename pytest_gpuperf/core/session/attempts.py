@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.core.session import GpuperfSession, MetricResult
+    from pytest_gpuperf.core.session.session import GpuperfSession, MetricResult
 
 _XDIST_ENVIRONMENT = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 CONFIRM_SLACK_S = 120.0
@@ -36,7 +36,7 @@ fixtures start again."""
 def settle(item: pytest.Item, session: GpuperfSession, results: list[MetricResult]) -> list[MetricResult]:
     """The final results of a test: as measured, or, where a metric looks REGRESSED, after each confirmation
     attempt (``--gpuperf-confirm N`` fresh processes) had its say."""
-    from pytest_gpuperf.core.session import confirm
+    from pytest_gpuperf.core.session.session import confirm
 
     attempt = 1
     while attempt <= session.settings.confirm and session.suspects_regression(results):
@@ -61,8 +61,8 @@ def settle(item: pytest.Item, session: GpuperfSession, results: list[MetricResul
 
 def fresh_attempt(item: pytest.Item, session: GpuperfSession, previous: list[MetricResult]) -> list[MetricResult] | str:
     """This test measured once more by a new pytest session, judged here; or why that could not be done."""
-    from pytest_gpuperf.core.results import parse_document
-    from pytest_gpuperf.core.schema import SchemaError
+    from pytest_gpuperf.core.store.results import parse_document
+    from pytest_gpuperf.core.store.schema import SchemaError
 
     world = os.environ.get("WORLD_SIZE", "1").strip()
     if world.isdigit() and int(world) > 1:
@@ -135,8 +135,8 @@ def _judge_again(
 ) -> list[MetricResult] | str:
     """The fresh session's metrics of this test, judged by this session: same baselines, same rules, same family.
     A metric judged by a rule of its own (convergence) keeps the fresh session's verdict: its rule ran there."""
-    from pytest_gpuperf.core.perf import MetricRecord
-    from pytest_gpuperf.core.results import MetricResult
+    from pytest_gpuperf.core.record.perf import MetricRecord
+    from pytest_gpuperf.core.store.results import MetricResult
 
     test = previous[0].test
     measured = {entry["metric"]: entry for entry in document.get("results", []) if entry.get("test") == test}
@@ -159,7 +159,7 @@ def _judge_again(
             rounds=int(entry.get("rounds") or 1),
             context=context,
             unjudgeable=unjudgeable if isinstance(unjudgeable, str) else None,
-            # the framework a `perf.run_command` ran joins this metric's stack (core/command.py keeps it here)
+            # the framework a `perf.run_command` ran joins this metric's stack (core/record/command.py keeps it here)
             stack={str(k): str(v) for k, v in context["framework"].items()}
             if isinstance(context.get("framework"), dict)
             else {},
@@ -170,7 +170,7 @@ def _judge_again(
 
 def unconfirmable(results: list[MetricResult], why: str, attempt: int) -> list[MetricResult]:
     """The results when no confirmation could be made: a REGRESSED metric is AMBIGUOUS, saying why."""
-    from pytest_gpuperf.core.stats import Verdict
+    from pytest_gpuperf.core.stats.unpaired import Verdict
 
     for result in results:
         if result.verdict is Verdict.REGRESSED:
@@ -185,7 +185,7 @@ def unconfirmable(results: list[MetricResult], why: str, attempt: int) -> list[M
 
 
 def _timeout_s(item: pytest.Item) -> float | None:
-    from pytest_gpuperf.core.budget import budget_of
+    from pytest_gpuperf.core.session.budget import budget_of
 
     budget = budget_of(item)
     return None if budget is None else budget.seconds + CONFIRM_SLACK_S

@@ -1,10 +1,10 @@
 """``perf.run_command``: a user's own command (a training launch, a benchmark client) as a perf test.
 
-Each run of the command is a child in a process group of its own (core/children.py, the scheme `gpuperf ab` uses):
-its output and errors go, as they are written, to a log file; at the command's ``timeout``, at the test's time
-budget (core/budget.py raises in the wait) or on Ctrl-C the whole group is stopped (SIGINT, SIGTERM, SIGKILL)
+Each run of the command is a child in a process group of its own (core/record/children.py, the scheme `gpuperf ab`
+uses): its output and errors go, as they are written, to a log file; at the command's ``timeout``, at the test's time
+budget (core/session/budget.py raises in the wait) or on Ctrl-C the whole group is stopped (SIGINT, SIGTERM, SIGKILL)
 before the failure is raised, and what it leaves running after it exits is ended. Then the adapter
-(core/readings.py) reads what the framework wrote and the figures go through ``perf.record`` and
+(core/record/readings.py) reads what the framework wrote and the figures go through ``perf.record`` and
 ``perf.record_curve``, so baselines, verdicts, `gpuperf ab` and `gpuperf bisect` see them as any other metric.
 
 A run fails the test, never passes empty: a non-zero exit (with the tail of its output), a timeout, an output
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_gpuperf.core import children
-from pytest_gpuperf.core.readings import (
+from pytest_gpuperf.core.record import children
+from pytest_gpuperf.core.record.readings import (
     Adapter,
     NoMetrics,
     OutputError,
@@ -41,7 +41,7 @@ from pytest_gpuperf.core.readings import (
 )
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.core.perf import Perf
+    from pytest_gpuperf.core.record.perf import Perf
 
 OUTPUT = "{output}"
 """Where it stands in the command's arguments, the path of the file the command is to write for the adapter."""
@@ -256,10 +256,10 @@ def _record_curve_match(
     perf: Perf, readings: list[Reading], *, rule: Warmup, stack: dict[str, str], context: dict[str, Any]
 ) -> None:
     """With 3 runs or more that log a loss: ``final_loss``, judged by the curves against the golden band of the
-    stored ones (core/verdict.py ``CurveMatch``, as the training suite's seeds are), not as a timing. A run of a
+    stored ones (core/verdict/judge.py ``CurveMatch``, as the training suite's seeds are), not as a timing. A run of a
     framework has no target loss of ours, so the band alone decides; steps after the warm-up are checked."""
-    from pytest_gpuperf.core.convergence import smooth
-    from pytest_gpuperf.core.verdict import CurveMatch
+    from pytest_gpuperf.core.stats.convergence import smooth
+    from pytest_gpuperf.core.verdict.judge import CurveMatch
 
     curves = [[value for _, value in reading.loss] for reading in readings if len(reading.loss) >= 2]
     if len(curves) < 3:

@@ -1,7 +1,7 @@
 """The spread between machines of one hardware key, as a fleet measured it (``gpuperf fleet --save-spread``).
 
 A stored baseline recorded on another machine of the key is judged with this spread added to its noise
-(``--gpuperf-machine-noise FILE``; core/stats.py ``Rules.machine_noise``). The figure of a test's metric is
+(``--gpuperf-machine-noise FILE``; core/stats/unpaired.py ``Rules.machine_noise``). The figure of a test's metric is
 looked up by the test's id, then by the id without its device parameter (the acceptance suite parametrizes per
 local device, ``test_gemm[gpu3-bf16]``, and the fleet keys that unit as ``test_gemm[bf16]``), else the pooled
 figure of the whole fleet. Schema 1::
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.core import schema
-from pytest_gpuperf.core.schema import SchemaError
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store.schema import SchemaError
 
 KIND = "gpuperf-fleet-spread"
 SCHEMA_VERSION = 1

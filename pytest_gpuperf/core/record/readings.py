@@ -1,6 +1,6 @@
 """What a framework's own output says, as gpuperf metrics: the adapter protocol and the warm-up rule.
 
-``perf.run_command`` (core/command.py runs the command) hands each run's output to an **adapter**: a small
+``perf.run_command`` (core/record/command.py runs the command) hands each run's output to an **adapter**: a small
 object that reads what the framework wrote (log lines, a JSON file, JSONL) into a ``Reading``:
 
 * ``series``: per-step figures (step time, tokens/s per device, TFLOP/s, MFU, memory). The warm-up steps of each
@@ -8,7 +8,7 @@ object that reads what the framework wrote (log lines, a JSON file, JSONL) into 
   samples, as the training suite pools the steps of its seeds (training/record.py).
 * ``figures``: one figure per run (a serving benchmark's percentiles and throughputs); each run is one sample,
   so such a metric needs at least 3 runs.
-* ``loss``: the loss per step, recorded as the curve ``loss`` (the golden of later runs, core/convergence.py).
+* ``loss``: the loss per step, recorded as the curve ``loss`` (the golden of later runs, core/stats/convergence.py).
 
 Adapters are named (``perf.run_command(argv, adapter="megatron")``) through the ``pytest_gpuperf_adapter`` hook,
 whose default implementation (frameworks/plugin.py) knows the built-in ones; a conftest.py may add its own names,

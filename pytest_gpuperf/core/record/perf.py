@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_gpuperf.core import schema
-from pytest_gpuperf.core.schema import SchemaError
-from pytest_gpuperf.core.stats import Comparison, Verdict, summarize
-from pytest_gpuperf.core.store import Curve, NotStorable
-from pytest_gpuperf.core.verdict import DEVICE_CLOCK, RULE_VERDICTS, External, Rule
+from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict, summarize
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store.baselines import Curve, NotStorable
+from pytest_gpuperf.core.store.schema import SchemaError
+from pytest_gpuperf.core.verdict.judge import DEVICE_CLOCK, RULE_VERDICTS, External, Rule
 from pytest_gpuperf.machine.contention import MachineState, MachineWindow, judge_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from os import PathLike
 
-    from pytest_gpuperf.core.results import MetricResult
-    from pytest_gpuperf.core.settings import Settings
+    from pytest_gpuperf.core.config.settings import Settings
+    from pytest_gpuperf.core.store.results import MetricResult
 
 Timer = Callable[[Callable[[], object], int], list[float]]
 """Times ``repeats`` calls of a function: ``timer(fn, repeats) -> seconds per call`` (CUDA events, say). A timer
@@ -56,7 +56,7 @@ class MetricRecord:
     """Why these samples cannot support a verdict although they are valid figures (too few requests behind a
     p99, say): the verdict is then NOISY, never PASS or REGRESSED. Stored in the results' context."""
     rule: Rule | None = None
-    """The rule of its own that judges this metric (core/verdict.py: steps to target, curve match, a user's
+    """The rule of its own that judges this metric (core/verdict/judge.py: steps to target, curve match, a user's
     verdict); None: the samples are compared with the baseline's. Never both: one figure, one verdict."""
     stack: dict[str, str] = field(default_factory=dict)
     """Stack components of what this test ran beyond the session's (a framework ``run_command`` ran, with its
@@ -186,8 +186,8 @@ class Perf:
         self._preview = preview
         """The verdict a metric would get now, for sequential sampling; None: never extend."""
         self._turn = take_turn
-        """Waits for this session's turn (a `gpuperf ab --take-turns` pair, core/turns.py): before the test's own
-        machine window opens, before a measurement's warm-up, and before each of its calls (each round where a
+        """Waits for this session's turn (a `gpuperf ab --take-turns` pair, core/session/turns.py): before the test's
+        own machine window opens, before a measurement's warm-up, and before each of its calls (each round where a
         custom timer times the calls), so the two sides' calls of one measurement alternate, call by call."""
         self._adapter_named = adapter_named
         """The adapter a name stands for in ``run_command`` (the pytest_gpuperf_adapter hook), or None."""
@@ -225,7 +225,7 @@ class Perf:
         does a ``unit`` or ``higher_is_better`` the baseline files would refuse (schema.py's rules, applied now
         rather than by every later session that reads the file).
 
-        ``rule`` (from core/verdict.py) judges the metric instead of the baseline comparison: ``StepsToTarget``
+        ``rule`` (from core/verdict/judge.py) judges the metric instead of the baseline comparison: ``StepsToTarget``
         for steps to a target loss over seeds, ``CurveMatch`` for a final loss whose curves meet a golden band."""
         self._check_name(name)
         call = f"perf.record({name!r}) in {self.nodeid}"
@@ -499,7 +499,7 @@ class Perf:
 
         A non-zero exit, a timeout or an output without a metric fails the test with the tail of the output.
         Returns each run's ``Reading``."""
-        from pytest_gpuperf.core.command import run_command
+        from pytest_gpuperf.core.record.command import run_command
 
         if isinstance(adapter, str):
             found = self._adapter_named(adapter) if self._adapter_named is not None else None

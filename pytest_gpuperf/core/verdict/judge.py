@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from pytest_gpuperf.core import convergence
-from pytest_gpuperf.core.sittings import Sittings
-from pytest_gpuperf.core.stats import Comparison, Rules, Verdict, compare, exact_agreement
+from pytest_gpuperf.core.stats import convergence
+from pytest_gpuperf.core.stats.sittings import Sittings
+from pytest_gpuperf.core.stats.unpaired import Comparison, Rules, Verdict, compare, exact_agreement
 from pytest_gpuperf.machine.contention import MachineCheck, MachineState, beyond_the_machine, judge_machine
 
 UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_gpuperf.core.settings import get_settings
+from pytest_gpuperf.core.config.settings import get_settings
 
 if TYPE_CHECKING:
-    from pytest_gpuperf.core.session import GpuperfSession
+    from pytest_gpuperf.core.session.session import GpuperfSession
 
 session_key = pytest.StashKey["GpuperfSession"]()
 reporting_key = pytest.StashKey[bool]()
@@ -28,7 +28,7 @@ def gpuperf_session(config: pytest.Config) -> GpuperfSession:
     """The session's run state, created on first use."""
     session = config.stash.get(session_key, None)
     if session is None:
-        from pytest_gpuperf.core.session import GpuperfSession
+        from pytest_gpuperf.core.session.session import GpuperfSession
 
         extra: dict[str, str] = {}
         for found in config.hook.pytest_gpuperf_stack(config=config):

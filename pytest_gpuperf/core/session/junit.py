@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from pytest_gpuperf.core.results import FINGERPRINT_PROPERTY
-from pytest_gpuperf.core.state import session_key
+from pytest_gpuperf.core.session.state import session_key
+from pytest_gpuperf.core.store.results import FINGERPRINT_PROPERTY
 
 __all__ = ["FINGERPRINT_PROPERTY", "pytest_sessionfinish"]
 

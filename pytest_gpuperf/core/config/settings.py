@@ -16,8 +16,8 @@ from typing import Any, Generic, TypeVar
 
 import pytest
 
-from pytest_gpuperf.core.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
-from pytest_gpuperf.core.spread import MachineSpread, SpreadError, read_spread
+from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
+from pytest_gpuperf.core.store.spread import MachineSpread, SpreadError, read_spread
 
 T = TypeVar("T")
 
@@ -597,7 +597,7 @@ class Settings:
     """Repeated attempts before REGRESSED fails a test (each must regress too)."""
     remeasure: int = option_default("remeasure")
     timeout: float | None = option_default("timeout")
-    """Time budget of each gpuperf test in seconds (0: none); None: the tier's default (core/budget.py)."""
+    """Time budget of each gpuperf test in seconds (0: none); None: the tier's default (core/session/budget.py)."""
     machine_check: str = option_default("machine-check")
     """on: record the machine's state with each measurement and judge by it; record: record only; off: neither."""
     extend: int = option_default("extend")
@@ -614,7 +614,7 @@ class Settings:
     burnin_minutes: float | None = option_default("burnin-minutes")
     """Minutes of sustained load per device in the burn-in tier; None: the tier is off (its tests skip)."""
     take_turns: str | None = option_default("take-turns")
-    """The turn channel's path prefix (core/turns.py) in a `gpuperf ab --take-turns` session; None: no turns."""
+    """The turn channel's path prefix (core/session/turns.py) in a `gpuperf ab --take-turns` session; None: no turns."""
 
     @property
     def gating(self) -> bool:

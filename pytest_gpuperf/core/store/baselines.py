@@ -41,8 +41,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from pytest_gpuperf.core import schema
-from pytest_gpuperf.core.schema import SchemaError
+from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store.schema import SchemaError
 
 SCHEMA_VERSION = 1
 LOCK_TIMEOUT_S = 120.0

@@ -1,7 +1,7 @@
 """Taking turns with the other session of a `gpuperf ab` pair (the session's side; no torch, no pytest).
 
 With ``--take-turns``, `gpuperf ab` starts both sessions of a pair at once and hands a single turn between them
-(cli/ab_turns.py): a session asks for the turn before each perf test's setup and before each measured round, and
+(ab/turns.py): a session asks for the turn before each perf test's setup and before each measured round, and
 keeps it until it asks again or exits, so that its partner is blocked (on a pipe, not spinning) while it builds,
 warms up and times. The two sides of a pair then measure the same test seconds apart, under one machine state,
 where one after the other they were a whole session apart: on the project's 2-core VM an A/A pair's sd fell from

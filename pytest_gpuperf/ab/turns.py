@@ -2,7 +2,7 @@
 
 One after the other, the two sessions of a pair are a whole session apart, and whatever the machine does in
 between (a host state lasting seconds to minutes) lands in the pair's ratio. Here both sessions start together;
-each asks for the turn before each perf test and each measured round (core/turns.py) and keeps it until it asks
+each asks for the turn before each perf test and each measured round (core/session/turns.py) and keeps it until it asks
 again, so the partner waits, blocked on a pipe, while the holder builds, warms up and times. The same test of the
 two stacks is then measured seconds apart. The first turn is granted once both sessions have asked (their
 imports and collection, which run together, are over), to the side the pair's order puts first; from there the
@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.cli.ab_engine import start_session, stop_session
-from pytest_gpuperf.core.turns import ASK, DONE, GRANT
+from pytest_gpuperf.ab.sessions import start_session, stop_session
+from pytest_gpuperf.core.session.turns import ASK, DONE, GRANT
 from pytest_gpuperf.machine.fingerprint import read_accelerators
 
 POLL_S = 0.05

@@ -5,9 +5,9 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable, Sequence
 
-from pytest_gpuperf.core import rollup
-from pytest_gpuperf.core.results import MetricResult, junit_properties
-from pytest_gpuperf.core.stats import summarize
+from pytest_gpuperf.core.stats.unpaired import summarize
+from pytest_gpuperf.core.store.results import MetricResult, junit_properties
+from pytest_gpuperf.core.verdict import rollup
 
 __all__ = ["describe", "failure_message", "format_value", "junit_properties", "summary_table"]
 """``junit_properties`` belongs to the results format (results.py); it is named here too, beside the other

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from pytest_gpuperf.core.sittings import Sittings
+from pytest_gpuperf.core.stats.sittings import Sittings
 
 
 class Verdict(str, enum.Enum):
@@ -98,7 +98,7 @@ class Rules:
     machine_noise: float = 0.0
     """Sd (log scale) of the spread between machines of one hardware key, for a baseline recorded on another
     machine than this one; 0: not measured, and such a comparison cannot decide a change of a timing
-    (core/verdict.py says so instead)."""
+    (core/verdict/judge.py says so instead)."""
     family_size: int = 1
     """How many metrics the job judges: a change is decided only at ``job_alpha / family_size`` (Bonferroni over
     the job), so the job, not each metric, holds the false-failure rate."""

@@ -1,4 +1,4 @@
-"""Convergence statistics: pure functions on loss curves from several seeds (no pytest, no torch); core/verdict.py
+"""Convergence statistics: pure functions on loss curves from several seeds (no pytest, no torch); core/verdict/judge.py
 turns their results into verdicts.
 
 Two checks, each against reference runs of the same workload on several seeds:

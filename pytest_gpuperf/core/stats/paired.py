@@ -2,7 +2,7 @@
 
 Each pair of sessions (one of stack A, one of stack B, run back to back in a balanced random order) gives, per
 metric, one log-ratio ``x = log(perf_B / perf_A)`` of the two sessions' figures (each session's best sample or its
-median: cli/ab_engine.py), oriented so that ``x < 0`` is worse (B slower, or lower throughput). The machine's drift
+median: ab/engine.py), oriented so that ``x < 0`` is worse (B slower, or lower throughput). The machine's drift
 hits both sessions of a pair, so the pairs' spread is what is left of the noise.
 
 The test is Wilcoxon's signed-rank test with its Hodges-Lehmann estimate and the distribution-free interval
@@ -45,7 +45,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from pytest_gpuperf.core.stats import Verdict
+from pytest_gpuperf.core.stats.unpaired import Verdict
 
 AB_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.IMPROVED, Verdict.AMBIGUOUS)
 """What a metric of `gpuperf ab` can end as; PASS is the SAME decision."""

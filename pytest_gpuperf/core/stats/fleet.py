@@ -50,9 +50,9 @@ MIN_BOUND_DOF = 2.0
 sd (the asymptotic 0.37 per value understates it), and at one dof the bound (x2.6 for 3 others) cost a tenth of
 the 10% outliers among 4 units with a 0.5% spread (89% found; 98% at two dof, with no healthy unit listed)."""
 SPREAD_PRIOR_DOF = 2.0
-"""Degrees of freedom of ``FleetRules.spread_prior``: half what the verdict gives its run-noise prior (core/stats.py
-``Rules.prior_runs``), since a prior measured on one machine's sittings should give way to a fleet's own spread once
-it has a few dozen units (a MAD of 64 carries ~23)."""
+"""Degrees of freedom of ``FleetRules.spread_prior``: half what the verdict gives its run-noise prior
+(core/stats/unpaired.py ``Rules.prior_runs``), since a prior measured on one machine's sittings should give way to a
+fleet's own spread once it has a few dozen units (a MAD of 64 carries ~23)."""
 MIN_UNITS = 3
 """Units a metric needs to be judged: each is placed against at least two others."""
 _SMALL_MAD = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}

@@ -1,0 +1,1 @@
+"""Settings: every option, its default, parser and sources, declared once."""

@@ -1,0 +1,1 @@
+"""pytest mechanics: the session object, its hooks' helpers, confirmation, budgets, sizing and taking turns."""

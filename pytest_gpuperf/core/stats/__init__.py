@@ -1,0 +1,2 @@
+"""Estimators: pure functions from samples to figures
+(intervals, paired statistics, convergence, sittings, fleet placement)."""
