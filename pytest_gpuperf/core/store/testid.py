@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 """Where the shipped suites are, in a checkout or an installed package."""
 SUITES_PREFIX = "pytest_gpuperf/suites"
 """Their path in the repository and in the package."""
