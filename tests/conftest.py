@@ -22,6 +22,7 @@ TORCH_FREE = frozenset(
         "test_convergence.py",
         "test_distributed_env.py",
         "test_distributed_mesh.py",
+        "test_docstrings.py",
         "test_engine_faults.py",
         "test_fingerprint.py",
         "test_fleet.py",

@@ -1,22 +1,11 @@
 """`gpuperf bisect --good SPEC --bad SPEC -- PYTEST_ARGS`: which stack component moved a metric.
 
-A stack spec is a set of pins: a requirements-style file (``name==version`` lines, ``#`` comments) or the pins
-themselves (``'torch==2.13.0 numpy==2.1.0'``, comma or space separated). First the good stack and the bad one are
-compared with the `gpuperf ab` engine (ab/engine.py); every metric that REGRESSED (or the --metric ones) is
-then bisected by ab/bisect_search.py, each step an ab run of a mixed stack against the good one on those metrics
-only. Mixed stacks come from a builder:
-
-- default: a venv layered on the running environment (``python -m venv --system-site-packages`` plus a .pth that
-  adds the running environment's site-packages after the venv's own, so pytest and this plugin come from it),
-  the pins pip-installed on top (pip's configuration and PIP_* variables apply: PIP_INDEX_URL, PIP_FIND_LINKS,
-  PIP_NO_INDEX, ...). Each environment is cached by its pin set under --cache (default OUT/envs).
-- ``--build TEMPLATE``: a shell command with placeholders {pins} (the pins, shell-quoted, space separated),
-  {requirements} (a file holding them, one a line), {dir} (an empty folder for this stack) and {python} (the
-  running Python). After it exits 0, the stack's command prefix is the first line of {dir}/gpuperf-python when
-  the template wrote one (e.g. ``docker run --rm img:tag python``), else {dir}/bin/python.
-
-A build that fails (a pip conflict) is UNBUILDABLE and the search goes on around it. Exit status: 0 when the bad
-stack does not regress, 1 when it does (the verdict lines say which components), 2 on bad input or an error.
+Owns the command: stack specs (a requirements-style file, or the pins themselves), the builders of mixed stacks (a
+venv layered on the running environment, cached by pin set; or a ``--build TEMPLATE``, a container for example)
+and the written outcome. Good and bad are first compared by the ab engine (ab/engine.py); each metric that
+REGRESSED is then searched by ab/bisect_search.py, every step an ab run of a mixed stack against the good one. A
+build that fails is UNBUILDABLE and the search goes on around it. Exit status: 0 no regression, 1 a regression
+(the components named), 2 bad input or an error. Builders, placeholders and the cache: docs/bisect.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Change points in a series of run medians: e-divisive means split, Student's t-test, then merge.
 
-The method of Hunter (Fleming et al., "Hunter: Using Change Point Detection to Hunt for Performance
-Regressions", ICPE 2023, arXiv:2301.03034; continued as Apache Otava), which builds on E-Divisive means
-(Matteson and James, "A Nonparametric Approach for Multiple Change Point Analysis of Multivariate Data",
-JASA 109(505), 2014) as MongoDB used it (Daly et al., ICPE 2020):
-
-1. split: in a segment, the candidate is the split that maximises the energy-distance statistic
-   Q(tau) = m n / (m + n) * (2/(m n) sum|a - b| - 1/C(m,2) sum|a - a'| - 1/C(n,2) sum|b - b'|);
-   it becomes a candidate when Student's t-test between the two sides gives p < split_pvalue (Hunter's
-   replacement for the permutation test, deterministic and cheap), and both sides are split again;
-2. merge: each candidate is re-tested against the segments between its neighbours; the least significant
-   one above max_pvalue is dropped and the rest re-tested, until every point stands.
-
-Choices measured on synthetic series (N(0, 1) noise, 300-100 draws each): the pooled-variance t-test, not
-Welch's, because a two-run segment's own variance is too unreliable (Welch gave 7-10% false change points in
-30 pure-noise runs at p < 0.001, Student's 0.3-1%); candidates at a lenient split_pvalue of 0.05 so an
-up-then-down pair of steps is still split at the top level (found 99/100 vs 0/100 when splitting at 0.001),
-the strict max_pvalue deciding in the merge.
-
-Pure numpy/scipy, no pytest, so it tests on synthetic series.
+The method of Hunter (Fleming et al., ICPE 2023, arXiv:2301.03034; continued as Apache Otava) on E-Divisive
+means (Matteson and James, JASA 2014): split each segment where the energy-distance statistic peaks while a
+t-test between its sides gives p < split_pvalue, then merge back every candidate whose p exceeds max_pvalue,
+least significant first, until every point stands. Why the pooled-variance t-test and a lenient split p:
+docs/design/change-points.md. Pure numpy/scipy, no pytest, so it tests on synthetic series.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""Reading what runs leave behind: results JSON (``--gpuperf-results``) and JUnit XML (``--junitxml``).
+"""Reading what runs leave behind: results JSON (``--gpuperf-results``) and JUnit XML (``--junitxml``) into Runs.
 
-Every problem becomes an ``InputError`` whose one-line message names the file and what is wrong, so the CLI
-can print it and exit 2 without a traceback. Nothing here judges; commands do that with ``stats``.
-
-JUnit XML carries each metric as ``gpuperf.<metric>.*`` testcase properties (results.junit_properties) and,
-since the plugin's junit_fingerprint module, the run's fingerprint as the testsuite property
-``gpuperf.fingerprint``. Files written without it load with an unknown hardware key and an empty stack.
-
-The results format and its validation belong to core/store/results.py (the rules of each field:
-core/store/schema.py, the same the plugin applies to baseline files); this module turns a validated document into Runs.
+Every problem becomes an ``InputError`` whose one-line message names the file and what is wrong, so the CLI prints
+it and exits 2 without a traceback. Nothing here judges: the commands ask core/verdict/. The results format and
+its validation belong to core/store/results.py (field rules: core/store/schema.py); JUnit XML carries each metric
+as ``gpuperf.<metric>.*`` testcase properties and the fingerprint as the ``gpuperf.fingerprint`` testsuite
+property, and a file without it loads with an unknown hardware key and an empty stack.
 """
 
 from __future__ import annotations

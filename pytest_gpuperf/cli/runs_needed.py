@@ -1,14 +1,11 @@
 """How many runs, or repeats per run, would decide an equivalence interval that is still undecided.
 
-An interval of a ratio on the log scale is split into what each more measurement would shrink: the submission's
-within-run spread (shrinks with repeats and runs), its between-run spread (with runs only: a run's median moves
-from one run to the next whatever its repeats) and the reference's own uncertainty (with neither). The parts are
-measured from the samples and the interval itself; the answer holds if the ratio stays where it is.
-
-A figure at which the interval would just fit decides only half the time: a new measurement's ratio moves too,
-and lands on the wrong side as often as not. Each figure is therefore for a chance ``POWER`` of deciding, the
-usual sizing of two one-sided tests (Chow, Shao and Wang, Sample Size Calculations in Clinical Research, 3.2):
-the standard error must fit the margin z_(confidence) + z_(power) times, not z_(confidence) times.
+The interval of a ratio, on the log scale, is split into what more measurement would shrink: the submission's
+within-run spread (repeats and runs), its between-run spread (runs only) and the reference's own uncertainty
+(neither), each measured from the samples and the interval itself. Each figure is for a chance ``POWER`` of
+deciding, the usual sizing of two one-sided tests (Chow, Shao and Wang, Sample Size Calculations in Clinical
+Research, 3.2): the standard error must fit the margin z_(confidence) + z_(power) times, since a figure at which
+the interval would just fit decides only half the time. Pure: no pytest, no torch.
 """
 
 from __future__ import annotations

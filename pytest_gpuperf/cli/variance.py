@@ -1,15 +1,11 @@
 """`gpuperf variance`: is each submission equivalent to the reference within a tolerance, workload by workload?
 
-An equivalence test, two one-sided tests (TOST, Schuirmann 1987) in interval form: at level 5% per side, both
-one-sided nulls ("worse by the tolerance or more", "better by the tolerance or more") are rejected exactly when
-the 90% interval of the ratio lies inside [1 - tolerance, 1 + tolerance]. The interval is the plugin's own
-bootstrap (``stats.ratio_interval``: samples resampled within runs, reference runs resampled, the submission's
-unseen between-run deviation added, divided by sqrt(runs) for a submission of several runs), so equivalence here
-and verdicts in pytest rest on one model of noise. An undecided workload says how many runs would decide it
-(cli/runs_needed.py).
-
-With ``--trust``, every bundle is verified first (cli/signing.py ``trusted_bundle``, the code `gpuperf verify`
-runs) and judged from the very bytes verified; one that does not verify stops the command before any verdict.
+Two one-sided tests (TOST, Schuirmann 1987) in interval form: equivalent at 5% per side exactly when the 90%
+interval of the ratio lies inside [1 - tolerance, 1 + tolerance]. The interval is the plugin's own bootstrap
+(core/stats/), so equivalence here and verdicts in pytest rest on one model of noise; an undecided workload says
+how many runs would decide it (cli/runs_needed.py). With ``--trust``, every bundle is verified first
+(cli/signing.py ``trusted_bundle``) and judged from the very bytes verified; one that does not verify stops the
+command before any verdict. docs/cli.md shows it in use.
 """
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
-"""The plugin's core: options, run state, recording (`Perf`), statistics and verdicts, the baseline store, and the
-terminal/JUnit report. It imports no workload package (training, inference, micro, distributed, models) and no
-command-line module; tests/test_layout.py holds that rule."""
+"""The plugin's core, in sub-packages by layer, lowest first: stats < verdict < store < config < record < session.
+
+Each imports only from its own layer and those below it; none imports a workload package, ab/ or cli/
+(tests/test_layout.py holds these rules). The layers and the flows through them: docs/architecture.md.
+"""

@@ -1,27 +1,11 @@
 """The parent side of the launcher: a pool of spawned rank processes reused across calls of the same shape.
 
-A pool is keyed by (world size, backend, device type). It is started on first use, kept while calls succeed,
-and torn down after any failure (a rank that raised, hung, died or could not start) so that the next call gets
-fresh ranks and a fresh process group. Starting ranks costs seconds (process start and ``import torch``); a
-call on a warm pool costs a pipe round-trip.
-
-Ports: the parent keeps a ``TCPStore`` bound to port 0 (the kernel picks a free port atomically) open for the
-life of the pool and the ranks join it as clients; gloo/NCCL exchange their own addresses through that store.
-Nothing binds a fixed or pre-probed port, so parallel pytest-xdist workers cannot collide.
-
-Loopback only: ``TCPStore(host_name, ...)`` does not bind to ``host_name`` (both its libuv and its classic
-server listen on every interface, ``[::]``), so the parent binds a socket to 127.0.0.1 itself and hands it to
-the store as ``master_listen_fd``: the classic server adopts it in every torch we support (2.4+), the libuv
-server from torch 2.8 on. A spawned pool is single-node
-by construction; a multi-node run is started by torchrun, whose own rendezvous settings say where it listens.
-
-Processes: each rank leads its own session (``worker.py``), so killing a rank kills its process group, and with
-it whatever the rank started (data-loader workers, compilers, a ``subprocess``) instead of orphaning it. Ranks
-are not daemonic, so that they may start processes of their own (``multiprocessing`` refuses children to a
-daemonic process); they are stopped by this module instead: at ``close``/``kill``, after a failure, at exit
-(``shutdown`` runs at exit before ``multiprocessing`` would join them), and, when pytest itself is killed, by
-the parent-death signal (the rank) and the pool's reaper (what the rank started, and the dump folder; see
-``reaper.py``).
+A pool is keyed by (world size, backend, device type), started on first use, kept while calls succeed and torn
+down after any failure, so the next call gets fresh ranks and a fresh process group. Invariants: the ranks
+rendezvous through a ``TCPStore`` on a port the kernel picked, bound to loopback only (single node by
+construction; torchrun says where a multi-node job listens); each rank leads its own process group, and nothing a
+rank started outlives pytest (stopped at close, after a failure, at exit, else by the parent-death signal and
+the pool's reaper, reaper.py). Why: docs/design/rank-processes.md. No torch at import.
 """
 
 from __future__ import annotations

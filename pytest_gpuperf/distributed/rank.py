@@ -1,21 +1,9 @@
 """Rank-side state: the process group, the device mesh and the task being run, in whichever process is a rank.
 
 Used both by the pooled rank processes (``worker.py``) and, under torchrun, by pytest itself. torch is imported
-inside the functions so that importing this module stays cheap.
-
-Notes for the DeepSpeed strategies (phase 2), measured on CPU (see shared CPU-FACTS):
-
-- ``LOCAL_RANK`` must be in the environment even when the process group already exists; spawned ranks get it
-  from ``environment.rank_variables``.
-- ``deepspeed.init_distributed()`` compiles the ``deepspeed_shm_comm`` op (~20 s, needs g++) on first use; set
-  ``deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False`` before it to skip the compiler (ZeRO-3 still
-  trains), and ``DS_ACCELERATOR=cpu`` to make the accelerator explicit.
-- fp16 is refused on CPU ("Type fp16 is not supported on your device"): skip with that reason.
-- ZeRO-Offload refuses a client torch optimizer; DeepSpeed's own ``{"type": "AdamW"}`` compiles cpu_adam
-  (~40 s). A client ``torch.optim.AdamW`` works for stages 0-3 without compiling anything.
-- In bf16 mode DeepSpeed 0.19 no longer casts buffers: cast RoPE buffers in forward.
-- Never use the ``deepspeed`` launcher in tests: it leaves 66 MB files in /dev/shm and binds port 29500. Run
-  DeepSpeed inside ``launch()`` ranks, whose process group it reuses.
+inside the functions so that importing this module stays cheap. What DeepSpeed needs to run inside these ranks on
+a CPU (LOCAL_RANK, the ops it must not compile, no fp16, a client optimizer, never its own launcher):
+docs/design/deepspeed-on-cpu.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """What a dead pytest must not leave behind: its ranks' children, and the ranks' dump folder.
 
-A rank dies with pytest (``PR_SET_PDEATHSIG``, see worker.py), but what the rank started (a ``subprocess``,
-data-loader workers, a compiler) is then reparented to init and runs on: pytest's atexit and signal handlers
-never run under SIGKILL, and not under SIGTERM or SIGHUP either, whose default action pytest keeps. So each
-pool has a reaper: a small process that pytest tells which process groups (one per rank, see worker.py) and
-which folder to watch. When pytest is gone, however it ended, the reaper kills those groups and removes the
-folder. It learns of pytest's death from its stdin (the only write end is pytest's) or from its parent pid
-changing (should a process forked from pytest hold a copy of that write end), and runs in a session of its own
-so that a signal to pytest's process group (Ctrl-C, a closed terminal, a CI runner stopping the job's group)
-leaves it alive to clean up.
-
-When the reaper dies too (the whole container or cgroup killed), the folder is left: ``make_rank_folder`` holds
-an ``flock`` on it for the owner's life, and ``remove_stale_rank_folders`` (run before each pool starts) removes
-only folders of this user whose lock nobody holds, i.e. whose owner is dead, in any pid namespace.
-
-Standard library only: the reaper runs as ``python -I -S reaper.py`` (~20 ms to start, nothing of the project
-or of the user's environment imported) while the parent imports this module for ``Reaper`` and the folders.
+Each pool has a reaper: a small process, in a session of its own, that pytest tells which process groups (one per
+rank) and which folder to watch. When pytest is gone, however it ended (SIGKILL runs no handler of pytest's), the
+reaper kills those groups and removes the folder; it learns of the death from end-of-file on its stdin or from
+its parent pid changing. When the reaper dies too, the folder's ``flock`` is free, and ``remove_stale_rank_folders``
+removes it before the next pool starts. Standard library only: it runs as ``python -I -S reaper.py``, importing
+nothing of the project or the user's environment. Why: docs/design/rank-processes.md.
 """
 
 from __future__ import annotations

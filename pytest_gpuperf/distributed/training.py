@@ -1,16 +1,10 @@
 """Distributed training workload: one strategy trains a model in every rank on its share of a global batch.
 
-``train_rank(job)`` runs in each rank (through ``launch``); ``train_single(job)`` is the single-rank reference
-on the same global batch and seed, run in the calling process. Both use the shared loop
-(``training/loop.py``) and the spec's loss; ``combine`` turns the ranks' reports into the global loss curve
-and step times; ``tokens_per_s_per_device`` and ``scaling_efficiency`` are the throughput figures.
-
-Batch split: the global batch of step ``i`` is ``chain.batch(i, batch_size=global_batch)``; a rank trains on
-the rows of its ``dp`` coordinate (all of them without a ``dp`` dimension: tensor-parallel ranks share a
-batch). Every strategy averages gradients over ``dp``, so with equal shards the update is the single-rank
-update on the global batch, and the global loss is the mean of the shards' losses.
-
-No torch at import (the plugin and the suite import this at collection time).
+``train_rank(job)`` runs in each rank (through ``launch``); ``train_single(job)`` is the single-rank reference on
+the same global batch and seed. Both use the shared loop (training/loop.py); ``combine`` turns the ranks' reports
+into the global loss curve and step times. Invariant: a rank trains on the rows of its ``dp`` coordinate of step
+i's global batch, and every strategy averages gradients over ``dp``, so the update equals the single-rank update on
+the global batch and the global loss is the mean of the shards'. No torch at import (collection imports this).
 """
 
 from __future__ import annotations

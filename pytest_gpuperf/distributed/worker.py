@@ -1,21 +1,11 @@
 """The main loop of a pooled rank process: set up once, then run every task the parent sends.
 
-Protocol over one duplex pipe (pickled tuples, sent with ``send_bytes`` so that tensors are copied by plain
-pickle rather than through torch's shared-memory reductions, which would leave files in /dev/shm):
-
-- parent -> rank: ``("run", sys.path, pickled Task)`` or ``("stop",)``
-- rank -> parent: ``("ready", pid)``, ``("startup-error", summary, traceback)``, ``("ok", value)`` or
-  ``("error", summary, traceback)``
-
-Before anything else the rank registers a faulthandler dump of all its threads on SIGUSR1 into a file the
-parent names: the parent signals a rank it is about to kill (hung, or stopped because a peer failed) and puts
-that dump into the failure, even when the rank is stuck inside a C++ collective.
-
-Each rank then leads a session of its own (``setsid``): the parent kills the rank's whole process group, so
-what the rank started (a ``subprocess``, data-loader workers) dies with it, and the terminal's Ctrl-C reaches
-only pytest, which tears the ranks down itself. When pytest is killed instead (SIGKILL, or SIGTERM/SIGHUP, whose
-default action pytest keeps), the rank dies by its parent-death signal, armed first of all, and the pool's
-reaper (``reaper.py``) kills the rank's group.
+Protocol over one duplex pipe (pickled tuples sent with ``send_bytes``, so tensors are copied by plain pickle and
+leave no files in /dev/shm): parent -> rank ``("run", sys.path, pickled Task)`` or ``("stop",)``; rank -> parent
+``("ready", pid)``, ``("startup-error", summary, traceback)``, ``("ok", value)`` or ``("error", summary,
+traceback)``. First of all the rank arms its parent-death signal and a faulthandler dump on SIGUSR1 (the parent's
+way to learn where a hung rank is), then leads a process group of its own (``setsid``), so the parent stops
+whatever the rank started with it. Why: docs/design/rank-processes.md.
 """
 
 from __future__ import annotations

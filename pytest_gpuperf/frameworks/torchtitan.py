@@ -1,20 +1,11 @@
 """TorchTitan's training log (``torchtitan.train``).
 
-Read from the format code, pytorch/torchtitan torchtitan/components/metrics.py, ``MetricsProcessor.log``
-(commit 00fbaafa): at step 1 and every ``--metrics.log_freq`` steps the logger prints
-
-    f"{color.red}step: {step:2}  {color.green}loss: {global_avg_loss:7.4f}  {color.orange}grad_norm: {grad_norm:7.4f}  "
-    f"{color.turquoise}memory: {max_reserved_gib:5.2f}GiB({max_reserved_pct:.2f}%)  {color.blue}tps: {round(tps):,}  "
-    f"{color.cyan}tflops: {tflops:,.2f}  {color.magenta}mfu: {mfu:.2f}%{color.reset}"
-
-(ANSI colours unless ``--metrics.disable_color_printing``; releases before grad_norm was added lack that field;
-``validate step:`` lines are evaluation, not training). ``tps`` is tokens per second per device, averaged since
-the last logged step; ``memory`` the device's peak reserved memory since then.
-
-Metrics: ``tokens_per_s`` (tok/s per device), ``tflops`` (TFLOP/s per device), ``mfu`` (%), ``memory`` (GiB,
-max reserved) and the ``loss`` curve. TorchTitan computes MFU against a peak from its own table and falls back to
-the A100's 312 TFLOP/s for a device it does not know (torchtitan/tools/utils.py ``get_peak_flops``: "Peak flops
-undefined for: ..., fallback to A100"): then MFU would mislead and is left out, saying why.
+Read from the code that prints it, pytorch/torchtitan torchtitan/components/metrics.py ``MetricsProcessor.log``
+at commit 00fbaafa: a ``step: ... loss: ... memory: ... tps: ... tflops: ... mfu: ...`` line at step 1 and every
+``--metrics.log_freq`` steps (ANSI colours optional, ``validate step:`` lines are evaluation). Metrics:
+``tokens_per_s`` and ``tflops`` (per device), ``mfu`` (%), ``memory`` (GiB, max reserved) and the ``loss`` curve.
+MFU is left out, saying why, where TorchTitan fell back to the A100's peak for a device it does not know. The
+format as read: docs/design/adapters-read-the-writers-code.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """When each request of an open-loop run is sent: a seeded arrival process. Pure: numpy only, no torch, no pytest.
 
-A closed loop (``rate=None``) has no schedule: each of ``concurrency`` clients sends its next request when its
-previous one completed, so the server's speed sets the offered load and a slow server is never queued against
-(the coordinated-omission blind spot). An open loop sends at times fixed in advance, whatever the server does,
-the way vLLM's ``bench serve``, AIPerf and GuideLLM drive a server:
-
-* inter-arrival gaps are gamma-distributed with mean ``1 / rate`` and coefficient of variation ``burstiness``
-  (shape ``k = 1 / CV^2``, scale ``1 / (rate k)``); CV = 1 is the exponential, i.e. a Poisson process, CV > 1
-  burstier, CV < 1 more regular. vLLM's ``--burstiness`` is the gamma shape ``k`` itself; ours is the CV, whose
-  meaning does not need the formula (``k = 1 / CV^2`` converts);
-* the first request is sent at offset 0; the run is bounded by a request count or by a duration (requests
-  scheduled before it ends);
-* requests scheduled in the first ``warmup_s`` seconds or in the last ``cooldown_s`` seconds of the schedule
-  are sent (the server sees the full load from start to end) but left out of the metrics: the ramp-up of an
-  empty server and the drain at the end are not the steady state a rate is meant to measure.
-
-``numpy.random.Generator.gamma`` draws the gaps (a well-kept sampler; what is ours is only the bookkeeping of
-bounds and windows). The same ``seed`` gives the same schedule on any machine and numpy release that keeps
-PCG64's stream (numpy's policy since 1.17).
+A closed loop (``rate=None``) has no schedule: each client sends when its previous request completed. An open loop
+sends at times fixed in advance, whatever the server does, as vLLM's ``bench serve`` and GuideLLM drive a server:
+gamma-distributed gaps of mean ``1 / rate`` and coefficient of variation ``burstiness`` (1 is Poisson; vLLM's
+``--burstiness`` is the gamma shape ``k = 1 / CV^2``), the first at offset 0, bounded by a count or a duration.
+Requests in the first ``warmup_s`` or last ``cooldown_s`` are sent but left out of the metrics. Invariant: the
+same ``seed`` gives the same schedule wherever numpy keeps PCG64's stream.
 """
 
 from __future__ import annotations

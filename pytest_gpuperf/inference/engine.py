@@ -1,22 +1,11 @@
 """The in-process inference engine: a KV-cached model behind a continuous-batching scheduler.
 
-Every model of the registry (``models/registry.py``) runs through ``Transformer.forward(tokens, cache=...,
-start_pos=...)``. The engine owns one ``KVCache`` with one row per slot. A closed loop of ``concurrency``
-clients feeds it: each client sends its next request when its previous one completed, so a freed slot is
-taken at once. In an open loop (a ``schedule`` of send offsets) a request may be admitted only once its
-arrival time has passed; it then waits for a free slot (``concurrency`` caps the slots), and that wait counts in
-its latency, which is measured from the scheduled time. When no request is active and the next one is not due
-yet, the scheduler sleeps until it is. Each scheduler iteration
-
-1. admits waiting requests (arrived ones, in an open loop) into free slots and prefills them (one batched
-   forward per run of adjacent slots with equal prompt lengths); the prefill yields each request's first token;
-2. runs ONE decode forward over all occupied slots together, each row at its own position (``start_pos`` is a
-   per-row tensor), which yields one more token for every active request: the decode step is shared, as in
-   vLLM or SGLang, rather than run per request.
-
-Decoding is greedy and runs for exactly ``max_new_tokens`` (no end-of-sequence stop), so every run of a
-performance test does the same work. A token's time is taken when it reaches the host (``.tolist()``, which
-also waits for the device), the moment a streaming client could see it.
+Every registry model runs through ``Transformer.forward(tokens, cache=..., start_pos=...)``; the engine owns one
+``KVCache`` with a row per slot. Each scheduler iteration admits waiting requests (arrived ones, in an open loop)
+into free slots and prefills them, then runs ONE decode forward over every occupied slot, each row at its own
+position, as vLLM and SGLang share the decode step. In an open loop a request's latency counts from its scheduled
+time, its wait for a slot included. Invariants: decoding is greedy for exactly ``max_new_tokens`` (no
+end-of-sequence stop), so every run does the same work; a token's time is taken when it reaches the host.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""The in-process engine for transformers models (``hf:`` specs, ``models/hf.py``): greedy decoding with the
-model's own KV cache, as ``model.generate`` would run it, timed token by token.
+"""The in-process engine for transformers models (``hf:`` specs, models/hf.py): greedy decoding with the model's
+own KV cache, as ``model.generate`` would run it, timed token by token.
 
-How it batches: in waves. A closed loop of ``concurrency`` clients is served by taking the next ``concurrency``
-waiting requests together: their prompts are left-padded to the longest one (padding masked out by the
-attention mask, positions counted from each prompt's first real token), prefilled in ONE forward (logits of
-the last position only), then decoded together, one forward per token for every row, through the
-``past_key_values`` cache the model returns (``DynamicCache``, sliding-window layers included). A request
-completes at its last token; its client's next request joins the next wave, which starts when the whole wave is
-done. That is static batching, the batching ``model.generate`` does, not the continuous batching of
-``engine.py``'s scheduler (which needs a cache whose rows can be at different positions and be refilled
-independently; transformers' cache is one length for the whole batch). A wave's time is therefore what the
-users' transformers code path costs, and the request times are stamped when the wave that serves them starts.
-
-Decoding runs for exactly ``max_new_tokens`` (no end-of-sequence stop), as in ``engine.py``; a token's time is
-taken when it reaches the host (``.tolist()``).
-
-:class:`HFLogits` wraps a transformers model so that ``model(tokens)`` returns the logits tensor: the interface
-``parity.py`` and ``engine.sequential_greedy`` call.
+It batches in waves (static batching, as ``model.generate`` does): the next ``concurrency`` requests are
+left-padded, prefilled in one forward and decoded together through the model's ``past_key_values``; the next
+wave starts when this one is done. Continuous batching (engine.py) needs cache rows at different positions,
+which transformers' cache is not. Decoding runs for exactly ``max_new_tokens``; a token's time is taken when it
+reaches the host. ``HFLogits`` makes ``model(tokens)`` return logits, the interface parity.py calls.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Prompt and output lengths of a run's requests: fixed (ISL/OSL, as InferenceX sweeps them) or drawn from a
 shipped distribution shaped like real chat traffic. Pure: numpy only, no torch, no pytest.
 
-``sharegpt`` (``data/sharegpt.json``) is a parametric stand-in, not the ShareGPT dataset: input and output
-lengths are independent log-normals whose means are the published ShareGPT figures, filtered the way vLLM's
-``benchmark_serving`` filters ShareGPT samples; the file says which figure comes from where and which is an
-assumption. Draws are seeded (numpy's PCG64), and ``describe`` gives what a metric's context records, so a
-baseline says which lengths it was measured with.
-
-Caps of the engine (a model's context, a tier's budget) are applied by rejection, like the file's own filter,
-not by clipping: clipping would pile samples up at the cap, a spike real traffic does not have.
+``sharegpt`` (``data/sharegpt.json``) is a parametric stand-in, not the ShareGPT dataset: independent log-normal
+input and output lengths around the published ShareGPT figures, filtered as vLLM filters ShareGPT samples (the
+file says where each figure comes from). Draws are seeded, and ``describe`` gives what a metric's context records.
+Caps (a model's context, a tier's budget) are applied by rejection, never by clipping, which would pile samples
+up at the cap.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """Serving metrics of one benchmark run, from per-request timestamps. Pure: no torch, no pytest.
 
-Definitions (times from ``Completion``: ``start``, and the arrival time of each output token). ``start`` is the
-send time in a closed loop and the *scheduled* send time in an open loop (coordinated-omission-correct: a
-request that waited inside the client for a free slot or a late dispatcher waited as a user would):
-
-* TTFT, time to first token: first token time - start (includes queueing and prefill).
-* E2E, end-to-end latency: last token time - start.
-* TPOT, time per output token of one request: (E2E - TTFT) / (output tokens - 1); undefined for 1 token.
-* ITL, inter-token latency: every gap between consecutive tokens of a request, pooled over requests.
-* output tok/s: output tokens of all requests / wall time of the run (first start to last token);
-  total tok/s also counts prompt tokens; requests/s: completed requests / wall time;
-  tok/s per device: output tok/s / devices serving.
-* interactivity (tok/s/user) = 1000 / p50(TPOT in ms): the decode speed the median user sees. It is not
-  output tok/s / concurrency: that divides by the wall time, which also holds prefills, queueing and the
-  ramp-down at the end of the run, so it is lower than the speed at which tokens stream to each user.
-* goodput: requests per second that met every SLO (TTFT <= limit and TPOT <= limit), as DistServe defines it.
-
-A percentile from too few samples is not an estimate: ``min_samples(q)`` is the smallest count for which a
-distribution-free 95% confidence interval of the q-quantile exists at all, i.e. the interval [min, max] covers
-it with probability 1 - q^n - (1 - q)^n >= 0.95 (6 samples for p50, 29 for p90, 299 for p99). Fewer, and the
-metric is reported but judged NOISY (MLPerf LoadGen refuses such runs for the same reason).
+TTFT, TPOT, ITL and E2E latency, throughputs, interactivity (1000 / p50 TPOT in ms) and goodput (DistServe's),
+defined in docs/inference.md. Invariant: a request's ``start`` is its send time in a closed loop and its
+*scheduled* send time in an open loop, so time spent waiting inside the client counts (no coordinated omission).
+A percentile from fewer samples than ``min_samples(q)`` (6 for p50, 29 for p90, 299 for p99: the smallest count
+with a distribution-free 95% interval) is reported but judged NOISY, as MLPerf LoadGen refuses such runs.
 """
 
 from __future__ import annotations

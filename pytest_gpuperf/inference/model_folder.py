@@ -1,32 +1,12 @@
 """The suite's model as a Hugging Face model folder that a serving engine loads: config, tokenizer, weights.
 
-A launched server (``transformers serve``, vLLM, SGLang) reads a folder, never the registry: this module
-writes one from a registry spec (``models/registry.py``) with transformers' own config classes (LlamaConfig,
-MixtralConfig), or from an ``hf:`` spec (``models/hf.py``, :func:`write_hf_model_folder`), so the server runs
-the architecture the suite names. Nothing is downloaded, ever:
-
-- the tokenizer is built here: a ``tokenizers`` WordLevel vocabulary of ``t0 .. t{V-1}`` split on whitespace,
-  wrapped as ``PreTrainedTokenizerFast``. Token ids and text then map one to one (``[5, 7]`` <-> ``"t5 t7"``),
-  so a server that takes text prompts only (``transformers serve``) sees exactly the token ids the suite drew,
-  and each streamed text chunk tells how many tokens it carries. It has no special tokens at all: no BOS is
-  prepended to a prompt and no EOS can end a generation early;
-- weights of a registry model: random (``from_config`` after ``torch.manual_seed``) and saved with
-  ``save_pretrained`` where the engine loads them (transformers); vLLM and SGLang get the config and tokenizer
-  only and make their own random weights (``--load-format dummy``): nothing compares a registry model's served
-  tokens, so its weights do not matter, and the write of a 70B config's gigabytes is skipped;
-- weights of an ``hf:`` spec: the in-process path's own (``HFSpec.build(seed=...)``, the deterministic
-  ``models/init.py`` fill, the cut the suite runs; a ``+lora`` spec's base, which its zero-initialised adapters
-  leave unchanged), saved with ``save_pretrained`` for every engine, so a served model's greedy tokens can be
-  held against the in-process engine's. Its special-token ids (BOS, EOS, PAD) are cleared in the saved config
-  and generation config: the local tokenizer has none, and an EOS id would make ``min_new_tokens`` mask that
-  token's logit on the server (the in-process engine masks nothing).
-
-transformers and torch are imported only when a folder is written. ``TokenCodec`` (text <-> ids with the
-folder's tokenizer) needs the ``tokenizers`` package alone.
-
-``python -m pytest_gpuperf.inference.model_folder FOLDER [--model tiny-llama] [--max-len 4096]`` writes the
-folder a launched engine would get, for a server run by hand and attached with ``--gpuperf-engine openai:URL``
-(docs/inference.md).
+A launched server reads a folder, never the registry: this module writes one from a registry spec (transformers'
+own config classes) or from an ``hf:`` spec (``write_hf_model_folder``). Invariants: nothing is downloaded; the
+tokenizer is a WordLevel vocabulary ``t0 .. t{V-1}`` with no special tokens, so text and token ids map one to one;
+an ``hf:`` spec's weights are the in-process path's own, so served and in-process greedy tokens can be compared,
+while a registry model's are random (vLLM and SGLang make their own). transformers and torch are imported only
+when a folder is written. ``python -m pytest_gpuperf.inference.model_folder FOLDER`` writes one for a server run
+by hand (docs/inference.md says why each choice).
 """
 
 from __future__ import annotations

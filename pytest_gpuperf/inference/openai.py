@@ -1,15 +1,10 @@
 """An external server with an OpenAI-compatible completions API (vLLM, SGLang, transformers serve) as an engine.
 
-Selected with ``--gpuperf-engine openai:URL`` (a server the user runs) or launched by ``servers.py``
-(``--gpuperf-engine transformers|vllm|sglang``); only the in-process engine runs in the CPU tier's baselines.
-No torch here.
-
-Every way a request can fail ends in a ``Completion`` whose ``error`` says why, with the tokens that arrived
-before it: an HTTP error status (its body's first line), an unreachable server, a read timeout, a connection
-that broke, a stream that closed without ``finish_reason`` or ``[DONE]``, an event that is not JSON, an error
-event inside the stream, a server that finished early (it did not ignore EOS) or whose usage disagrees with
-the tokens it streamed. Once the server refused a connection, the requests not yet sent fail at once with that
-reason instead of each waiting for its own refusal or timeout.
+Selected with ``--gpuperf-engine openai:URL`` (a server the user runs) or launched by servers.py. Invariant: every
+way a request can fail (an HTTP error, an unreachable server, a timeout, a broken or malformed stream, an early
+finish, usage that disagrees with the tokens streamed) ends in a ``Completion`` whose ``error`` says why, with the
+tokens that arrived before it; once the server refused a connection, the requests not yet sent fail at once with
+that reason. No torch here.
 """
 
 from __future__ import annotations

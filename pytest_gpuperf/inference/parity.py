@@ -1,23 +1,11 @@
 """Output parity: a new stack must not change what the model says.
 
-A golden holds, for fixed prompts, the greedy tokens and the teacher-forced top-k logits at every generated
-position, recorded on one hardware type at one precision (``golden_key``). Two checks against it:
-
-* teacher-forced logits: the current model reads prompt + golden tokens, so every position sees the same
-  context and one flipped token cannot cascade into a different continuation. The largest absolute difference
-  over the golden's top-k logits must stay within the precision's tolerance, and the top-1 token must agree,
-  except at near-ties (golden top-1/top-2 margin within twice the tolerance), where a legitimate rounding
-  difference may flip it;
-* greedy tokens: identical to the golden up to the first position whose golden margin is a near-tie; from a
-  flip there on, the continuation may legitimately differ and is not compared;
-* the engine against a plain forward: while the engine's tokens still follow the golden's, each must be the
-  current model's teacher-forced argmax (near-ties excused). This is what a golden recorded by this very run
-  is checked by: its tokens came from the engine, so the two checks above compare the run with itself, and a
-  KV-cache or batching bug on a new device would otherwise be recorded as the golden.
-
-Goldens are JSON files (one per key) rather than ``perf.record_curve`` curves: they hold token ids and top-k
-logit vectors per position, not a step/value series; they must not be replaced by every ``--gpuperf-save``;
-and a reviewer reads their diff. ``--gpuperf-save`` writes a golden only where none exists.
+A golden holds, for fixed prompts, the greedy tokens and the teacher-forced top-k logits of every generated
+position, per hardware type and precision (``golden_key``). Three checks: teacher-forced logits within the
+precision's tolerance, top-1 agreeing except at near-ties; greedy tokens identical up to the first near-tie; and
+the engine's tokens equal to a plain forward's argmax while they follow the golden, so a golden recorded by this
+very run cannot hide a KV-cache or batching bug. Goldens are JSON files written only where none exists, not curves
+(docs/design/goldens-as-files.md). No torch at import.
 """
 
 from __future__ import annotations

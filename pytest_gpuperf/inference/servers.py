@@ -1,20 +1,11 @@
 """Serving engines behind an OpenAI-compatible server, launched here or attached to, for ``--gpuperf-engine``.
 
-- ``transformers``, ``vllm``, ``sglang``: the suite's model (a registry name, or an ``hf:`` spec with the
-  in-process path's own weights) is written as a model folder (model_folder.py), the engine's own server
-  starts as a subprocess of this Python on a free local port, and the session waits for ``/health`` (bounded;
-  a server that exits or does not answer in time is one error that quotes the last lines of its log). It is
-  stopped at the end of the session: SIGTERM to its process group (vLLM and SGLang fork workers), SIGKILL
-  after a grace period, so no process outlives the run. The command is recorded.
-- ``openai:URL``: a server the user runs. ``/v1/models`` names the served model; an unreachable URL is one
-  error for the test before any request is sent. A ``transformers serve`` found there (it answers no version
-  endpoint; its FastAPI schema lists its own routes) is spoken to in its dialect, with the tokenizer of the
-  model folder it serves (``--gpuperf-inference-served-model FOLDER``).
-
-The engine's name and version go into the stack fingerprint (``engine_stack``): a launched engine's from its
-installed package, an attached one's from what the server says about itself (vLLM ``/version``, SGLang
-``/server_info`` or, before it, ``/get_server_info``, the ``owned_by`` of ``/v1/models``), else "unknown". No
-torch here: the model folder's writer imports transformers only when a launched engine needs a folder.
+``transformers``, ``vllm``, ``sglang``: the suite's model is written as a model folder (model_folder.py), the
+engine's server starts as a child on a free local port, and the session waits for ``/health``, bounded (a server
+that exits or does not answer is one error quoting its log). It is stopped at the end of the session as a process
+group (SIGTERM, then SIGKILL), so no process outlives the run. ``openai:URL``: a server the user runs, spoken to in
+its dialect (``transformers serve`` included). The engine's name and version join the stack fingerprint
+(``engine_stack``), else "unknown". No torch here.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """What this machine's CPU can do, measured once: GEMM throughput per dtype, so CPU-tier workloads are sized by it.
 
-The CPU tier was sized on one CPU (AVX-512 with avx512_bf16). On a CPU without avx512_bf16, or with the ISA capped
-(``ONEDNN_MAX_CPU_ISA=AVX2``), torch's bf16 GEMM falls back to a reference kernel ~400x slower (25 s instead of
-0.06 s for 64x14336x4096 on one thread here), and one micro test ran 23 calls of it per round. So before a heavy
-CPU test runs, its time is estimated from its FLOPs and this machine's measured rate for its dtype; a test whose
-estimate exceeds the per-test bound (``--gpuperf-sizing-budget``, default ``DEFAULT_BUDGET_S``) takes fewer
-repeats, or is skipped with the figures that decided it. Never silently: both say so.
-
-The probe is a few small GEMMs per dtype on one thread (the suites' ``cpu_threads``), each grown until a call takes
-``MIN_CALL_S`` or reaches ``MAX_K``, the fastest of five calls kept: a fast kernel is timed at a size where its
-fixed costs are small, and a slow one is never given a large size. It runs once per process (cached). FLOP-based
-estimates suit compute-bound work; where per-operator overhead dominates (tiny models, decode steps) they are a
-lower bound. A fallback kernel also slows down with size (bf16 capped to AVX2 here: 0.77 GFLOP/s at 64x512x512,
-0.26 at 64x1024x1024, 0.07 at 64x4096x4096), so for large shapes the probe is optimistic: a test with large
-GEMMs plans again from the time of its first call (``observed_s``), which it makes anyway to check the result.
-
-Written here rather than taken from a library: no maintained package measures per-dtype GEMM rates of the torch
-build in use, which is what decides (the CPU flags alone cannot tell an environment-capped ISA).
-Pure at import: torch is imported inside :func:`probe` only.
+Before a heavy CPU test runs, its time is estimated from its FLOPs at this machine's measured rate for its dtype;
+a test over the per-test bound (``--gpuperf-sizing-budget``) takes fewer repeats, or is skipped with the figures
+that decided it, never silently. The probe is a few small one-thread GEMMs per dtype, each grown until a call takes
+``MIN_CALL_S`` or reaches ``MAX_K``, fastest of five kept, cached per process. A test with large GEMMs plans again
+from its first call (``observed_s``). Why (a fallback bf16 kernel hundreds of times slower) and why own code:
+docs/design/cpu-sizing-by-probe.md. machine/: facts only, no core/; torch is imported inside ``probe`` only.
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
 """Was the machine itself while a measurement ran? Contention signals, and the rule that reads them.
 
-A timing says how fast the stack under test was only if the machine gave it the same CPU it gave the baseline.
-On a shared VM it often does not: a neighbour's burst, the hypervisor stealing the vCPU, a baseline recorded while
-something else ran. This module records, around every measurement window, the signals that say so:
-
-* **steal** — the share of all CPUs' time the hypervisor gave to other guests (``/proc/stat``);
-* **run-queue wait** — the share of this process's runnable time its threads spent waiting for a CPU
-  (``/proc/self/task/*/schedstat``, nanoseconds): the direct measure of "something else had our core";
-* **CPU time against wall time** of the process (and, for the canary, of its single thread);
-* **other processes' load** — the machine's busy cores (``/proc/stat``) beyond this process and the processes it
-  started (rank processes, a server under test: ``/proc/<pid>/task/*/children``, their ``/proc/<pid>/stat``
-  times and the reaped children's ``os.times``). On a 2-vCPU VM whose vCPUs share a physical core, a busy loop
-  on the other vCPU slowed a bf16 GEMM by 7% while neither the run-queue wait nor the pure-Python canary moved:
-  a window in which other processes kept a core busy is contended. The 1-minute load average (``/proc/loadavg``),
-  the running-task count and the CPU pressure stall share (``/proc/pressure/cpu``) are recorded for the report,
-  not decided on;
-* a **canary** — a fixed pure-Python loop timed a few times: between the timed calls where the measurement lets
-  it in (``perf.measure``'s own timer: ``MachineWindow.between_calls``), else at the end of the window. It does
-  not touch the stack under test (no torch, no numpy), so its speed is the machine's: compared with the canary of
-  the baseline's runs it says whether the machine, not the stack, got slower or faster between the two sessions;
-* two **kernel canaries** beside it — a 64x64 float32 matrix product (numpy's BLAS, one thread: the vector units
-  and caches), judged like the Python loop, and a 32 MiB copy (the memory system), recorded only: between
-  sessions it moved 20-45% with nothing else moving, more than the drifts it would have to show. On this
-  project's 2-core VM the pure-Python canary stayed within 3% over four hours while the GEMMs moved 10-18%:
-  the integer pipeline a Python loop runs on is not all the host's neighbours take their share of. The kernel
-  canaries run numpy, not the stack under test (torch's kernels), and are compared only between states taken
-  with the same numpy and BLAS build.
-
-Parsing is pure and tested on recorded ``/proc`` samples; :func:`read_snapshot` is the only reader and leaves a
-field ``None`` where the file does not exist (macOS, a container without ``/proc/pressure``): nothing is invented.
-The rule (:func:`contention`, :func:`judge_machine`) is pure too; the verdict path (core/) turns its answer into
-NOISY. No library reads these files with the fields needed here (psutil has no per-thread run-queue wait and no
-steal share per window), hence the own code.
+Around every measurement window it records: the hypervisor's **steal**; this process's **run-queue wait**;
+**CPU time against wall time**; **other processes' load** (busy cores beyond this process and its children), plus
+the load average and CPU pressure for the report only; and **canaries** that touch nothing of the stack under test
+(a pure-Python loop, judged; a one-thread numpy GEMM, judged; a memory copy, recorded only). Parsing and the rule
+(``contention``, ``judge_machine``) are pure and tested on recorded ``/proc`` samples; ``read_snapshot`` is the only
+reader and leaves ``None`` where a file is missing. machine/ returns facts: core/verdict/ turns them into a
+verdict. What each signal caught and missed, and why own code: docs/design/contention-signals.md.
 """
 
 from __future__ import annotations

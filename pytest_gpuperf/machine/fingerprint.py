@@ -1,18 +1,11 @@
 """Environment fingerprint: the hardware key that baselines are matched on, and the stack that explains changes.
 
-The hardware key must match for two measurements to be compared. The stack (driver, runtimes, libraries) is
-recorded and diffed to attribute a change, never used as a key. Hostname, GPU UUID, temperatures and current
-clocks are never keyed.
-
-The CPU is keyed by what changes its speed, not by its marketing name: vendor, family and model (from
-/proc/cpuinfo) and the widest vector ISA the math libraries can use (AMX, AVX-512 with bf16/fp16/VNNI, AVX2...),
-plus core count and RAM class. A cloud VM may report only "AMD EPYC" for CPUs two generations apart, one with
-AVX-512 and avx512_bf16 and one without (a 10-500x difference on a bf16 GEMM); keyed by name they shared
-baselines and the slower one failed every test. The name is kept in ``Fingerprint.labels`` for people.
-
-Nothing here initialises CUDA in the calling process: accelerators are read through NVML or amdsmi when
-installed, else nvidia-smi / rocm-smi, else a short-lived subprocess that asks torch. Worker ranks are forked
-or spawned later, and a CUDA context in the parent would break them. What cannot be read is "unknown".
+The hardware key must match for two measurements to be compared; the stack (driver, runtimes, libraries) is
+recorded and diffed to attribute a change, never keyed. Hostname, GPU UUID, temperatures and clocks are never
+keyed. The CPU is keyed by what changes its speed (vendor, family, model, the widest vector ISA the math libraries
+use, cores, RAM class), not its marketing name, which is kept in ``labels`` (why: docs/baselines.md). Invariant:
+nothing here initialises CUDA in the calling process (NVML, amdsmi, the vendors' tools, else a short-lived
+subprocess), and what cannot be read is "unknown". machine/: imports no core/.
 """
 
 from __future__ import annotations

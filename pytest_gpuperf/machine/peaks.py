@@ -1,21 +1,10 @@
 """Vendor peak throughput and HBM bandwidth per accelerator, for "% of peak" and MFU.
 
-Pure data and a name matcher: no torch, no device access. Every figure is the DENSE peak (no 2:4
-structured sparsity) for one GPU, in TFLOP/s, with the vendor document it comes from. NVIDIA quotes
-its Tensor Core figures with sparsity; those are halved here and the source says so. AMD quotes
-dense figures and lists the sparse ones separately; those are taken as printed.
-
-For each dtype the figure is the best dense rate a GEMM in that dtype can reach on the part: the
-Tensor Core / Matrix Core rate where the part has one (fp64 on H100 is the FP64 Tensor Core rate,
-not the vector rate), the vector rate otherwise (fp32 on NVIDIA has no Tensor Core path; tf32 is
-the path that uses them). A dtype the part does not run natively has no entry: ``tflops`` answers
-None rather than a made-up figure. There is no CPU entry for the same reason.
-
-Usage::
-
-    peaks = lookup(torch.cuda.get_device_name())   # or the NVML / amdsmi product name
-    if peaks is not None and (peak := peaks.tflops("bf16")) is not None:
-        mfu = achieved_tflops / peak.value          # peak.source says where the number is from
+Pure data and a name matcher: no torch, no device access. Every figure is the DENSE peak for one GPU in TFLOP/s,
+with the vendor document it comes from (NVIDIA's sparse figures halved, and the source says so). For each dtype
+it is the best dense rate a GEMM in that dtype can reach on the part (the Tensor/Matrix Core rate where there is
+one, the vector rate otherwise). A dtype the part does not run natively has no entry and ``tflops`` answers None;
+there is no CPU entry for the same reason. Usage: ``lookup(device_name).tflops("bf16")``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Device telemetry around a measurement: clocks, power, temperature, throttle reasons, energy.
 
-Reads NVML (nvidia-ml-py, module ``pynvml``) or AMD SMI (``amdsmi``); neither touches the CUDA/HIP
-runtime, so sampling never initialises CUDA in the process. When neither library is usable the
-answer is a :class:`TelemetryUnavailable` with the reason, never invented values.
-
-Flow::
-
-    reader = open_reader(device_index=0)            # DeviceReader | TelemetryUnavailable
-    if isinstance(reader, TelemetryUnavailable):
-        report(str(reader))                         # "telemetry unavailable: ..."
-    else:
-        with TelemetrySampler(reader) as sampler:
-            run_the_measurement()
-        trace = sampler.trace                       # TelemetryTrace
-        ok, why = judge_clocks(trace, baseline_summary)   # False -> NOISY, not REGRESSED
-
-Everything below the readers is pure and tested on recorded samples.
+Reads NVML (``pynvml``) or AMD SMI (``amdsmi``), neither of which touches the CUDA/HIP runtime, so sampling never
+initialises CUDA in the process. Where neither is usable the answer is a ``TelemetryUnavailable`` with the reason,
+never invented values. Flow: ``open_reader`` -> ``TelemetrySampler`` around the measurement -> its ``trace`` ->
+a summary stored with the run, which a later run's clocks are compared with. Everything below the readers is pure
+and tested on recorded samples. machine/: facts only, imports no core/.
 """
 
 from __future__ import annotations

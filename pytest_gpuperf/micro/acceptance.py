@@ -1,17 +1,11 @@
 """The acceptance tier's devices and floors: which local devices a node has, as test-id components, and the
 datasheet floor each metric must clear.
 
-A node is accepted device by device: every local GPU is measured on its own and named in the test id's first
-component (``test_gemm[gpu3-bf16]``) and in each metric's ``context["device"]``; ``gpuperf fleet`` groups by that
-name and strips it from the id to line the same test up across GPUs and nodes. The node-wide all-reduce is the
-device "node".
-
-A floor is a fraction of the vendor's datasheet peak (machine/peaks.py) below which a device is broken, not
-merely slow (DCGM's diag passed a GPU at a third of its FP32 rate, NVIDIA/DCGM#122): slow-but-working devices are
-the fleet's business, judged against the fleet's own measured spread. A floor applies only to a part a healthy
-device of which has been measured above it (``HEALTHY``): a fraction that no healthy part was ever seen to clear
-(an MI300X's bf16 GEMM, say, reaches far less of its datasheet figure than a Hopper's) would fail every one of
-them. Pure data and pure functions; no torch.
+Every local GPU is measured on its own and named in the test id's first component (``test_gemm[gpu3-bf16]``) and
+in ``context["device"]``; ``gpuperf fleet`` groups by it. A floor is a fraction of the datasheet peak
+(machine/peaks.py) below which a device is broken, not merely slow; it applies only to a part a healthy device of
+which was measured above it (``HEALTHY``). Slow-but-working devices are the fleet's business (docs/acceptance.md).
+Pure data and pure functions; no torch.
 """
 
 from __future__ import annotations

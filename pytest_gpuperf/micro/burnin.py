@@ -1,19 +1,11 @@
 """The burn-in tier's pieces: a sustained load loop, a device's health counters (ECC, retired pages and remapped
 rows, Xid events) read before and after it, and the decision whether its throughput sagged.
 
-Readers take the library module (``pynvml``, ``amdsmi``) as an argument, as machine/telemetry.py does, so tests
-pass recorded fakes; everything else is pure. No torch.
-
-What fails a burn-in, and why only that:
-
-- an uncorrectable ECC error, a page retired or a row remapped (or one pending), an Xid event: each is the
-  device reporting a fault, never noise;
-- a hardware slowdown reason (hw_slowdown, hw_thermal, hw_power_brake): cooling or power that fails the part;
-- throughput that sagged from the first minute to the last: a one-sided Mann-Whitney test at ``SAG_ALPHA`` *and*
-  a median drop beyond ``SAG_LIMIT`` (a warm part at its power cap loses a little; a throttling one loses more).
-
-Corrected ECC errors are reported, not failed: HBM corrects single-bit errors as a matter of course, and a cell
-that keeps needing it is retired or remapped, which fails.
+Fails a burn-in: a fault the device reports (uncorrectable ECC, a page retired or row remapped, an Xid event), a
+hardware slowdown reason, or throughput that sagged from the first minute to the last (a one-sided Mann-Whitney
+test at ``SAG_ALPHA`` and a median drop beyond ``SAG_LIMIT``). Corrected ECC errors are reported, not failed.
+Readers take the library module (``pynvml``, ``amdsmi``) as an argument, so tests pass recorded fakes; the rest
+is pure. No torch (docs/acceptance.md).
 """
 
 from __future__ import annotations

@@ -1,43 +1,12 @@
 """Hugging Face architectures as model specs: built by ``transformers`` from a ``config.json`` with random weights.
 
-``HFSpec`` stands wherever the suites take a :class:`~pytest_gpuperf.models.registry.ModelSpec` (the ``model``
-fixture, ``training/workload.py``, ``training/record.py``): ``name``, ``vocab_size``, ``seq_len``, ``build``,
-``loss``, ``param_count``, ``active_param_count``, ``training_flops_per_token``, ``is_lora``, ``base_spec``,
-``apply_adapters``. The module itself imports neither torch nor transformers; the methods that need them do.
-
-Names (``--gpuperf-models``): ``hf:NAME`` is a configuration shipped in ``models/hf_configs/NAME.json``
-(:func:`shipped_names`), ``hf:PATH`` a user's own ``config.json`` (any path ending in ``.json``). ``+lora`` puts
-LoRA adapters (peft) on the attention projections (at full width, MLPerf's llama2_70b_lora recipe) or on every
-linear of the layers (on the CPU cut, as the built-in tiny-lora), ``@N`` cuts the model to N layers:
-``hf:llama3.1-8b+lora@2``.
-
-The cut rule (:func:`cut_fields`), applied to the published configuration:
-
-* layers (``@N``; on the CPU tier 2 when no ``@N`` is given): ``num_hidden_layers = N`` and every kind of layer
-  the full model has stays, at least one of each: DeepSeek's and GLM's dense-first layers become
-  ``max(1, round(k N / L))`` (at most ``N - 1``, none for ``N = 1``); a ``layer_types`` pattern (Gemma 3's five
-  sliding-window layers to one global one) keeps its first ``N`` entries, and when a kind is missing from them
-  the last entries take it (``@2``: one sliding, one global);
-* width, on the CPU tiers only: ``s = hidden_size / 128``; hidden becomes 128, every other width (dense and
-  expert FFN, MLA's ``q_lora_rank``/``kv_lora_rank``) is divided by ``s`` and rounded to a multiple of 8; head
-  dimensions (``head_dim``, MLA's nope/rope/v dims, Gemma's ``query_pre_attn_scalar``) are divided by 4;
-  key/value heads become ``max(1, round(kv 4 / s))`` and query heads keep the GQA ratio; routed experts become
-  ``min(E, 2 top_k)`` rounded up to a multiple of ``n_group`` with ``top_k`` (and group routing, shared
-  experts, router scaling) unchanged; a sliding window shrinks with the sequence (1024 of the GPU cut's 4096
-  tokens: 16 of the CPU tier's 64); the vocabulary becomes 256 (the training corpus is a Markov chain over it)
-  and special-token ids outside it are dropped.
-
-Parameter counts are exact: the model is built on the meta device (no memory) and its parameters summed
-(a tied matrix once). Active parameters of MoE models: the routed experts (parameters under an ``.experts.``
-module) count ``top_k / E`` of their size, from the configuration's experts per token.
-
-Initial weights (:func:`init_weights`) come from :mod:`pytest_gpuperf.models.init`, not from torch's RNG or
-transformers' ``_init_weights``: the model is built with initialisation skipped (``no_init_weights``; its
-non-persistent buffers such as RoPE's ``inv_freq`` are computed by the modules' constructors on the real
-device), then every parameter is filled by name: norm weights to their neutral value (probed, so Gemma's
-``1 + weight`` RMSNorm gets 0 and the others 1), biases and bias buffers (DeepSeek's
-``e_score_correction_bias``) to 0, everything else N(0, ``initializer_range``) keyed by (seed, parameter name).
-Tied weights are tied before the fill, so the shared matrix is drawn once under the embedding's name.
+``HFSpec`` stands wherever the suites take a ``ModelSpec`` (models/registry.py). Names (``--gpuperf-models``):
+``hf:NAME`` a configuration shipped in ``models/hf_configs/``, ``hf:PATH`` a user's ``config.json``; ``+lora``
+adds LoRA adapters (peft), ``@N`` cuts the model to N layers (``hf:llama3.1-8b+lora@2``). The cut rule
+(``cut_fields``) keeps every kind of layer the full model has and, on the CPU tiers, shrinks the widths to
+hidden 128 and the vocabulary to 256 (docs/training.md). Parameter counts are exact (built on the meta device).
+Initial weights come from models/init.py, filled by parameter name. The module imports neither torch nor
+transformers; the methods that need them do.
 """
 
 from __future__ import annotations

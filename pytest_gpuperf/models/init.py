@@ -1,15 +1,10 @@
 """Random initial weights that are the same in every torch release and on every device.
 
-torch's generators promise the same stream only for one release on one device: ``nn.init.trunc_normal_`` with
-one seed gave other weights under torch 2.11 than under 2.13, so a parity golden or a loss-curve golden recorded
-on one stack failed on the next one although nothing but the RNG changed (top-1 agreement 0%). That is exactly
-the comparison this project exists for, so the models draw their weights here instead.
-
-Each element's value is a function of (seed, the parameter's name, the element's index) alone: a 32-bit
-integer hash of the index, keyed by a stream derived from the seed and the name, gives a uniform number that
-the inverse normal CDF turns into a (truncated) normal one. Integer arithmetic is exact everywhere, so only the
-last float64 rounding of ``erfinv`` can differ between builds, far below any tolerance a golden uses. Keying by
-name rather than by call order means a new module changes no other module's weights.
+Each element's value is a function of (seed, the parameter's name, the element's index) alone: an integer hash of
+the index, keyed by the seed and the name, gives a uniform number that the inverse normal CDF turns into a
+(truncated) normal one. Integer arithmetic is exact everywhere, so only the last rounding of ``erfinv`` can differ
+between builds; keying by name means a new module changes no other module's weights. Why not torch's generators:
+docs/design/portable-initial-weights.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Node acceptance (``pytest -m acceptance``): every local device measured on its own, for ``gpuperf fleet``.
 
-Quick tier, per device (the first test-id component and ``context["device"]``: ``gpu0``, ``gpu1``, ... or ``cpu``):
-
-- GEMM in bf16 and fp8 on the micro suite's square shape (8192^2 on a GPU), in TFLOP/s;
-- memory copy and read over 1 GiB (64 MiB on CPU), in GB/s;
-- causal attention forward+backward with the flash backend forced, on the micro suite's shape;
-- host-to-device and device-to-host copies of 256 MiB from pinned memory (GPU only);
-- one training step of a model: tiny-llama on CPU, a one-layer Llama 3 8B proxy in bf16 on a GPU, in tokens/s;
-
-and once per node (device ``node``): the all-reduce bus bandwidth across the node's GPUs (NCCL/RCCL), or across
-two gloo ranks on CPU. A metric with a floor (micro/acceptance.py FLOORS) below it on a part whose healthy figure
-is known is REGRESSED with the figures and the datasheet's source. The kernels, their timing and sizing are the
-micro suite's (micro/kernels.py); ``--gpuperf-inject-slowdown acceptance=PCT`` makes each device's work heavier.
-
-Burn-in (``pytest -m burnin --gpuperf-burnin-minutes N``): sustained GEMM and memory load per device for N
-minutes, with clocks, throttle reasons and temperature sampled throughout and ECC, retired pages, remapped rows
-and Xid events read before and after (micro/burnin.py says what fails it). Not part of ``-m perf`` either.
+Quick tier, per device (``gpu0``, ``gpu1``, ... or ``cpu``, the first test-id component): GEMM in bf16 and fp8,
+memory copy and read, forced-flash attention, host<->device copies (GPU only) and one training step; once per
+node, the all-reduce bus bandwidth. A metric below its floor (micro/acceptance.py) on a part whose healthy figure
+is known is REGRESSED with the figures and the datasheet's source. Burn-in (``pytest -m burnin``): sustained load
+per device with its health counters read before and after (micro/burnin.py). Neither is part of ``-m perf``;
+kernels and sizing are the micro suite's. docs/acceptance.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The users' own frameworks as perf tests: one test per framework on its tiny/debug configuration, run by
-``perf.run_command`` with that framework's adapter (docs/frameworks.md). Marked ``frameworks``, not ``perf``:
-``pytest -m frameworks`` runs them; a test skips with the exact reason where its framework or its device is absent.
+``perf.run_command`` with that framework's adapter. Marked ``frameworks``, not ``perf``: ``pytest -m frameworks``
+runs them, and a test skips with the exact reason where its framework or its device is absent.
 
-- ``vllm bench serve`` against ``transformers serve`` on CPU (vLLM's server on a GPU), the suite's tiny Llama;
-- SGLang ``bench_serving`` against SGLang's server (a GPU: SGLang publishes no CPU build);
-- Megatron-LM ``pretrain_gpt.py --mock-data`` from a checkout named by ``GPUPERF_MEGATRON_LM`` (the script is
-  not in the megatron-core wheel; Megatron-Core has no CPU path);
-- TorchTitan's ``debug_model.toml`` from a checkout named by ``GPUPERF_TORCHTITAN`` (its config and test assets
-  are not in the wheel; it falls back to "cuda" without an accelerator);
-- MaxText on ``dataset_type=synthetic`` with tiny dimensions, in a Python >= 3.12 that has it: this one, or the
-  one named by ``GPUPERF_MAXTEXT_PYTHON`` (it runs on CPU there too).
-
-The framework commands other than vLLM's were written from the frameworks' documentation and sources and have
-not yet run here: the GPU check is where they are verified (docs/frameworks.md says which ran).
+vLLM's ``bench serve``, SGLang's ``bench_serving``, Megatron-LM (a checkout in ``GPUPERF_MEGATRON_LM``),
+TorchTitan (a checkout in ``GPUPERF_TORCHTITAN``) and MaxText (``GPUPERF_MAXTEXT_PYTHON``). What each needs, and
+which have run where: docs/frameworks.md.
 """
 
 from __future__ import annotations

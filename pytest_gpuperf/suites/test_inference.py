@@ -1,21 +1,11 @@
 """Inference workloads as tests: latency percentiles, ISL/OSL x concurrency sweeps, throughput at fixed
-interactivity, output parity against goldens (docs/inference.md).
+interactivity, output parity against goldens.
 
-- ``test_serving_sweep``: one input/output length pair over concurrencies, each point run
-  ``--gpuperf-inference-runs`` times (each run one sample): TTFT, TPOT, ITL, E2E at p50/p90/p99, output and
-  total tok/s, requests/s, tok/s per device, interactivity, goodput under the tier's SLO, peak memory and
-  energy per output token where the device can tell; the Pareto front's throughput at fixed interactivity
-  points is the headline metric. Every request must produce exactly its tokens.
-- ``test_open_loop_sweep``: an open-loop request-rate sweep (Poisson arrivals, ``--gpuperf-request-rate``,
-  ``--gpuperf-burstiness``), at most the tier's concurrency cap in flight, warm-up and cool-down requests sent
-  but not measured, latency from the scheduled send time; the same metrics and Pareto points per rate.
-- ``test_output_parity``: greedy tokens and teacher-forced logits of fixed prompts against a stored golden.
-
-CPU tier: the tiny Llama (fp32, one thread), pairs 128/128, 512/64, 64/512, concurrency 1, 2, 4, 8.
-GPU tier (``gpu_tier``, run by scripts/gpu_check.sh within 210 s): a 2-layer proxy of Llama 3 8B in bf16, pairs
-1k/1k at concurrency 1, 8, 64 and 8k/1k at 1, 64, one request per client; sized from decode steps measured on an
-H200 (below), but the tier itself has not finished on a GPU yet. The 1k/8k pair (1, 64) is a GPU sweep too but
-not ``gpu_tier``: ``-m perf --gpuperf-device cuda`` runs it (~4 min more).
+``test_serving_sweep``: closed-loop concurrency sweeps, each point run ``--gpuperf-inference-runs`` times (one
+sample each), with TTFT/TPOT/ITL/E2E percentiles, throughputs, goodput and the Pareto front's throughput at fixed
+interactivity as the headline; every request must produce exactly its tokens. ``test_open_loop_sweep``: the same
+over request rates (``--gpuperf-request-rate``, ``--gpuperf-burstiness``). ``test_output_parity``: greedy tokens
+and teacher-forced logits against a stored golden. Tiers, shapes and sizing: docs/inference.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Kernel microbenchmarks: where a driver, CUDA/ROCm or math-library regression shows first.
 
-- GEMM per precision (fp32, tf32, bf16, fp16, fp8 through ``torch._scaled_mm``) on a square shape and the
-  projection shapes of Llama 3 8B (d_model 4096, 32 query heads and 8 KV heads of 128, FFN 14336), in TFLOP/s;
-- memory bandwidth: a device-to-device copy and a read-only reduction, in GB/s;
-- scaled-dot-product attention forward+backward per backend, each backend forced alone, so one that cannot run
-  raises instead of silently falling back to another, and the profiler confirms which kernel ran.
-
-On a GPU each call is timed with CUDA events and L2 is flushed between repetitions (``device_timer``); "% of
-peak" is taken against the vendor datasheet figure of ``pytest_gpuperf.machine.peaks`` and each metric's context says
-so ("kind": "datasheet") with the figure's source. The CPU tier uses small shapes and has no peak.
-
-On CPU each GEMM is sized by this machine (``gpuperf_sizing``, pytest_gpuperf/machine/capability.py): its time
-is estimated from its FLOPs at the rate a short probe measured for its dtype, and a GEMM that would exceed
-``--gpuperf-sizing-budget`` takes fewer repeats or is skipped with the figures (a CPU without avx512_bf16 runs a
-bf16 GEMM ~400x slower than the one this tier was sized on).
+GEMM per precision on a square shape and Llama 3 8B's projection shapes (TFLOP/s); device memory copy and read
+(GB/s); scaled-dot-product attention forward+backward per backend, each forced alone so a silent fallback fails.
+On a GPU each call is timed with CUDA events, L2 flushed between repetitions, and "% of peak" is against the
+datasheet figure of machine/peaks.py, its source in the context. On CPU each GEMM is sized by this machine
+(``gpuperf_sizing``, machine/capability.py) and has no peak. docs/gpu-check.md.
 """
 
 from __future__ import annotations

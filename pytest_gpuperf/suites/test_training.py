@@ -1,22 +1,11 @@
 """Training workloads as tests: convergence against golden curves and throughput against baselines.
 
-- ``test_pretrain[model]``: dense and MoE pretraining on a random Markov chain, several seeds; the loss curve must
-  stay in the golden band, steps-to-target must match the reference seeds (olympic mean, one-sided t-test), and
-  tokens/s, step time, peak memory, time-to-target are judged against their baselines.
-- ``test_lora_finetune[model]``: the base pretrained briefly on the source chain, then LoRA adapters (frozen base)
-  trained on the shifted chain; same checks.
-- ``test_precision_ladder[precision]``: one dense model on a second-order chain (its optimum needs attention and
-  MLP, the layers fp8/fp4 convert) with a tight margin and a fixed step budget: fp32, bf16 and fp8 must reach the
-  target; fp4 (MXFP4, emulated) is reported: xfail, with the loss it reached, when it does not.
-- ``test_throughput[model-precision]`` (also ``gpu_tier``): a few timed steps per model and precision for
-  tokens/s, step time and MFU; on the GPU tier the models are real dimensions cut to one or two layers.
-
-Targets are the corpus's exact loss floor plus a margin (a fraction of the distance from a uniform guess to the
-floor), never a guessed loss. Tiers and budgets: ``pytest_gpuperf/training/tiers.py``; docs/training.md.
-
-On CPU each test first estimates its time from its model FLOPs at this machine's probed GEMM rate for its
-precision (``gpuperf_sizing``) and is skipped, with the figures, when that exceeds ``--gpuperf-sizing-budget``: a
-step budget is what a convergence test asserts, so it is never cut.
+``test_pretrain`` (dense and MoE on a random Markov chain, several seeds), ``test_lora_finetune`` (adapters on a
+frozen base, a shifted chain), ``test_precision_ladder`` (fp32 -> bf16 -> fp8 must reach the target; fp4 is
+reported) and ``test_throughput`` (tokens/s, step time, MFU; also ``gpu_tier``). Invariants: targets are the
+corpus's exact loss floor plus a margin, never a guessed loss; on CPU a test is skipped with its figures when
+its estimated time exceeds ``--gpuperf-sizing-budget``, never cut, since a step budget is what a convergence test
+asserts. Tiers and budgets: training/tiers.py and docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Training data with a known optimum: token sequences from a seeded random Markov chain.
 
-For a stationary first-order Markov chain with transition matrix P and stationary distribution pi, the
-entropy rate ``H = -sum_i pi_i sum_j P_ij log P_ij`` (nats per token, Cover & Thomas eq. 4.27) is the lowest
-expected next-token cross-entropy any predictor can reach. A model's loss curve therefore has an exact floor,
-and convergence targets are ``entropy_rate + margin`` instead of guessed numbers.
-
-Each state has ``branching`` successors with Dirichlet(``concentration``) weights, so ``H <= log(branching)``;
-smaller concentration makes rows peakier and H lower. One successor of every state follows a random cyclic
-permutation of all states, which makes the chain irreducible (pi is unique and every state is visited).
-Sequences start from pi, so every position of every sequence is drawn from the stationary process.
-
-numpy builds and samples the chain; torch is imported only when batches are requested.
+For a stationary first-order chain with transitions P and stationary distribution pi, the entropy rate
+``H = -sum_i pi_i sum_j P_ij log P_ij`` (Cover & Thomas eq. 4.27) is the lowest expected next-token cross-entropy
+any predictor can reach, so convergence targets are ``entropy_rate + margin``, never guessed. Each state has
+``branching`` successors with Dirichlet(``concentration``) weights, one of them on a random cyclic permutation of
+all states (irreducible: pi unique); sequences start from pi. numpy builds and samples the chain; torch is imported
+only when batches are requested.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""From seed runs to ``perf`` metrics and convergence verdicts.
+"""From seed runs to ``perf`` metrics and the evidence of convergence rules.
 
-Metrics (each judged against its baseline by the foundation's verdict):
-
-* ``tokens_per_s`` (tok/s per device, higher is better) and ``step_time`` (s): every step after each seed's
-  timing warm-up; steps are bracketed by ``torch.cuda.synchronize`` on a GPU;
-* ``mfu`` (%): achieved FLOP/s (``spec.training_flops_per_token``: 6N plus the attention term, PaLM appendix B)
-  over the datasheet dense peak of the device (``peaks.lookup``) for the precision's peak dtype. Not recorded
-  on a CPU (no peak table entry), for emulated precisions or mixed fp8/fp4+bf16 recipes (no stated peak):
-  ``tokens_per_s``'s context says which and why;
-* ``peak_memory`` (MiB, lower is better): one sample per seed or step (``workload.MemoryProbe``); judged on a
-  GPU only, on a CPU the RSS high-water mark is kept in ``tokens_per_s``'s context (see ``record_memory``);
-* the ``loss`` curve of every seed (the golden for later runs); ``final_loss``, ``steps_to_target`` and
-  ``time_to_target`` (s, every step counted, as MLPerf's time-to-train does), one sample per seed.
-
-The convergence metrics carry the evidence their rules need (``record_convergence``); core/verdict/judge.py decides
-their verdicts, as it does every other metric's.
+Metrics: ``tokens_per_s`` and ``step_time`` (every step after each seed's warm-up), ``mfu`` (against the
+datasheet dense peak, machine/peaks.py; left out, saying why, on a CPU, for emulated precisions and mixed
+recipes), ``peak_memory`` (judged on a GPU only), the ``loss`` curve of every seed, and ``final_loss``,
+``steps_to_target`` and ``time_to_target``, one sample per seed. The convergence metrics carry the evidence their
+rules need (``record_convergence``); core/verdict/ decides their verdicts, as it does every other metric's.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """``perf.run_command``: a user's own command (a training launch, a benchmark client) as a perf test.
 
-Each run of the command is a child in a process group of its own (core/record/children.py, the scheme `gpuperf ab`
-uses): its output and errors go, as they are written, to a log file; at the command's ``timeout``, at the test's time
-budget (core/session/budget.py raises in the wait) or on Ctrl-C the whole group is stopped (SIGINT, SIGTERM, SIGKILL)
-before the failure is raised, and what it leaves running after it exits is ended. Then the adapter
-(core/record/readings.py) reads what the framework wrote and the figures go through ``perf.record`` and
-``perf.record_curve``, so baselines, verdicts, `gpuperf ab` and `gpuperf bisect` see them as any other metric.
-
-A run fails the test, never passes empty: a non-zero exit (with the tail of its output), a timeout, an output
-that holds no metric (what the adapter expected, the last lines seen, the exit status).
+Each run is a child in a process group of its own (core/record/children.py), its output logged as written; at its
+``timeout``, the test's budget (core/session/budget.py) or Ctrl-C the whole group is stopped before the failure is
+raised. An adapter (core/record/readings.py) then reads what the framework wrote, and the figures go through
+``perf.record`` and ``perf.record_curve``, so baselines, verdicts, `gpuperf ab` and `bisect` see them as any other
+metric. A run fails the test, never passes empty: a non-zero exit, a timeout, or an output that holds no metric,
+each with the tail of what it printed. Imports only core/ (its own layer and below); no torch.
 """
 
 from __future__ import annotations

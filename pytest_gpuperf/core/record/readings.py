@@ -1,18 +1,11 @@
 """What a framework's own output says, as gpuperf metrics: the adapter protocol and the warm-up rule.
 
-``perf.run_command`` (core/record/command.py runs the command) hands each run's output to an **adapter**: a small
-object that reads what the framework wrote (log lines, a JSON file, JSONL) into a ``Reading``:
-
-* ``series``: per-step figures (step time, tokens/s per device, TFLOP/s, MFU, memory). The warm-up steps of each
-  run are left out by a rule (``Warmup``), never by hand; what is left of every run is pooled into one metric's
-  samples, as the training suite pools the steps of its seeds (training/record.py).
-* ``figures``: one figure per run (a serving benchmark's percentiles and throughputs); each run is one sample,
-  so such a metric needs at least 3 runs.
-* ``loss``: the loss per step, recorded as the curve ``loss`` (the golden of later runs, core/stats/convergence.py).
-
-Adapters are named (``perf.run_command(argv, adapter="megatron")``) through the ``pytest_gpuperf_adapter`` hook,
-whose default implementation (frameworks/plugin.py) knows the built-in ones; a conftest.py may add its own names,
-or a test passes an adapter object. No pytest here besides the failure of a run that says nothing.
+An adapter reads what a command run by ``perf.run_command`` wrote into a ``Reading``: ``series`` (per-step figures,
+their warm-up steps left out by a ``Warmup`` rule, never by hand, the rest of every run pooled into one metric),
+``figures`` (one figure per run: one sample each, so at least 3 runs) and ``loss`` (the curve ``loss``). Adapters
+are named through the ``pytest_gpuperf_adapter`` hook, whose default implementation (frameworks/plugin.py) knows
+the built-in ones; a conftest.py adds its own, or a test passes an adapter object. Imports no workload and no
+pytest besides the failure of a run that says nothing.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Confirmation: a test whose metrics look REGRESSED is measured again in a fresh interpreter before it fails.
 
-A state of the machine that lasts minutes (a neighbour's burst, a VM's frequency, a cache or allocator state of
-this process) moves every metric measured in it, and an attempt repeated inside the same process and the same
-minute confirms that state, not a regression. So the confirmation is another pytest session in a new process,
-running only this test with the same options (``fresh_session_argv``), measuring only (``--gpuperf-measure-only``:
-it saves nothing, fails nothing and confirms nothing itself); its samples, with the machine state it read, are
-judged here against the same baselines under the same rules, and ``session.confirm`` keeps REGRESSED only where
-every attempt regressed. A confirmation that cannot run (a torchrun rank, a session that failed to start) leaves
-the metric AMBIGUOUS and says why: a regression never fails a test unconfirmed.
+``settle`` runs up to ``--gpuperf-confirm`` confirmation attempts, each a new pytest session that runs only this
+test with this session's options, measuring only (``fresh_session_argv``); its samples are judged here, against
+the same baselines under the same rules, and ``session.confirm`` keeps REGRESSED only where every attempt
+regressed. Invariant: a regression never fails a test unconfirmed; a confirmation that cannot run leaves the
+metric AMBIGUOUS with the reason. Why a fresh process: docs/design/confirmation-in-a-fresh-process.md.
 """
 
 from __future__ import annotations

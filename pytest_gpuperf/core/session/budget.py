@@ -1,30 +1,11 @@
-"""The time budget of a perf test: a test that uses gpuperf ends with a clear failure when it runs past its budget.
+"""The time budget of a perf test: a test that uses gpuperf ends with a clear failure when it runs past it.
 
-Single-device training and inference tests run inside the pytest process, so a hang there would hang the whole
-session. Every test that uses gpuperf (the ``perf`` fixture or the ``perf`` marker) gets a budget in seconds:
-``@pytest.mark.gpuperf_timeout(SECONDS)``, else ``--gpuperf-timeout`` (env ``GPUPERF_TIMEOUT``, ini
-``gpuperf_timeout``), else the default of its tier (``DEFAULT_BUDGET_S``). 0 means no budget. Other tests are
-left alone. The budget spans the test's setup, call (with its confirmation attempts) and teardown.
-
-Three stages, because a signal handler runs only when the main thread is back in the interpreter:
-
-1. At the budget, SIGALRM (``setitimer``) in the main thread: its handler raises ``BudgetExceeded`` in the
-   running frame, with that frame's stack in the message, and the session goes on. This is pytest-timeout's
-   signal method; it ends Python-level loops and blocking calls that return on a signal (``time.sleep``, lock
-   and socket waits, ``subprocess`` waits; PEP 475 runs the handler before retrying).
-2. At budget + grace, if the test is still running, the main thread is inside one C call that does not return
-   (a CPU kernel, a collective waiting for a dead peer, a C loop that blocks signals). A watchdog thread writes a
-   message and every thread's stack to the terminal (faulthandler) and signals the main thread again.
-3. At budget + 2 x grace, faulthandler's own watchdog, a C thread that needs no GIL (it fires even when a C call
-   holds it, as a catastrophic regular expression does), dumps every stack and ends the process with status 1.
-   The session then ends rather than hangs; under pytest-xdist the controller reports the test as failed
-   ("worker crashed"), starts a new worker and the session goes on: run suites at risk of this with ``-n 1``.
-
-Why not pytest-timeout itself: it applies one setting to every test of a project, while this must leave other
-projects' tests alone, take per-tier defaults and end a process stuck in C. faulthandler has one delayed dump per
-process: while a perf test runs, stage 3 replaces pytest's own ``faulthandler_timeout``. With another SIGALRM
-handler installed (pytest-timeout's signal method), stage 1 and the re-signal of stage 2 are skipped. Under
-``--pdb``/``--trace`` there is no budget: a debugger session is not a hang.
+Every test that uses gpuperf (the ``perf`` fixture or marker) gets a budget over its setup, call (confirmation
+included) and teardown: ``@pytest.mark.gpuperf_timeout(SECONDS)``, else ``--gpuperf-timeout``, else its tier's
+``DEFAULT_BUDGET_S``; 0 means none, and other tests are left alone. Three stages: SIGALRM raises
+``BudgetExceeded`` in the running frame; at budget + grace a watchdog thread dumps every stack and signals again;
+at budget + 2 x grace faulthandler's own watchdog ends the process. No budget under ``--pdb``/``--trace``. How it
+reads to a user: docs/distributed.md; why three stages and not pytest-timeout: docs/design/time-budget.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""Run state of one pytest session: loads baselines, judges each test's metrics, saves, writes the results.
+"""Run state of one pytest session (or one xdist worker): loads baselines, judges each test's metrics, saves,
+writes the results.
 
-Data flows one way: the `perf` fixture measures (measure.py), this module turns measurements into judged
-results (verdict.py, against store.py), report.py renders them.
+Data flows one way: the `perf` fixture measures (core/record/perf.py), this module gathers each metric's evidence
+(the stored runs of core/store/baselines.py, this machine's runs and sittings, device and machine conditions) and
+gets its verdict from core/verdict/, and core/session/report.py renders the results. A worker's results reach the
+controller as a plain-JSON payload (``worker_payload``, ``absorb_worker``); docs/architecture.md, flows 1 and 2.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""Taking turns with the other session of a `gpuperf ab` pair (the session's side; no torch, no pytest).
+"""Taking turns with the other session of a `gpuperf ab` pair: the session's side (no torch, no pytest).
 
-With ``--take-turns``, `gpuperf ab` starts both sessions of a pair at once and hands a single turn between them
-(ab/turns.py): a session asks for the turn before each perf test's setup and before each measured round, and
-keeps it until it asks again or exits, so that its partner is blocked (on a pipe, not spinning) while it builds,
-warms up and times. The two sides of a pair then measure the same test seconds apart, under one machine state,
-where one after the other they were a whole session apart: on the project's 2-core VM an A/A pair's sd fell from
-3.0-4.7% to 1.2-2.0% (benchmarks/README.md, "Two sessions taking turns").
-
-The channel is two named pipes per side, ``PREFIX.ask`` (this side writes) and ``PREFIX.grant`` (it reads), made
-by `gpuperf ab` in its ``--out`` folder so that a session in a container that mounts that folder reaches them.
-One byte each way: ``?`` asks (and gives back the turn held), ``!`` grants, ``.`` says this side is done. When
-`gpuperf ab` is gone the grant pipe reads end-of-file and the session goes on alone, saying so once. Written here,
-not taken from a library: it is two pipes and three bytes; multiprocessing's primitives need a common parent
-Python, which the two stacks of a comparison (two venvs, a container) do not share.
+With ``--gpuperf-take-turns PREFIX`` a session asks for the one turn of its pair before each perf test's setup and
+each measured round, and keeps it until it asks again or exits; the partner waits, blocked on a pipe. The channel
+is two named pipes per side that `gpuperf ab` makes (ab/turns.py holds the other end): ``PREFIX.ask`` (this side
+writes ``?`` to ask, ``.`` when done) and ``PREFIX.grant`` (it reads ``!``). End-of-file on the grant pipe means
+`gpuperf ab` is gone: the session goes on alone and says so once. Why pipes, and what taking turns buys:
+docs/design/taking-turns.md.
 """
 
 from __future__ import annotations

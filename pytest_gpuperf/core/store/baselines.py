@@ -1,28 +1,12 @@
 """Baseline store: plain, diffable JSON under ``<baselines>/<hardware-slug>/<test-module>.json``.
 
-One file per test module and hardware key::
-
-    {"schema": 1, "hardware_key": {...},
-     "tests": {"<test id>": {
-        "metrics": {"<metric>": {"unit": "s", "higher_is_better": false,
-                                 "runs": [{"samples": [...], "summary": {...}, "stack": {...}, "date": "...",
-                                           "context": {...}}]}},
-        "curves": {"<curve>": {"runs": [{"steps": [...], "values": [...], "stack": {...}, "date": "..."}]}}}}}
-
-A run's ``context`` is optional (files written before it existed stay valid): what was observed while measuring,
-such as the device telemetry summary (clocks, throttling) that a later run's clocks are compared with.
-
-Writes are atomic (temporary file, fsync, rename) and merge under an inter-process lock, so concurrent
-writers (pytest-xdist workers) lose nothing. Each file is saved on its own: one that cannot be read or written
-is reported with the reason and left alone, and the others are still written. The lock of ``<file>.json`` is
-``<file>.json.lock`` beside it (gitignored), never followed through a symbolic link (filelock opens it with
-O_NOFOLLOW); a temporary file is ``.<file>.json.<pid>.<random>.tmp`` (gitignored too), and one whose writer is
-gone (killed mid-write) is removed at the next save or session start.
-
-File names are injective: a plain module path keeps its readable name (``suites/test_micro.py`` ->
-``suites__test_micro.json``); any other path (non-ASCII, ``__`` inside a part, separators or dots that the
-plain form would drop) gets the readable part plus ``~`` and a hash of the exact path, so two modules never
-share a file. Data is only ever parsed as JSON, strictly (schema.py: duplicate keys are an error).
+One file per test module and hardware key; each test's metrics keep their runs (samples, summary, stack, date and
+an optional context of what was observed while measuring), and its curves theirs. The format: docs/baselines.md.
+Invariants: writes are atomic (temporary file, fsync, rename) and merge under an inter-process lock
+(``<file>.json.lock``, never followed through a symbolic link), so concurrent xdist workers lose nothing; each
+file is saved on its own, so one that cannot be written leaves the others; file names are injective (a path the
+readable form would mangle gets ``~`` and a hash); data is parsed strictly (core/store/schema.py). Imports only
+core/store.
 """
 
 from __future__ import annotations

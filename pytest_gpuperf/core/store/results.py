@@ -1,20 +1,11 @@
-"""The results format, in one place: a judged metric (MetricResult), the ``--gpuperf-results`` document that
-holds a session's judged metrics and curves (build, parse, validate), and the names it has in JUnit XML (the
-``gpuperf.<metric>.<field>`` testcase properties and the ``gpuperf.fingerprint`` testsuite property).
+"""The results format, in one place: a judged metric (MetricResult), the ``--gpuperf-results`` document of a
+session (build, parse, validate) and the names it has in JUnit XML.
 
-The session builds and writes the document, xdist workers send their MetricResults in the same form, the
-command line (cli/loading.py) parses it with ``parse_document``; the field rules are schema.py's, shared with
-the baseline files. Schema 1::
-
-    {"schema": 1, "tool": {"name": "pytest-gpuperf", "version": "..."}, "created": "<ISO time>",
-     "fingerprint": {"hardware_key": {...}, "hardware_slug": "...", "stack": {...}} | null,
-     "telemetry_note": "..." | null, "settings": {...},
-     "results": [{"test", "metric", "unit", "higher_is_better", "samples", "rounds", "summary", "context",
-                  "baseline", "comparison", "verdict", "stack_changes"}, ...],
-     "curves": [{"test", "name", "steps", "values"}, ...]}
-
-Readers need only ``test``, ``metric``, ``unit``, ``higher_is_better`` and ``samples`` of a result (the rest is
-optional, so a results file may be written by hand or by another tool).
+The session writes the document, xdist workers send their MetricResults in the same form, and every reader (the
+commands, `gpuperf ab`, a confirmation) parses it with ``parse_document``; the field rules are
+core/store/schema.py's, shared with the baseline files. Readers need only ``test``, ``metric``, ``unit``,
+``higher_is_better`` and ``samples`` of a result; the rest is optional, so another tool may write one. The
+document's shape: docs/baselines.md. Imports only core/store and, lazily, core/stats.
 """
 
 from __future__ import annotations

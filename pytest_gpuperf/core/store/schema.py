@@ -1,19 +1,11 @@
 """The one validator of what gpuperf's JSON documents may hold: strict parsing and the rules for each field.
 
-Baseline files (store.py) and results files (results.py) share their parts: samples, curves, the stack, text and
-flags. Each document's shape is checked by its owner module with these rules, so the plugin (at session start)
-and the command line (every ``gpuperf`` subcommand) accept and refuse exactly the same files.
-
-Parsing is strict where Python's ``json`` is lenient: a key given twice is an error (not "the last wins", which
-silently drops the other copy's runs at the next save), ``NaN``/``Infinity`` and numbers beyond float range
-are refused, and nesting deeper than the parser can follow is an error, never a ``RecursionError``.
-
-Own code rather than a JSON Schema library: the messages must name the exact entry ("test 't' metric 'm':
-samples must be positive") in one line, and the number rules (range, digits) are not JSON Schema's.
-
-What a test records (core/record/perf.py) passes the same rules when it is recorded (``plain`` for a context, the field
-rules for the rest), so a value no reader would take fails the test that recorded it, never a later session.
-Every document is read through ``read_file``: regular files only, and a bounded number of bytes.
+Baseline files (baselines.py) and results files (results.py) share their parts (samples, curves, the stack, text,
+flags); each owner checks its document's shape with these rules, so the plugin and every ``gpuperf`` command
+accept and refuse exactly the same files, and a value a test records passes them when it is recorded. Stricter
+than ``json``: a key given twice, ``NaN``/``Infinity``, numbers beyond float range and nesting the parser cannot
+follow are errors. Every document is read through ``read_file``: regular files only, a bounded number of bytes.
+Why not a JSON Schema library: docs/design/own-json-validator.md. Imports nothing of the package above it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The spread between machines of one hardware key, as a fleet measured it (``gpuperf fleet --save-spread``).
 
 A stored baseline recorded on another machine of the key is judged with this spread added to its noise
-(``--gpuperf-machine-noise FILE``; core/stats/unpaired.py ``Rules.machine_noise``). The figure of a test's metric is
-looked up by the test's id, then by the id without its device parameter (the acceptance suite parametrizes per
-local device, ``test_gemm[gpu3-bf16]``, and the fleet keys that unit as ``test_gemm[bf16]``), else the pooled
-figure of the whole fleet. Schema 1::
-
-    {"kind": "gpuperf-fleet-spread", "schema": 1, "tool": {"name": "pytest-gpuperf", "version": "..."},
-     "created": "<ISO time>", "hardware_key": "<slug>", "nodes": 64, "units": 512, "pooled": 0.019,
-     "metrics": [{"test": "...", "metric": "...", "spread": 0.018, "units": 512}, ...]}
-
-Spreads are sds of log medians (about the relative spread: 0.019 is 1.9%). Reading needs no numpy, so the plugin
-can resolve the setting before any test runs.
+(``--gpuperf-machine-noise FILE``). A metric's figure is looked up by the test's id, then by the id without its
+device parameter (``test_gemm[gpu3-bf16]`` -> ``test_gemm[bf16]``, as the fleet keys it), else the fleet's pooled
+figure. Spreads are sds of log medians (about the relative spread: 0.019 is 1.9%). The file's fields:
+docs/fleet.md. Reading needs no numpy, so the plugin resolves the setting before any test runs.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """The id a test is judged, stored and reported under: its pytest node id, except for the shipped suites.
 
 pytest names a test by its path relative to the rootdir, or to the command-line argument it was found under when
-it lies outside the rootdir: an installed package's suites get ids such as ``test_training.py::test_pretrain[...]``
-or ``../venv/lib/python3.12/site-packages/...``, which depend on where the package and the working folder are.
-Baselines keyed by such an id would not be found on the next machine. A test in the shipped suites is therefore
-named by its place in the package, ``pytest_gpuperf/suites/<module>.py::<test>``: the same id pytest gives it in a
-checkout run from the repository root, so baselines recorded there judge installed runs and vice versa.
+it lies outside the rootdir, so an installed package's suites get ids that depend on where the package and the
+working folder are (a bare ``test_training.py::...``, or one that climbs out through the virtual environment's
+site-packages). Baselines keyed by such an id would not be found on the next machine. Invariant: a test in the
+shipped suites is named by its place in the package, ``pytest_gpuperf/suites/<module>.py::<test>``, the id pytest
+gives it in a checkout run from the repository root, so baselines recorded there judge installed runs and vice
+versa.
 """
 
 from __future__ import annotations

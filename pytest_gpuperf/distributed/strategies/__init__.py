@@ -1,20 +1,9 @@
 """Parallel training strategies, one module each, behind one small interface.
 
-A strategy takes the freshly built (identical on every rank) model and the rank's ``DeviceMesh`` and returns
-what the shared training loop needs: the module to call, the optimizer and the ``step`` function. Importing
-this package imports no torch; a strategy's module is imported when it is used.
-
-=============  ===========  ===============================================================================
-name           mesh dims    what it does
-=============  ===========  ===============================================================================
-ddp            dp           ``DistributedDataParallel``: replicated weights, gradients all-reduced
-fsdp           dp           FSDP2 ``fully_shard`` per transformer block, then the root
-tp             tp           ``parallelize_module``: Colwise wq/wk/wv/w1/w3, Rowwise wo/w2 in every block
-fsdp_tp        dp, tp       tensor parallel inside ``tp``, FSDP2 across ``dp`` (2-D)
-zero1..zero3   dp           DeepSpeed ZeRO stage 1/2/3 with a client ``torch.optim.AdamW``
-zero2_offload  dp           ZeRO-2 with the optimizer offloaded to the CPU (DeepSpeed's own AdamW, which
-                            compiles its ``cpu_adam`` extension on first use)
-=============  ===========  ===============================================================================
+A strategy takes the freshly built model (identical on every rank) and the rank's ``DeviceMesh`` and returns what
+the shared training loop needs: the module to call, the optimizer and the ``step`` function. The strategies
+(``ddp``, ``fsdp``, ``tp``, ``fsdp_tp``, ``zero1``..``zero3``, ``zero2_offload``), their mesh dimensions and what
+each does: docs/distributed.md. Importing this package imports no torch; a strategy's module is imported when used.
 """
 
 from __future__ import annotations
