@@ -500,10 +500,6 @@ class MachineState:
     kernel_library: str | None = None
     """numpy and its BLAS build the kernel canaries ran on (``kernel_library()``)."""
 
-    @property
-    def canary_median(self) -> float | None:
-        return statistics.median(self.canary_s) if self.canary_s else None
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

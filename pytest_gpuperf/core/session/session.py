@@ -7,7 +7,6 @@ results (verdict.py, against store.py), report.py renders them.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -570,14 +569,6 @@ def resolve_device(request: str) -> str:
             "install a GPU build of torch or use --gpuperf-device cpu"
         )
     return "cuda" if available else "cpu"
-
-
-def dump_json(data: Any) -> str:
-    return json.dumps(data, indent=1, sort_keys=True)
-
-
-def is_xdist_worker() -> bool:
-    return "PYTEST_XDIST_WORKER" in os.environ
 
 
 def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: int) -> list[MetricResult]:
