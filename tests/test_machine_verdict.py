@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from session_settings import cpu_settings, this_machine
 
 from pytest_gpuperf.core.record import perf as perf_module
+from pytest_gpuperf.core.record.baseline_view import NoBaseline
 from pytest_gpuperf.core.record.perf import Perf
 from pytest_gpuperf.core.session.session import GpuperfSession
 from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
@@ -198,6 +200,19 @@ class ScriptedWindow:
         return MachineState.from_dict(ScriptedWindow.script.pop(0) if ScriptedWindow.script else state())
 
 
+class ScriptedBaseline(NoBaseline):
+    """A baseline view whose runs' machine states are quiet and whose verdicts the test scripts."""
+
+    def __init__(self, preview: Callable[[Any], Comparison]) -> None:
+        self.preview_of = preview
+
+    def machine(self, name: str) -> list[MachineState | None]:
+        return [MachineState.from_dict(state())]
+
+    def preview(self, metric: Any) -> Comparison:
+        return self.preview_of(metric)
+
+
 def scripted_perf(monkeypatch: pytest.MonkeyPatch, verdicts: list[Verdict], **settings: Any) -> tuple[Perf, list]:
     monkeypatch.setattr(perf_module, "MachineWindow", ScriptedWindow)
     looks: list[int] = []
@@ -212,9 +227,7 @@ def scripted_perf(monkeypatch: pytest.MonkeyPatch, verdicts: list[Verdict], **se
         device="cpu",
         settings=cpu_settings(Path("."), **(values | settings)),
         noise_limit=0.10,
-        baseline_curves=lambda name: [],
-        baseline_machine=lambda name: [MachineState.from_dict(state())],
-        preview=preview,
+        baselines=ScriptedBaseline(preview),
     )
     return perf, looks
 
@@ -300,7 +313,7 @@ def test_no_round_is_added_where_the_shift_between_sittings_leaves_the_verdict_o
         asked.append(metric.looks)
         return Comparison(verdict=Verdict.AMBIGUOUS, sitting_noise=0.08, sittings=1, samples_can_decide=False)
 
-    perf._preview = preview
+    perf._baselines.preview_of = preview
     samples = perf.measure("t", lambda: None, timer=timer)
     assert len(samples) == 5 and asked == [1] and perf.metrics[0].looks == 1
     assert (
@@ -427,7 +440,6 @@ def test_measure_s_own_timer_takes_the_canaries_between_its_calls_and_a_custom_t
         device="cpu",
         settings=cpu_settings(Path("."), **settings),
         noise_limit=10.0,
-        baseline_curves=lambda name: [],
     )
     perf.measure("own", lambda: sum(range(1000)))
     perf.measure("custom", lambda: None, timer=lambda fn, count: [0.01] * count)
@@ -471,7 +483,6 @@ def test_a_session_taking_turns_asks_call_by_call_or_round_by_round_with_a_custo
         device="cpu",
         settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0),
         noise_limit=0.10,
-        baseline_curves=lambda name: [],
         take_turn=lambda: asked.append(1),
     )
     assert len(asked) == 1  # at the test's setup, before its machine window opens

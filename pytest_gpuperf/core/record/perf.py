@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict, summarize
+from pytest_gpuperf.core.record.baseline_view import NO_BASELINE, BaselineView
+from pytest_gpuperf.core.stats.unpaired import Verdict, summarize
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.baselines import Curve, NotStorable
 from pytest_gpuperf.core.store.schema import SchemaError
@@ -164,11 +165,8 @@ class Perf:
         device: str,
         settings: Settings,
         noise_limit: float,
-        baseline_curves: Callable[[str], list[Curve]],
+        baselines: BaselineView = NO_BASELINE,
         telemetry: DeviceReader | None = None,
-        baseline_telemetry: Callable[[str], TelemetrySummary | None] | None = None,
-        baseline_machine: Callable[[str], list[MachineState | None]] | None = None,
-        preview: Callable[[MetricRecord], Comparison] | None = None,
         take_turn: Callable[[], None] | None = None,
         adapter_named: Callable[[str], Any] | None = None,
     ) -> None:
@@ -177,14 +175,10 @@ class Perf:
         """The device the workloads run on: "cpu" or "cuda"."""
         self.settings = settings
         self._noise_limit = noise_limit
-        self._baseline_curves = baseline_curves
+        self._baselines = baselines
+        """What this test reads of its session: the stored baseline's curves, telemetry and machine states, and
+        the verdict a metric would get now (sequential sampling)."""
         self._telemetry = telemetry
-        self._baseline_telemetry = baseline_telemetry or (lambda name: None)
-        self._baseline_machine = baseline_machine
-        """The machine states stored with the baseline's runs; None: machine state is not judged (it may still
-        be recorded, see ``machine_check``)."""
-        self._preview = preview
-        """The verdict a metric would get now, for sequential sampling; None: never extend."""
         self._turn = take_turn
         """Waits for this session's turn (a `gpuperf ab --take-turns` pair, core/session/turns.py): before the test's
         own machine window opens, before a measurement's warm-up, and before each of its calls (each round where a
@@ -330,8 +324,8 @@ class Perf:
             if by_call:
                 self._take_turn()
             fn()
-        baseline_telemetry = self._baseline_telemetry(name)
-        baseline_machine = self._baseline_machine(name) if self._baseline_machine is not None else None
+        baseline_telemetry = self._baselines.telemetry(name)
+        baseline_machine = self._baselines.machine(name)
 
         def one_round() -> tuple[list[float], str | None, float, dict[str, Any], float]:
             """(samples, why not comparable, spread, context, seconds the round took)."""
@@ -400,7 +394,7 @@ class Perf:
         Returns (pooled samples, context, looks, rounds taken in all)."""
         limit = self.settings.extend
         budget = self.settings.extend_seconds
-        if self._preview is None or limit <= 0 or self.settings.save:
+        if limit <= 0 or self.settings.save:
             return samples, context, 1, rounds
         looks = 1
         stopped = ""
@@ -408,8 +402,8 @@ class Perf:
             candidate = MetricRecord(
                 name=name, unit=unit, higher_is_better=higher_is_better, samples=samples, context=context, looks=looks
             )
-            preview = self._preview(candidate)
-            if preview.verdict is not Verdict.AMBIGUOUS:
+            preview = self._baselines.preview(candidate)
+            if preview is None or preview.verdict is not Verdict.AMBIGUOUS:  # None: the view cannot tell
                 break
             if not preview.samples_can_decide:
                 stopped = (
@@ -571,7 +565,7 @@ class Perf:
 
     def baseline_curves(self, name: str) -> list[Curve]:
         """The stored reference curves of this test under ``name`` for this hardware (empty if none)."""
-        return self._baseline_curves(name)
+        return self._baselines.curves(name)
 
     @staticmethod
     def _field(call: str, name: str, raw: Any, rule: Callable[[Any, str, str], Any]) -> Any:

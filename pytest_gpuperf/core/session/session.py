@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from pytest_gpuperf.core.record.perf import MetricRecord, Perf
 from pytest_gpuperf.core.session.turns import Turns
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import (
+    Comparison,
     Rules,
     Verdict,
     exact_agreement,
@@ -233,13 +234,8 @@ class GpuperfSession:
             device=self.device,
             settings=self.settings,
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
-            baseline_curves=lambda name: self.store.curves(nodeid, name),
+            baselines=SessionBaselines(session=self, nodeid=nodeid),
             telemetry=self.telemetry,
-            baseline_telemetry=lambda name: self.baseline_telemetry(nodeid, name),
-            baseline_machine=(
-                (lambda name: self.baseline_machine(nodeid, name)) if self.settings.machine_check == "on" else None
-            ),
-            preview=lambda metric: self.evaluate_metric(nodeid, metric).comparison,
             take_turn=self.take_turn if self.turns is not None else None,
             adapter_named=self._adapter_named,
         )
@@ -550,6 +546,29 @@ class GpuperfSession:
     def end_failed(self) -> bool:
         """Whether something of the session's end (a baseline file, the results) could not be written."""
         return bool(self.save_failures or self.results_failure)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionBaselines:
+    """One test's view of the session (the recorder's ``BaselineView``): its stored baseline, as the session
+    reads it, and the verdict a metric would get now."""
+
+    session: GpuperfSession
+    nodeid: str
+
+    def curves(self, name: str) -> list[Curve]:
+        return self.session.store.curves(self.nodeid, name)
+
+    def telemetry(self, name: str) -> TelemetrySummary | None:
+        return self.session.baseline_telemetry(self.nodeid, name)
+
+    def machine(self, name: str) -> list[MachineState | None] | None:
+        if self.session.settings.machine_check != "on":
+            return None  # recorded at most ("record"), never judged
+        return self.session.baseline_machine(self.nodeid, name)
+
+    def preview(self, metric: MetricRecord) -> Comparison | None:
+        return self.session.evaluate_metric(self.nodeid, metric).comparison
 
 
 def resolve_device(request: str) -> str:
