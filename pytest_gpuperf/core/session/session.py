@@ -17,8 +17,9 @@ import numpy as np
 
 from pytest_gpuperf import __version__
 from pytest_gpuperf.core.config.settings import Settings
+from pytest_gpuperf.core.record.gate import OPEN, Gate
 from pytest_gpuperf.core.record.perf import MetricRecord, Perf
-from pytest_gpuperf.core.session.turns import Turns
+from pytest_gpuperf.core.session.turns import TakingTurns, Turns
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import (
     Comparison,
@@ -54,7 +55,7 @@ from pytest_gpuperf.core.verdict.judge import (
     runs_of_this_machine,
 )
 from pytest_gpuperf.core.verdict.rollup import machine_note
-from pytest_gpuperf.machine.contention import MachineState, waiting_for_turn
+from pytest_gpuperf.machine.contention import MachineState
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
     DeviceReader,
@@ -124,8 +125,9 @@ class GpuperfSession:
         self.planned_tests: list[str] = []
         """The stable ids of the perf tests this session collected: the job whose metrics form one family."""
         self._family_size: int | None = None
-        self.turns = Turns(settings.take_turns) if settings.take_turns else None
-        """The turn channel of a `gpuperf ab --take-turns` session: each perf test and measured round waits for it."""
+        self.gate: Gate = TakingTurns(Turns(settings.take_turns)) if settings.take_turns else OPEN
+        """Where this session's tests may be held back (core/record/gate.py): in a `gpuperf ab --take-turns` session
+        each perf test, and each measured call or round, waits there for the turn; otherwise it is open."""
 
     # -- lazily resolved context (needs torch; never touched by sessions without perf tests) --
 
@@ -236,15 +238,9 @@ class GpuperfSession:
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
             baselines=SessionBaselines(session=self, nodeid=nodeid),
             telemetry=self.telemetry,
-            take_turn=self.take_turn if self.turns is not None else None,
+            gate=self.gate,
             adapter_named=self._adapter_named,
         )
-
-    def take_turn(self) -> None:
-        """Wait for this session's turn; what the machine does meanwhile is the partner's (``waiting_for_turn``)."""
-        assert self.turns is not None
-        with waiting_for_turn():
-            self.turns.take()
 
     # -- verdict --
 
