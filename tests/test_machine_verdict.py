@@ -564,3 +564,32 @@ def test_a_session_installs_the_taking_turns_gate_only_with_a_turn_channel(tmp_p
     taking = GpuperfSession(cpu_settings(tmp_path, take_turns=str(tmp_path / "side"))).gate
     assert isinstance(taking, TakingTurns) and taking.turns.prefix == str(tmp_path / "side")
     assert OPEN.waited() == TurnWaits() and taking.waited() == TurnWaits()  # nothing waited before the first ask
+
+
+@pytest.mark.parametrize("check", ["on", "record", "off"])
+def test_a_test_s_baseline_view_reads_what_its_session_holds(tmp_path: Path, check: str) -> None:
+    """The recorder's BaselineView of a session: the session's stored machine states (only where they are judged)
+    and the verdict the session would give a metric now."""
+    from pytest_gpuperf.core.record.perf import MetricRecord
+    from pytest_gpuperf.core.session.session import SessionBaselines
+
+    session = make_session(tmp_path, [([v * f for v in NOW], state()) for f in (1.0, 1.01, 0.99)], check=check)
+    view = SessionBaselines(session=session, nodeid="m.py::t")
+    machine = view.machine("loop")
+    assert machine == (session.baseline_machine("m.py::t", "loop") if check == "on" else None)
+    assert machine is None or len(machine) == 3
+    assert view.curves("loss") == [] and view.telemetry("loop") is None  # none stored
+    metric = MetricRecord(name="loop", unit="s", higher_is_better=False, samples=[v * 1.2 for v in NOW])
+    preview = view.preview(metric)
+    assert preview is not None and preview == session.evaluate_metric("m.py::t", metric).comparison
+    assert preview.verdict is Verdict.REGRESSED
+
+
+def test_a_recorder_without_a_session_sees_no_baseline_and_never_extends() -> None:
+    from pytest_gpuperf.core.record.baseline_view import NO_BASELINE
+
+    settings = cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0, extend=3, extend_seconds=60.0)
+    perf = Perf(nodeid="m.py::t", device="cpu", settings=settings, noise_limit=10.0)
+    assert perf.baseline_curves("loss") == [] and NO_BASELINE.machine("t") is None
+    perf.measure("t", lambda: None, timer=timer)
+    assert perf.metrics[0].looks == 1 and "extended" not in perf.metrics[0].context
