@@ -413,7 +413,7 @@ def record_values(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
             late = call.pop("late", None)
             shown = shorten_repr(call, late)
             nodeid = f"test_m{number}.py::test_t"
-            recorder = Perf(nodeid=nodeid, device="cpu", settings=None, noise_limit=0.1, baseline_curves=lambda n: [])
+            recorder = Perf(nodeid=nodeid, device="cpu", settings=None, noise_limit=0.1)
             try:
                 record = recorder.record(**call)
                 if late is not None:  # as GpuperfSession.accept takes a test's records: convert, then refuse nan

@@ -188,8 +188,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = config.stash.get(session_key, None)
     if state is not None:
         state.close_telemetry()
-        if state.turns is not None:
-            state.turns.done()  # the partner may now run alone
+        state.gate.close()  # taking turns: the partner may now run alone
     if not reporting(config):
         return
     if state is not None and state.settings.save:

@@ -176,7 +176,8 @@ def test_done_tells_the_broker(tmp_path: Path) -> None:
 
 def test_load_while_waiting_for_the_turn_is_counted_in_the_waits(tmp_path: Path) -> None:
     # A process outside this one's tree (started through a shell that exits: reparented) burns ~0.4 s of CPU
-    # while this process waits inside waiting_for_turn: the waits' totals hold its ticks and the wall time.
+    # while this process waits at its taking-turns gate: the gate's totals hold its ticks and the wall time.
+    from pytest_gpuperf.core.session.turns import TakingTurns
     from pytest_gpuperf.machine import contention
 
     done_file = tmp_path / "done"
@@ -184,15 +185,16 @@ def test_load_while_waiting_for_the_turn_is_counted_in_the_waits(tmp_path: Path)
         "import sys, time\nend = time.process_time() + 0.4\nwhile time.process_time() < end: pass\n"
         f"open({str(done_file)!r}, 'w').close()"
     )
-    before = contention.read_snapshot()
-    with contention.waiting_for_turn():
+    gate = TakingTurns(Turns(str(tmp_path / "side")))  # its channel is never asked: the block is the wait
+    before = contention.read_snapshot(gate.waited())
+    with gate.waiting():
         subprocess.run(
             ["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} >/dev/null 2>&1 &"], check=True
         )
         deadline = time.monotonic() + 30
         while not done_file.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-    after = contention.read_snapshot()
+    after = contention.read_snapshot(gate.waited())
     assert done_file.exists()
     waits = after.turn_waits - before.turn_waits
     assert waits.wall_s >= 0.4

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +14,13 @@ import pytest
 from session_settings import cpu_settings, this_machine
 
 from pytest_gpuperf.core.record import perf as perf_module
+from pytest_gpuperf.core.record.baseline_view import NoBaseline
+from pytest_gpuperf.core.record.gate import OpenGate
 from pytest_gpuperf.core.record.perf import Perf
 from pytest_gpuperf.core.session.session import GpuperfSession
 from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
 from pytest_gpuperf.core.store.baselines import MetricRun, NewMetric
-from pytest_gpuperf.machine.contention import MachineState
+from pytest_gpuperf.machine.contention import MachineState, TurnWaits
 
 RECORDED_NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 """The baselines here were recorded minutes before they are judged: one sitting (core/stats/sittings.py)."""
@@ -182,7 +186,7 @@ class ScriptedWindow:
 
     script: list[dict[str, Any]] = []
 
-    def __init__(self, *, canary: bool = True) -> None:
+    def __init__(self, *, canary: bool = True, waited: object = None) -> None:
         self.state: MachineState | None = None
 
     def start(self) -> ScriptedWindow:
@@ -196,6 +200,19 @@ class ScriptedWindow:
 
     def close(self) -> MachineState:
         return MachineState.from_dict(ScriptedWindow.script.pop(0) if ScriptedWindow.script else state())
+
+
+class ScriptedBaseline(NoBaseline):
+    """A baseline view whose runs' machine states are quiet and whose verdicts the test scripts."""
+
+    def __init__(self, preview: Callable[[Any], Comparison]) -> None:
+        self.preview_of = preview
+
+    def machine(self, name: str) -> list[MachineState | None]:
+        return [MachineState.from_dict(state())]
+
+    def preview(self, metric: Any) -> Comparison:
+        return self.preview_of(metric)
 
 
 def scripted_perf(monkeypatch: pytest.MonkeyPatch, verdicts: list[Verdict], **settings: Any) -> tuple[Perf, list]:
@@ -212,9 +229,7 @@ def scripted_perf(monkeypatch: pytest.MonkeyPatch, verdicts: list[Verdict], **se
         device="cpu",
         settings=cpu_settings(Path("."), **(values | settings)),
         noise_limit=0.10,
-        baseline_curves=lambda name: [],
-        baseline_machine=lambda name: [MachineState.from_dict(state())],
-        preview=preview,
+        baselines=ScriptedBaseline(preview),
     )
     return perf, looks
 
@@ -300,7 +315,7 @@ def test_no_round_is_added_where_the_shift_between_sittings_leaves_the_verdict_o
         asked.append(metric.looks)
         return Comparison(verdict=Verdict.AMBIGUOUS, sitting_noise=0.08, sittings=1, samples_can_decide=False)
 
-    perf._preview = preview
+    perf._baselines.preview_of = preview
     samples = perf.measure("t", lambda: None, timer=timer)
     assert len(samples) == 5 and asked == [1] and perf.metrics[0].looks == 1
     assert (
@@ -427,7 +442,6 @@ def test_measure_s_own_timer_takes_the_canaries_between_its_calls_and_a_custom_t
         device="cpu",
         settings=cpu_settings(Path("."), **settings),
         noise_limit=10.0,
-        baseline_curves=lambda name: [],
     )
     perf.measure("own", lambda: sum(range(1000)))
     perf.measure("custom", lambda: None, timer=lambda fn, count: [0.01] * count)
@@ -460,6 +474,22 @@ def test_each_parameter_leaves_itself_out_of_its_siblings_prior(tmp_path: Path) 
     assert of_b.prior_noise > 2 * of_b.run_noise, of_b  # its sibling's runs are ~9% apart
 
 
+class CountingGate(OpenGate):
+    """A gate that notes each point the recorder passes (1 each, as a session taking turns asks once a point)."""
+
+    def __init__(self, asked: list[int]) -> None:
+        self.asked = asked
+
+    def before_test(self) -> None:
+        self.asked.append(1)
+
+    def before_round(self) -> None:
+        self.asked.append(1)
+
+    def before_call(self) -> None:
+        self.asked.append(1)
+
+
 @pytest.mark.parametrize(("custom_timer", "asks"), [(False, 1 + 2 + 5), (True, 1 + 1)])
 def test_a_session_taking_turns_asks_call_by_call_or_round_by_round_with_a_custom_timer(
     monkeypatch: pytest.MonkeyPatch, custom_timer: bool, asks: int
@@ -471,10 +501,95 @@ def test_a_session_taking_turns_asks_call_by_call_or_round_by_round_with_a_custo
         device="cpu",
         settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0),
         noise_limit=0.10,
-        baseline_curves=lambda name: [],
-        take_turn=lambda: asked.append(1),
+        gate=CountingGate(asked),
     )
     assert len(asked) == 1  # at the test's setup, before its machine window opens
     # 2 warm-up calls and 5 timed ones each on a turn of their own; a custom timer's round on one turn
     perf.measure("t", lambda: None, warmup=2, timer=timer if custom_timer else None)
     assert len(asked) == asks
+
+
+class NamingGate(OpenGate):
+    """A gate that notes which point the recorder passes, and claims waits that grow by one second a point."""
+
+    def __init__(self) -> None:
+        self.points: list[str] = []
+
+    def before_test(self) -> None:
+        self.points.append("test")
+
+    def before_round(self) -> None:
+        self.points.append("round")
+
+    def before_call(self) -> None:
+        self.points.append("call")
+
+    def waited(self) -> TurnWaits:
+        return TurnWaits(wall_s=float(len(self.points)))
+
+
+def test_the_gate_is_passed_before_the_test_then_call_by_call_or_round_by_round() -> None:
+    settings = cpu_settings(Path("."), warmup=0, repeats=3, remeasure=1)
+    gate = NamingGate()
+    perf = Perf(nodeid="m.py::t", device="cpu", settings=settings, noise_limit=100.0, gate=gate)
+    assert gate.points == ["test"]  # before the test's own machine window opens
+    perf.measure("own", lambda: None, warmup=1)
+    assert gate.points == ["test", "call", "call", "call", "call"]  # the warm-up call, then each timed call
+    gate = NamingGate()
+    perf = Perf(nodeid="m.py::t", device="cpu", settings=settings, noise_limit=0.10, gate=gate)
+    rounds = iter([[0.01, 0.02, 0.04], [0.01] * 3])  # a noisy round, measured again on a pass of its own
+    perf.measure("custom", lambda: None, warmup=1, timer=lambda fn, count: next(rounds))
+    assert gate.points == ["test", "round", "round"]  # the warm-up and the first round pass once, back to back
+
+
+def test_the_waits_at_the_gate_are_left_out_of_the_test_s_machine_window() -> None:
+    """What the machine did while the gate held the test back is the partner's: the window reads its own signals
+    over the time outside the gate's waits (the window's wall time stays the window's)."""
+    gate = NamingGate()
+    settings = cpu_settings(Path("."), machine_check="on")
+    perf = Perf(nodeid="m.py::t", device="cpu", settings=settings, noise_limit=10.0, gate=gate)
+    with perf.watch() as window:
+        time.sleep(0.05)
+        gate.points += ["call"] * 10  # the gate now claims 10 s of waits inside a window of about 0.05 s
+    assert window.machine is not None
+    assert window.machine.wall_s < 1.0
+    assert window.machine.cpu_per_wall > 1.0  # CPU over the (floored) time not spent waiting: the waits were read
+
+
+def test_a_session_installs_the_taking_turns_gate_only_with_a_turn_channel(tmp_path: Path) -> None:
+    from pytest_gpuperf.core.record.gate import OPEN
+    from pytest_gpuperf.core.session.turns import TakingTurns
+
+    assert GpuperfSession(cpu_settings(tmp_path)).gate is OPEN
+    taking = GpuperfSession(cpu_settings(tmp_path, take_turns=str(tmp_path / "side"))).gate
+    assert isinstance(taking, TakingTurns) and taking.turns.prefix == str(tmp_path / "side")
+    assert OPEN.waited() == TurnWaits() and taking.waited() == TurnWaits()  # nothing waited before the first ask
+
+
+@pytest.mark.parametrize("check", ["on", "record", "off"])
+def test_a_test_s_baseline_view_reads_what_its_session_holds(tmp_path: Path, check: str) -> None:
+    """The recorder's BaselineView of a session: the session's stored machine states (only where they are judged)
+    and the verdict the session would give a metric now."""
+    from pytest_gpuperf.core.record.perf import MetricRecord
+    from pytest_gpuperf.core.session.session import SessionBaselines
+
+    session = make_session(tmp_path, [([v * f for v in NOW], state()) for f in (1.0, 1.01, 0.99)], check=check)
+    view = SessionBaselines(session=session, nodeid="m.py::t")
+    machine = view.machine("loop")
+    assert machine == (session.baseline_machine("m.py::t", "loop") if check == "on" else None)
+    assert machine is None or len(machine) == 3
+    assert view.curves("loss") == [] and view.telemetry("loop") is None  # none stored
+    metric = MetricRecord(name="loop", unit="s", higher_is_better=False, samples=[v * 1.2 for v in NOW])
+    preview = view.preview(metric)
+    assert preview is not None and preview == session.evaluate_metric("m.py::t", metric).comparison
+    assert preview.verdict is Verdict.REGRESSED
+
+
+def test_a_recorder_without_a_session_sees_no_baseline_and_never_extends() -> None:
+    from pytest_gpuperf.core.record.baseline_view import NO_BASELINE
+
+    settings = cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0, extend=3, extend_seconds=60.0)
+    perf = Perf(nodeid="m.py::t", device="cpu", settings=settings, noise_limit=10.0)
+    assert perf.baseline_curves("loss") == [] and NO_BASELINE.machine("t") is None
+    perf.measure("t", lambda: None, timer=timer)
+    assert perf.metrics[0].looks == 1 and "extended" not in perf.metrics[0].context

@@ -27,7 +27,6 @@ def perf() -> Perf:
         device="cpu",
         settings=cpu_settings(Path(".")),
         noise_limit=0.1,
-        baseline_curves=lambda name: [],
     )
 
 

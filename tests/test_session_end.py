@@ -134,7 +134,6 @@ def test_a_context_that_is_a_tensor_or_an_array_is_refused_naming_the_call(make:
         device="cpu",
         settings=cpu_settings(Path(".")),
         noise_limit=0.1,
-        baseline_curves=lambda name: [],
     )
     context = eval(make, {"torch": torch, "np": np})  # noqa: S307 - the test's own literals
     with pytest.raises(ValueError, match=r"perf\.record\('t'\) in m\.py::t: context is"):

@@ -101,9 +101,7 @@ def test_a_non_finite_context_value_fails_its_test() -> None:
 
     from pytest_gpuperf.core.record.perf import Perf
 
-    perf = Perf(
-        nodeid="m.py::t", device="cpu", settings=cpu_settings(Path(".")), noise_limit=0.1, baseline_curves=lambda n: []
-    )
+    perf = Perf(nodeid="m.py::t", device="cpu", settings=cpu_settings(Path(".")), noise_limit=0.1)
     with pytest.raises(pytest.fail.Exception, match=r"metric 't' context 'peak.mib' is not a finite number"):
         perf.record("t", [1.0, 2.0, 3.0], unit="s", higher_is_better=False, context={"peak": {"mib": float("nan")}})
     assert perf.metrics == []

@@ -147,7 +147,6 @@ def test_a_throttled_round_is_measured_again_and_the_clean_round_kept() -> None:
         device="cuda",
         settings=settings,
         noise_limit=0.05,
-        baseline_curves=lambda name: [],
         telemetry=reader,
     )
     calls = []
@@ -171,7 +170,6 @@ def test_without_a_reader_nothing_is_sampled_or_invented() -> None:
         device="cpu",
         settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0),
         noise_limit=0.5,
-        baseline_curves=lambda name: [],
     )
     with perf.watch() as window:
         pass

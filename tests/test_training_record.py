@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from pytest_gpuperf.core.record.baseline_view import NoBaseline
 from pytest_gpuperf.models.registry import get_spec
 from pytest_gpuperf.training.record import metric_name, record_memory, record_throughput
 from pytest_gpuperf.training.workload import SeedRun
@@ -116,6 +117,16 @@ def test_gpu_peak_memory_is_judged_per_step_after_warm_up() -> None:
     assert memory.values == [30 * 1024.0] * 10 and "max_memory_allocated" in memory.context["kind"]
 
 
+class StoredCurves(NoBaseline):
+    """A baseline view holding the given reference curves (under any name), as a session with goldens stored."""
+
+    def __init__(self, curves: list[Any]) -> None:
+        self._curves = curves
+
+    def curves(self, name: str) -> list[Any]:
+        return self._curves
+
+
 def _curve(step_reached: int, steps: int = 60) -> list[float]:
     """A loss that falls linearly to 1.0 at ``step_reached`` and stays there."""
     return [max(1.0, 3.0 - 2.0 * i / step_reached) for i in range(steps)]
@@ -161,7 +172,7 @@ def test_convergence_metrics_carry_their_rules_evidence(
         nodeid="m.py::t",
         device="cpu",
         noise_limit=0.5,
-        baseline_curves=lambda name: curves,
+        baselines=StoredCurves(curves),
         settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0),
     )
     budget = Budget(seeds=3, steps=60, batch_size=1, lr=1e-3, timing_warmup=0, curve_warmup=5, window=1)
@@ -186,7 +197,7 @@ def test_a_seed_missing_the_target_is_a_regressed_final_loss_with_or_without_gol
     target = Target(floor=1.0, margin=0.05, source="test")
     for reference in ([], [20, 21, 22]):
         curves = [Curve(steps=list(range(60)), values=_curve(r), stack={}, date="2026-11-30") for r in reference]
-        perf = Perf(nodeid="m.py::t", device="cpu", noise_limit=0.5, baseline_curves=lambda name, c=curves: c,
+        perf = Perf(nodeid="m.py::t", device="cpu", noise_limit=0.5, baselines=StoredCurves(curves),
                     settings=cpu_settings(Path("."), warmup=0, repeats=5, remeasure=0))  # fmt: skip
         runs = _seed_runs([20, 21, 22])
         runs[1].losses[:] = [2.0] * 60  # this seed never gets near the target

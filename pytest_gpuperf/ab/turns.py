@@ -14,7 +14,7 @@ The channel per side is two named pipes ``<out>/sessions/NNN-S.ask`` and ``.gran
 of each open (O_RDWR), so a session opening its end never blocks, and a session sees end-of-file on its grant
 pipe when this process is gone. A session's exit is seen by polling its process, as well as by its "done" byte.
 The partner runs only while a session waits for its turn, and a session reads the machine's state outside those
-waits (machine/contention.py ``waiting_for_turn``): the partner's load is not taken for a neighbour's.
+waits (core/session/turns.py ``TakingTurns``, the session's gate): the partner's load is not taken for a neighbour's.
 POSIX only (named pipes). Written here rather than taken from a library: a select() loop over four pipes.
 
 Taking turns is what `gpuperf ab` does unless told (``turns_by_default``): on a machine without a GPU, where it

@@ -11,14 +11,13 @@ verdict. What each signal caught and missed, and why own code: docs/design/conte
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
 import platform
 import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ __all__ = [
     "MachineState",
     "MachineWindow",
     "Snapshot",
+    "TurnWaits",
     "CANARIES",
     "CANARY_EXPLAINS_POWER",
     "Canary",
@@ -50,6 +50,7 @@ __all__ = [
     "run_canary",
     "run_kernel_canaries",
     "state_between",
+    "turn_counters",
 ]
 
 CANARY_VERSION = "py-int-loop-20000-v1"
@@ -199,7 +200,13 @@ def parse_pressure(text: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class TurnWaits:
-    """Totals over this session's waits for the turn of a pair taking turns (``waiting_for_turn``)."""
+    """Totals over this session's waits for the turn of a pair taking turns (``turn_counters`` differences).
+
+    While a session waits, its partner has the turn and runs: that load (and the partner's exit, which the turn
+    waits for) is the pair's own, not a neighbour's, and the run-queue wait inside (a session that asks is often
+    preempted by the process it wakes before it blocks, then sits on the run queue through the partner's turn) is
+    the partner's turn. A window's signals are therefore read over its time outside these waits
+    (``state_between``); a neighbour that runs while this session measures still counts."""
 
     wall_s: float = 0.0
     run_queue_ns: int = 0
@@ -231,7 +238,7 @@ class Snapshot:
     """CPU seconds of the processes this one started (live descendants and reaped children), or None where the
     kernel does not list a process's children."""
     turn_waits: TurnWaits = TurnWaits()
-    """What the waits for the turn had taken so far (``waiting_for_turn``)."""
+    """What the waits for the turn had taken so far (given to ``read_snapshot`` by whoever keeps them)."""
 
 
 def _read(path: str) -> str | None:
@@ -267,28 +274,10 @@ def _stat_cpu_s(text: str, tick: float) -> float:
     return sum(int(value) for value in fields[11:15]) * tick
 
 
-_TURN_WAITS = [TurnWaits()]
-"""The totals of ``waiting_for_turn`` so far (a one-item list, so that they can grow)."""
-
-
-@contextlib.contextmanager
-def waiting_for_turn() -> Iterator[None]:
-    """Around a wait for the turn of a `gpuperf ab --take-turns` pair. While a session waits, its partner has the
-    turn and runs: that load (and the partner's exit, which the turn waits for) is the pair's own, not a
-    neighbour's, and the run-queue wait inside (a session that asks is often preempted by the process it wakes
-    before it blocks, then sits on the run queue through the partner's turn) is the partner's turn. A window's
-    signals are therefore read over its time outside these waits (``state_between``); a neighbour that runs while
-    this session measures still counts."""
-    before = _turn_counters()
-    try:
-        yield
-    finally:
-        after = _turn_counters()
-        if before is not None and after is not None:
-            _TURN_WAITS[0] = _TURN_WAITS[0] + (after - before)
-
-
-def _turn_counters() -> TurnWaits | None:
+def turn_counters() -> TurnWaits | None:
+    """The counters a wait is measured by, now: the wall clock, this thread's run-queue wait and the /proc/stat
+    ticks (None where /proc/stat or schedstat cannot be parsed). A wait is the difference of two readings; who
+    waits keeps the totals (core/session/turns.py) and hands them to ``read_snapshot``."""
     schedstat = _read("/proc/thread-self/schedstat")
     stat_text = _read("/proc/stat")
     try:
@@ -341,8 +330,9 @@ def descendants_cpu_s() -> float | None:
     return total if listed else None
 
 
-def read_snapshot() -> Snapshot:
-    """The machine's counters now (about 0.1 ms on Linux)."""
+def read_snapshot(turn_waits: TurnWaits | None = None) -> Snapshot:
+    """The machine's counters now (about 0.1 ms on Linux), with ``turn_waits``, the totals of this session's
+    waits for its turn so far (``TurnWaits``; none in a session that does not take turns)."""
     stat_text = _read("/proc/stat")
     load_text = _read("/proc/loadavg")
     pressure_text = _read("/proc/pressure/cpu")
@@ -362,7 +352,7 @@ def read_snapshot() -> Snapshot:
         pressure_us=parse_pressure(pressure_text) if pressure_text else None,
         load=load,
         tree_cpu_s=descendants_cpu_s(),
-        turn_waits=_TURN_WAITS[0],
+        turn_waits=turn_waits if turn_waits is not None else TurnWaits(),
     )
 
 
@@ -475,10 +465,6 @@ class MachineState:
     kernel_library: str | None = None
     """numpy and its BLAS build the kernel canaries ran on (``kernel_library()``)."""
 
-    @property
-    def canary_median(self) -> float | None:
-        return statistics.median(self.canary_s) if self.canary_s else None
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -574,8 +560,10 @@ class MachineWindow:
     the window and miss a canary taken after it. Otherwise they run at the end. The copy canary (recorded, not
     judged) always runs at the end. ``canary=False`` skips the canaries (a caller that takes its own)."""
 
-    def __init__(self, *, canary: bool = True) -> None:
+    def __init__(self, *, canary: bool = True, waited: Callable[[], TurnWaits] | None = None) -> None:
         self._canary = canary
+        self._waited = waited
+        """The totals of the session's waits for its turn so far (left out of the window's signals), or None."""
         self._before: Snapshot | None = None
         self.state: MachineState | None = None
         self._python_s: list[float] = []
@@ -594,8 +582,11 @@ class MachineWindow:
             self._sgemm_s.extend(run_kernel_canaries(1, names=("sgemm",))["sgemm"])
 
     def __enter__(self) -> MachineWindow:
-        self._before = read_snapshot()
+        self._before = self._snapshot()
         return self
+
+    def _snapshot(self) -> Snapshot:
+        return read_snapshot(self._waited() if self._waited is not None else None)
 
     def __exit__(self, *exc_info: object) -> None:
         assert self._before is not None
@@ -614,7 +605,7 @@ class MachineWindow:
         elif self._canary:
             canary, kernels = run_canary(), run_kernel_canaries()
         library = kernel_library() if self._canary else None
-        return state_between(self._before, read_snapshot(), canary, kernels, library, between_calls=between)
+        return state_between(self._before, self._snapshot(), canary, kernels, library, between_calls=between)
 
     def start(self) -> MachineWindow:
         return self.__enter__()

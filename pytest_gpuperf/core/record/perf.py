@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict, summarize
+from pytest_gpuperf.core.record.baseline_view import NO_BASELINE, BaselineView
+from pytest_gpuperf.core.record.gate import OPEN, Gate
+from pytest_gpuperf.core.stats.unpaired import Verdict, summarize
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.baselines import Curve, NotStorable
 from pytest_gpuperf.core.store.schema import SchemaError
 from pytest_gpuperf.core.verdict.judge import DEVICE_CLOCK, RULE_VERDICTS, External, Rule
-from pytest_gpuperf.machine.contention import MachineState, MachineWindow, judge_machine
+from pytest_gpuperf.machine.contention import MachineState, MachineWindow, TurnWaits, judge_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 
 if TYPE_CHECKING:
@@ -79,10 +81,12 @@ class TelemetryWindow:
     the measurement. With ``machine=True`` the machine's state (machine/contention.py) is kept under "machine".
     """
 
-    def __init__(self, reader: DeviceReader | None, *, machine: bool = False) -> None:
+    def __init__(
+        self, reader: DeviceReader | None, *, machine: bool = False, waited: Callable[[], TurnWaits] | None = None
+    ) -> None:
         self._reader = reader
         self._sampler: TelemetrySampler | None = None
-        self._machine = MachineWindow() if machine else None
+        self._machine = MachineWindow(waited=waited) if machine else None
         self.summary: TelemetrySummary | None = None
         """The window's summary (clocks, power, throttling), once the block has ended."""
         self.machine: MachineState | None = None
@@ -164,12 +168,9 @@ class Perf:
         device: str,
         settings: Settings,
         noise_limit: float,
-        baseline_curves: Callable[[str], list[Curve]],
+        baselines: BaselineView = NO_BASELINE,
         telemetry: DeviceReader | None = None,
-        baseline_telemetry: Callable[[str], TelemetrySummary | None] | None = None,
-        baseline_machine: Callable[[str], list[MachineState | None]] | None = None,
-        preview: Callable[[MetricRecord], Comparison] | None = None,
-        take_turn: Callable[[], None] | None = None,
+        gate: Gate = OPEN,
         adapter_named: Callable[[str], Any] | None = None,
     ) -> None:
         self.nodeid = nodeid
@@ -177,21 +178,17 @@ class Perf:
         """The device the workloads run on: "cpu" or "cuda"."""
         self.settings = settings
         self._noise_limit = noise_limit
-        self._baseline_curves = baseline_curves
+        self._baselines = baselines
+        """What this test reads of its session: the stored baseline's curves, telemetry and machine states, and
+        the verdict a metric would get now (sequential sampling)."""
         self._telemetry = telemetry
-        self._baseline_telemetry = baseline_telemetry or (lambda name: None)
-        self._baseline_machine = baseline_machine
-        """The machine states stored with the baseline's runs; None: machine state is not judged (it may still
-        be recorded, see ``machine_check``)."""
-        self._preview = preview
-        """The verdict a metric would get now, for sequential sampling; None: never extend."""
-        self._turn = take_turn
-        """Waits for this session's turn (a `gpuperf ab --take-turns` pair, core/session/turns.py): before the test's
-        own machine window opens, before a measurement's warm-up, and before each of its calls (each round where a
-        custom timer times the calls), so the two sides' calls of one measurement alternate, call by call."""
+        self._gate = gate
+        """Where the session may hold this test back (core/record/gate.py): before the test's own machine window
+        opens, then before each call a measurement times, or each round a custom timer times. Taking turns
+        (core/session/turns.py) waits there, so the two sides' calls of one measurement alternate, call by call."""
         self._adapter_named = adapter_named
         """The adapter a name stands for in ``run_command`` (the pytest_gpuperf_adapter hook), or None."""
-        self._take_turn()
+        self._gate.before_test()
         self._machine_check = settings.machine_check
         self._extend_spent = 0.0
         """Seconds this test has spent on extension rounds (bounded by --gpuperf-extend-seconds)."""
@@ -318,31 +315,31 @@ class Perf:
         if repeats < 3:
             raise ValueError(f"perf.measure({name!r}): repeats={repeats}; a verdict needs at least 3")
 
-        # Taking turns: call by call where this module times the calls, else round by round (a custom timer's
-        # calls are its own); the warm-up and the first round then run on one turn, back to back.
-        by_call = self._turn is not None and timer is None
+        # The gate: call by call where this module times the calls, else round by round (a custom timer's calls
+        # are its own); the warm-up and the first round then pass it once, back to back.
+        by_call = timer is None
         on_device = getattr(timer, "clock", None) == DEVICE_CLOCK
-        turn_held = False
+        gate_passed = False
         if not by_call:
-            self._take_turn()
-            turn_held = True
+            self._gate.before_round()
+            gate_passed = True
         for _ in range(warmup):
             if by_call:
-                self._take_turn()
+                self._gate.before_call()
             fn()
-        baseline_telemetry = self._baseline_telemetry(name)
-        baseline_machine = self._baseline_machine(name) if self._baseline_machine is not None else None
+        baseline_telemetry = self._baselines.telemetry(name)
+        baseline_machine = self._baselines.machine(name)
 
         def one_round() -> tuple[list[float], str | None, float, dict[str, Any], float]:
             """(samples, why not comparable, spread, context, seconds the round took)."""
-            nonlocal turn_held
-            if not by_call and not turn_held:  # a round measured again, or an extra one: the partner's turn between
-                self._take_turn()
-            turn_held = False
+            nonlocal gate_passed
+            if not by_call and not gate_passed:  # a round measured again, or an extra one: the partner's turn between
+                self._gate.before_round()
+            gate_passed = False
             started = time.perf_counter()
             with self.watch() as window:
                 if timer is None:
-                    seconds = _time_calls(fn, repeats, sync, window.between_calls, self._take_turn if by_call else None)
+                    seconds = _time_calls(fn, repeats, sync, window.between_calls, self._gate.before_call)
                 else:
                     seconds = timer(fn, repeats)
             if len(seconds) != repeats or not all(math.isfinite(t) and t > 0 for t in seconds):
@@ -400,7 +397,7 @@ class Perf:
         Returns (pooled samples, context, looks, rounds taken in all)."""
         limit = self.settings.extend
         budget = self.settings.extend_seconds
-        if self._preview is None or limit <= 0 or self.settings.save:
+        if limit <= 0 or self.settings.save:
             return samples, context, 1, rounds
         looks = 1
         stopped = ""
@@ -408,8 +405,8 @@ class Perf:
             candidate = MetricRecord(
                 name=name, unit=unit, higher_is_better=higher_is_better, samples=samples, context=context, looks=looks
             )
-            preview = self._preview(candidate)
-            if preview.verdict is not Verdict.AMBIGUOUS:
+            preview = self._baselines.preview(candidate)
+            if preview is None or preview.verdict is not Verdict.AMBIGUOUS:  # None: the view cannot tell
                 break
             if not preview.samples_can_decide:
                 stopped = (
@@ -439,12 +436,8 @@ class Perf:
             context = {**context, "extended": {"looks": looks, "stopped": stopped or "decided"}}
         return samples, context, looks, rounds
 
-    def _take_turn(self) -> None:
-        if self._turn is not None:
-            self._turn()
-
     def _start_test_window(self) -> MachineWindow | None:
-        return MachineWindow().start() if self._machine_check != "off" else None
+        return MachineWindow(waited=self._gate.waited).start() if self._machine_check != "off" else None
 
     def watch(self) -> TelemetryWindow:
         """Sample device telemetry around a block you time yourself; pass ``window.context`` to ``record``::
@@ -453,7 +446,7 @@ class Perf:
             samples = my_timed_loop()
         perf.record("tokens_per_s", samples, unit="tok/s", higher_is_better=True, context=window.context)
         """
-        return TelemetryWindow(self._telemetry, machine=self._machine_check != "off")
+        return TelemetryWindow(self._telemetry, machine=self._machine_check != "off", waited=self._gate.waited)
 
     @contextlib.contextmanager
     def telemetry_from(self, reader: DeviceReader | None) -> Iterator[None]:
@@ -571,7 +564,7 @@ class Perf:
 
     def baseline_curves(self, name: str) -> list[Curve]:
         """The stored reference curves of this test under ``name`` for this hardware (empty if none)."""
-        return self._baseline_curves(name)
+        return self._baselines.curves(name)
 
     @staticmethod
     def _field(call: str, name: str, raw: Any, rule: Callable[[Any, str, str], Any]) -> Any:

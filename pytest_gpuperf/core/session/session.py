@@ -10,10 +10,9 @@ controller as a plain-JSON payload (``worker_payload``, ``absorb_worker``); docs
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,12 @@ import numpy as np
 
 from pytest_gpuperf import __version__
 from pytest_gpuperf.core.config.settings import Settings
+from pytest_gpuperf.core.record.gate import OPEN, Gate
 from pytest_gpuperf.core.record.perf import MetricRecord, Perf
-from pytest_gpuperf.core.session.turns import Turns
+from pytest_gpuperf.core.session.turns import TakingTurns, Turns
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import (
+    Comparison,
     Rules,
     Verdict,
     exact_agreement,
@@ -57,7 +58,7 @@ from pytest_gpuperf.core.verdict.judge import (
     runs_of_this_machine,
 )
 from pytest_gpuperf.core.verdict.rollup import machine_note
-from pytest_gpuperf.machine.contention import MachineState, waiting_for_turn
+from pytest_gpuperf.machine.contention import MachineState
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
     DeviceReader,
@@ -127,8 +128,9 @@ class GpuperfSession:
         self.planned_tests: list[str] = []
         """The stable ids of the perf tests this session collected: the job whose metrics form one family."""
         self._family_size: int | None = None
-        self.turns = Turns(settings.take_turns) if settings.take_turns else None
-        """The turn channel of a `gpuperf ab --take-turns` session: each perf test and measured round waits for it."""
+        self.gate: Gate = TakingTurns(Turns(settings.take_turns)) if settings.take_turns else OPEN
+        """Where this session's tests may be held back (core/record/gate.py): in a `gpuperf ab --take-turns` session
+        each perf test, and each measured call or round, waits there for the turn; otherwise it is open."""
 
     # -- lazily resolved context (needs torch; never touched by sessions without perf tests) --
 
@@ -237,22 +239,11 @@ class GpuperfSession:
             device=self.device,
             settings=self.settings,
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
-            baseline_curves=lambda name: self.store.curves(nodeid, name),
+            baselines=SessionBaselines(session=self, nodeid=nodeid),
             telemetry=self.telemetry,
-            baseline_telemetry=lambda name: self.baseline_telemetry(nodeid, name),
-            baseline_machine=(
-                (lambda name: self.baseline_machine(nodeid, name)) if self.settings.machine_check == "on" else None
-            ),
-            preview=lambda metric: self.evaluate_metric(nodeid, metric).comparison,
-            take_turn=self.take_turn if self.turns is not None else None,
+            gate=self.gate,
             adapter_named=self._adapter_named,
         )
-
-    def take_turn(self) -> None:
-        """Wait for this session's turn; what the machine does meanwhile is the partner's (``waiting_for_turn``)."""
-        assert self.turns is not None
-        with waiting_for_turn():
-            self.turns.take()
 
     # -- verdict --
 
@@ -556,6 +547,29 @@ class GpuperfSession:
         return bool(self.save_failures or self.results_failure)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionBaselines:
+    """One test's view of the session (the recorder's ``BaselineView``): its stored baseline, as the session
+    reads it, and the verdict a metric would get now."""
+
+    session: GpuperfSession
+    nodeid: str
+
+    def curves(self, name: str) -> list[Curve]:
+        return self.session.store.curves(self.nodeid, name)
+
+    def telemetry(self, name: str) -> TelemetrySummary | None:
+        return self.session.baseline_telemetry(self.nodeid, name)
+
+    def machine(self, name: str) -> list[MachineState | None] | None:
+        if self.session.settings.machine_check != "on":
+            return None  # recorded at most ("record"), never judged
+        return self.session.baseline_machine(self.nodeid, name)
+
+    def preview(self, metric: MetricRecord) -> Comparison | None:
+        return self.session.evaluate_metric(self.nodeid, metric).comparison
+
+
 def resolve_device(request: str) -> str:
     """auto -> cuda when torch sees an accelerator (ROCm builds present as cuda), else cpu."""
     if request == "cpu":
@@ -573,14 +587,6 @@ def resolve_device(request: str) -> str:
             "install a GPU build of torch or use --gpuperf-device cpu"
         )
     return "cuda" if available else "cpu"
-
-
-def dump_json(data: Any) -> str:
-    return json.dumps(data, indent=1, sort_keys=True)
-
-
-def is_xdist_worker() -> bool:
-    return "PYTEST_XDIST_WORKER" in os.environ
 
 
 def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: int) -> list[MetricResult]:

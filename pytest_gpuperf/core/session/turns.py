@@ -10,10 +10,14 @@ docs/design/taking-turns.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+from pytest_gpuperf.machine.contention import TurnWaits, turn_counters
 
 ASK = b"?"
 GRANT = b"!"
@@ -83,3 +87,44 @@ class Turns:
         if self._grant is not None:
             os.close(self._grant)
             self._grant = None
+
+
+class TakingTurns:
+    """The session's gate (core/record/gate.py) in a pair taking turns: every point waits for the turn.
+
+    It keeps the totals of its waits (``waited``): the partner's load while this session waits is the pair's own,
+    and the machine windows leave it out (machine/contention.py ``TurnWaits``)."""
+
+    def __init__(self, turns: Turns) -> None:
+        self.turns = turns
+        self._waited = TurnWaits()
+
+    def before_test(self) -> None:
+        self._take()
+
+    def before_round(self) -> None:
+        self._take()
+
+    def before_call(self) -> None:
+        self._take()
+
+    def waited(self) -> TurnWaits:
+        return self._waited
+
+    def close(self) -> None:
+        self.turns.done()  # the partner may now run alone
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Counts what the machine does in the block as a wait for the turn (``waited``)."""
+        before = turn_counters()
+        try:
+            yield
+        finally:
+            after = turn_counters()
+            if before is not None and after is not None:
+                self._waited = self._waited + (after - before)
+
+    def _take(self) -> None:
+        with self.waiting():
+            self.turns.take()
