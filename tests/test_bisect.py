@@ -237,7 +237,7 @@ class Sessions:
 
 
 def test_bisection_over_the_ab_engine_skips_unbuildable_stacks(tmp_path: Path) -> None:
-    from pytest_gpuperf.ab.engine import AbPlan
+    from pytest_gpuperf.ab.model import AbPlan
     from pytest_gpuperf.cli.bisect import Bisection, bisect
 
     good = {"a": "1", "b": "1", "c": "1", "d": "1", "driver": "550"}
@@ -261,7 +261,7 @@ def test_bisection_over_the_ab_engine_skips_unbuildable_stacks(tmp_path: Path) -
 
 def test_report_draws_a_bisection(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from pytest_gpuperf.ab.engine import AbPlan
+    from pytest_gpuperf.ab.model import AbPlan
     from pytest_gpuperf.cli.bisect import Bisection, CachedBuilder, _write_result, bisect
 
     good, bad = {"a": "1", "c": "1"}, {"a": "2", "c": "2"}

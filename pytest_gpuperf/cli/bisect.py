@@ -45,15 +45,9 @@ from pytest_gpuperf.ab.bisect_search import (
     search,
     verdict_line,
 )
-from pytest_gpuperf.ab.engine import (
-    AbError,
-    AbPlan,
-    AbResult,
-    SessionRunner,
-    document_text,
-    run_ab,
-    subprocess_runner,
-)
+from pytest_gpuperf.ab.engine import AbError, run_ab
+from pytest_gpuperf.ab.model import AbPlan, AbResult, document_text
+from pytest_gpuperf.ab.pairs.sequential import SessionRunner, subprocess_runner
 from pytest_gpuperf.cli.ab import plan_from_args, terminal_text
 from pytest_gpuperf.cli.loading import InputError
 from pytest_gpuperf.cli.output import write_text
@@ -438,6 +432,6 @@ def write_junit(bisection: Bisection, searches: dict[tuple[str, str], SearchResu
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    """Strict JSON (ab/engine.py document_text): a figure that is not finite is written as null, never NaN."""
+    """Strict JSON (ab/model.py document_text): a figure that is not finite is written as null, never NaN."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, document_text(document), what="bisection result", hint="give another --out")
