@@ -38,6 +38,8 @@ def rules_from(plan: AbPlan, pair: PairRecord) -> PairedRules:
 
 
 def add_pair(pair: PairRecord, result: AbResult) -> None:
+    """A complete pair's figures added to each wanted metric both sides measured (unless the metric is decided,
+    has had its last look, or a leave-out rule strikes the pair); a metric only one side measured is MISSING."""
     figure = result.plan.session_figure
     a = session_metrics(pair.side("A").document or {}, figure)
     b = session_metrics(pair.side("B").document or {}, figure)
@@ -88,6 +90,7 @@ def at_last_look(result: AbResult, max_pairs: int, max_left_out: int) -> bool:
 
 
 def judge_all(result: AbResult) -> int:
+    """Every undecided metric judged on its log-ratios so far; returns how many metrics are decided."""
     assert result.rules is not None
     boundary = result.rules.boundary()
     for metric in result.metrics.values():

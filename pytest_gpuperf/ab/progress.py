@@ -17,10 +17,12 @@ Progress = Callable[[str], None]
 
 
 def typical(seconds: list[float]) -> float:
+    """A pair's typical duration: the median of the last four."""
     return statistics.median(seconds[-4:])
 
 
 def progress_line(pair: PairRecord, result: AbResult, decided: int, pair_seconds: Sequence[float]) -> str:
+    """The line said after a complete pair: pairs run, metrics decided, time used and ~time left."""
     assert result.rules is not None
     total = sum(1 for m in result.metrics.values() if not m.missing)
     pending = [m for m in result.metrics.values() if not m.decided and not m.missing]

@@ -14,7 +14,7 @@ from pytest_gpuperf.ab.cpus import cpu_text
 from pytest_gpuperf.ab.model import AbPlan, SessionOutcome
 from pytest_gpuperf.ab.sessions import AbError
 
-TimeLeft = Callable[[], "float | None"]
+TimeLeft = Callable[[], float | None]
 """The seconds a session may still run (the budget's rest, at least 1 s), or None for no limit; read when a
 session starts."""
 
