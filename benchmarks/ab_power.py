@@ -33,7 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.ab.engine import AbPlan, run_ab  # noqa: E402
+from pytest_gpuperf.ab.engine import run_ab  # noqa: E402
+from pytest_gpuperf.ab.model import AbPlan  # noqa: E402
 from pytest_gpuperf.cli.main import cpu_list  # noqa: E402
 
 PRODUCTS = 100

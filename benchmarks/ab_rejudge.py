@@ -35,14 +35,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.ab.engine import (  # noqa: E402
-    AbPlan,
+from pytest_gpuperf.ab.leave_out import (  # noqa: E402
     canaries_differ,
     contended_in_one,
-    session_figure,
     sessions_contended,
     why_left_out,
 )
+from pytest_gpuperf.ab.model import AbPlan  # noqa: E402
+from pytest_gpuperf.ab.reading import session_figure  # noqa: E402
 from pytest_gpuperf.core.config.settings import DEVICE_DEFAULTS  # noqa: E402
 from pytest_gpuperf.core.stats.paired import PairedRules, judge, log_ratio  # noqa: E402
 from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation  # noqa: E402

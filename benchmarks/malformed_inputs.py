@@ -396,6 +396,7 @@ def record_values(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
 
     from _pytest.outcomes import OutcomeException
 
+    from pytest_gpuperf.core.config.settings import Settings
     from pytest_gpuperf.core.record.perf import Perf
     from pytest_gpuperf.core.stats.unpaired import summarize
     from pytest_gpuperf.core.store import schema
@@ -408,12 +409,13 @@ def record_values(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpuperf-fuzz-record-") as scratch, warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        settings = Settings(baselines_dir=Path(scratch))
         for number in range(args.records):
             call = fuzz_inputs.hostile_record(rng)
             late = call.pop("late", None)
             shown = shorten_repr(call, late)
             nodeid = f"test_m{number}.py::test_t"
-            recorder = Perf(nodeid=nodeid, device="cpu", settings=None, noise_limit=0.1)
+            recorder = Perf(nodeid=nodeid, device="cpu", settings=settings, noise_limit=0.1)
             try:
                 record = recorder.record(**call)
                 if late is not None:  # as GpuperfSession.accept takes a test's records: convert, then refuse nan

@@ -12,21 +12,16 @@ import math
 import os
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_gpuperf.ab.engine import (
-    AbError,
-    AbPlan,
-    AbResult,
-    MetricOutcome,
-    balanced_order,
-    run_ab,
-    session_argv,
-    session_figure,
-)
+from pytest_gpuperf.ab.engine import AbError, balanced_order, run_ab
+from pytest_gpuperf.ab.model import AbPlan, AbResult, MetricOutcome
+from pytest_gpuperf.ab.pairs.protocol import session_argv
+from pytest_gpuperf.ab.reading import session_figure
 from pytest_gpuperf.cli import main as cli
 from pytest_gpuperf.cli.ab import table
 from pytest_gpuperf.core.stats.unpaired import Verdict
@@ -276,7 +271,7 @@ def test_a_neighbour_both_sessions_of_a_pair_shared_alike_does_not_leave_it_out(
 
 
 def test_only_a_neighbour_shared_alike_is_discounted() -> None:
-    from pytest_gpuperf.ab.engine import sessions_contended, shared_neighbour
+    from pytest_gpuperf.ab.leave_out import sessions_contended, shared_neighbour
     from pytest_gpuperf.machine.contention import MachineState
 
     quiet, busy = MachineState.from_dict(QUIET), MachineState.from_dict(NEIGHBOUR)
@@ -301,7 +296,7 @@ def test_only_a_neighbour_shared_alike_is_discounted() -> None:
 
 
 def test_canaries_differ_is_symmetric_and_needs_both_states() -> None:
-    from pytest_gpuperf.ab.engine import canaries_differ
+    from pytest_gpuperf.ab.leave_out import canaries_differ
     from pytest_gpuperf.machine.contention import MachineState
 
     calm = MachineState.from_dict(QUIET | {"canary_s": [0.00093] * 5})
@@ -319,7 +314,7 @@ def test_taking_turns_a_pair_is_left_out_for_a_shared_core_or_a_state_one_sessio
     """Taking turns, the two sides' calls alternate ~10 ms apart: steal or a neighbour both sessions saw cancels in
     the ratio, and canaries are not compared; a state one side alone saw leaves the pair out, and so does a core
     shared inside the timed calls (run-queue wait), even when both saw it."""
-    from pytest_gpuperf.ab.engine import contended_in_one, why_left_out
+    from pytest_gpuperf.ab.leave_out import contended_in_one, why_left_out
     from pytest_gpuperf.machine.contention import MachineState
 
     quiet = MachineState.from_dict(QUIET | {"canary_s": [0.00093] * 5})
@@ -717,3 +712,63 @@ def test_given_rules_set_the_pairs(tmp_path: Path) -> None:
     result = run_ab(plan(tmp_path, rules=rules), runner=Script(steady(jitter=0.05)))
     assert result.complete_pairs == 5 and result.stopped == "max pairs"
     assert result.rules is rules
+
+
+# -- the engine's seams: the pair runner and the leave-out rules -------------------------------------------------
+
+
+def test_the_engine_runs_each_pair_through_the_pair_runner_it_is_given(tmp_path: Path) -> None:
+    from pytest_gpuperf.ab.engine import pair_runner
+    from pytest_gpuperf.ab.model import SessionOutcome
+    from pytest_gpuperf.ab.pairs.sequential import Sequential
+    from pytest_gpuperf.ab.pairs.taking_turns import TakingTurns
+
+    script = Script(steady(slow_b=1.05))
+    asked: list[tuple[int, str]] = []
+
+    class Recording:
+        def run_pair(
+            self, plan: AbPlan, order: str, index: int, sessions_dir: Path, *, env: dict[str, str], time_left: Any
+        ) -> Iterator[SessionOutcome]:
+            asked.append((index, order))
+            yield from Sequential(sessions=script).run_pair(
+                plan, order, index, sessions_dir, env=env, time_left=time_left
+            )
+
+    given = run_ab(plan(tmp_path / "given"), pairs=Recording())
+    usual = run_ab(plan(tmp_path / "usual"), runner=Script(steady(slow_b=1.05)))
+    assert asked == [(pair.index, pair.order) for pair in given.pairs]
+    assert given.judged()[0].verdict is usual.judged()[0].verdict is Verdict.REGRESSED
+    assert given.judged()[0].log_ratios == usual.judged()[0].log_ratios
+    assert isinstance(pair_runner(plan(tmp_path)), Sequential)
+    assert isinstance(pair_runner(plan(tmp_path, take_turns=True)), TakingTurns)
+    assert pair_runner(plan(tmp_path), script) == Sequential(sessions=script)
+
+
+def test_leave_out_rules_apply_in_order_and_the_first_reason_wins() -> None:
+    from pytest_gpuperf.ab.leave_out import (
+        CanariesDiffer,
+        ContendedInOne,
+        DevicesSlowed,
+        SessionsContended,
+        left_out,
+        rules_for,
+    )
+    from pytest_gpuperf.ab.reading import SessionMetric
+
+    assert [type(rule) for rule in rules_for(taking_turns=False)] == [DevicesSlowed, SessionsContended, CanariesDiffer]
+    assert [type(rule) for rule in rules_for(taking_turns=True)] == [DevicesSlowed, ContendedInOne]
+    quiet = SessionMetric(figure=1.0, unit="s", higher_is_better=False, state=None)
+    slowed = SessionMetric(figure=1.0, unit="s", higher_is_better=False, state=None, device_slowdown="thermal")
+    for taking_turns in (False, True):
+        assert left_out(quiet, quiet, rules_for(taking_turns=taking_turns)) is None
+        assert left_out(quiet, slowed, rules_for(taking_turns=taking_turns)) == "B: thermal"
+
+    class Says:
+        def __init__(self, reason: str | None) -> None:
+            self.reason = reason
+
+        def check(self, a: SessionMetric, b: SessionMetric) -> str | None:
+            return self.reason
+
+    assert left_out(quiet, quiet, [Says(None), Says("first"), Says("second")]) == "first"

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.ab.engine import AbError, AbPlan, AbResult, MetricOutcome, run_ab
+from pytest_gpuperf.ab.engine import AbError, run_ab
+from pytest_gpuperf.ab.model import AbPlan, AbResult, MetricOutcome
 from pytest_gpuperf.cli import main as cli
 from pytest_gpuperf.core.store import schema
 
@@ -349,7 +350,7 @@ def test_a_budget_beyond_float_range_is_refused(sides: Path, capsys: pytest.Capt
 
 
 def test_ab_json_text_maps_non_finite_figures_to_null() -> None:
-    from pytest_gpuperf.ab.engine import document_text
+    from pytest_gpuperf.ab.model import document_text
 
     text = document_text({"budget_s": float("inf"), "interval": [float("nan"), 1.5], "path": Path("x")})
     assert schema.loads(text) == {"budget_s": None, "interval": [None, 1.5], "path": "x"}
@@ -401,7 +402,7 @@ def test_keygen_refuses_an_undecodable_name_before_writing_anything(tmp_path: Pa
 
 def test_the_ab_json_a_run_writes_is_what_report_reads(tmp_path: Path) -> None:
     """The writer's document passes the report's strict reader (round trip)."""
-    from pytest_gpuperf.ab.engine import document_text
+    from pytest_gpuperf.ab.model import document_text
     from pytest_gpuperf.cli.loading import check_ab_document
 
     result = AbResult(plan=AbPlan(cmd_a=("a",), cmd_b=("b",), pytest_args=("t.py",), out_dir=tmp_path))

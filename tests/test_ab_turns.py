@@ -295,7 +295,7 @@ def test_the_command_line_takes_turns_by_default_and_either_flag_overrides_it(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from pytest_gpuperf.ab.engine import AbPlan, AbResult
+    from pytest_gpuperf.ab.model import AbPlan, AbResult
     from pytest_gpuperf.cli import ab as ab_cli
 
     plans: list[AbPlan] = []

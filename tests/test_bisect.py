@@ -15,11 +15,13 @@ import math
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_gpuperf.ab.builders import BuildError, CachedBuilder, mixed_stack
 from pytest_gpuperf.cli import main as cli
-from pytest_gpuperf.cli.bisect import BuildError, CachedBuilder, mixed_stack, parse_spec
+from pytest_gpuperf.cli.bisect import parse_spec
 from pytest_gpuperf.cli.loading import InputError
 
 
@@ -237,8 +239,8 @@ class Sessions:
 
 
 def test_bisection_over_the_ab_engine_skips_unbuildable_stacks(tmp_path: Path) -> None:
-    from pytest_gpuperf.ab.engine import AbPlan
-    from pytest_gpuperf.cli.bisect import Bisection, bisect
+    from pytest_gpuperf.ab.bisection import Bisection, bisect
+    from pytest_gpuperf.ab.model import AbPlan
 
     good = {"a": "1", "b": "1", "c": "1", "d": "1", "driver": "550"}
     bad = {"a": "2", "b": "2", "c": "2", "d": "2", "driver": "560"}
@@ -261,8 +263,10 @@ def test_bisection_over_the_ab_engine_skips_unbuildable_stacks(tmp_path: Path) -
 
 def test_report_draws_a_bisection(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from pytest_gpuperf.ab.engine import AbPlan
-    from pytest_gpuperf.cli.bisect import Bisection, CachedBuilder, _write_result, bisect
+    from pytest_gpuperf.ab.bisection import Bisection, bisect
+    from pytest_gpuperf.ab.builders import CachedBuilder
+    from pytest_gpuperf.ab.model import AbPlan
+    from pytest_gpuperf.cli.bisect import _write_result
 
     good, bad = {"a": "1", "c": "1"}, {"a": "2", "c": "2"}
     base = AbPlan(cmd_a=(), cmd_b=(), pytest_args=("t.py",), out_dir=tmp_path)
@@ -274,3 +278,25 @@ def test_report_draws_a_bisection(tmp_path: Path) -> None:
     page = (tmp_path / "report.html").read_text()
     assert "Bisection" in page and "comes with c 1 -&gt; 2; a alone: SAME" in page
     assert page.count("<tr>") >= 3  # the heading and a row per step
+
+
+def test_bisection_writes_each_steps_ab_json_through_its_writer(tmp_path: Path) -> None:
+    from pytest_gpuperf.ab.bisection import Bisection, bisect
+    from pytest_gpuperf.ab.model import AB_SCHEMA, AbPlan
+
+    written: list[tuple[Path, dict[str, Any]]] = []
+    good, bad = {"a": "1", "c": "1"}, {"a": "2", "c": "2"}
+    base = AbPlan(cmd_a=(), cmd_b=(), pytest_args=("t.py",), out_dir=tmp_path)
+    bisection = Bisection(good=good, bad=bad, out=tmp_path, base=base, builder=scripted_stack, runner=Sessions(),
+                          write=lambda path, document: written.append((path, document)))  # fmt: skip
+    bisect(bisection, None)
+    steps = [run.plan.out_dir / "ab.json" for run in bisection.runs.values() if not isinstance(run, str)]
+    assert [path for path, _ in written] == steps and len(steps) >= 2
+    assert all(document["schema"] == AB_SCHEMA for _, document in written)
+
+
+def test_a_build_template_with_a_bad_placeholder_is_bad_input(tmp_path: Path) -> None:
+    from pytest_gpuperf.ab.builders import TemplateError
+
+    with pytest.raises(TemplateError, match=r"bad placeholder .*use \{pins\} \{requirements\} \{dir\} \{python\}"):
+        CachedBuilder(tmp_path, template="make {nope}")({"a": "1"})

@@ -1,20 +1,11 @@
 """The search of `gpuperf bisect`: which differing stack component(s) carry a change, with no subprocess in it.
 
-A mixed stack is the good stack with some components taken at the bad stack's version; ``judge`` builds it,
-compares it with the good one and says SAME, REGRESSED, IMPROVED, AMBIGUOUS or UNBUILDABLE. The search is
-delta debugging (Zeller and Hildebrandt, "Simplifying and Isolating Failure-Inducing Input", TSE 2002: ddmin with
-unresolved outcomes): split the differing set in halves, keep a half that reproduces the change (its verdict,
-and at least half of the change: SHARE), else try the
-complements, else split finer. A lone culprit costs ~2 log2(k) steps (binary splitting); two components that
-only together move the metric are found as a 1-minimal group (each member alone does not reproduce it), so the
-interacting pair is named rather than one of its members blamed. An unbuildable or ambiguous combination
-reproduces nothing: it is recorded and the search goes on around it. Written here, not taken from a library:
-no maintained package does ddmin over a caller's judge with a cache and unresolved outcomes.
-
-After the search: each member of the found set alone, and the rest of the differing set without it, are judged
-(a cached step costs nothing), so the verdict can say "deepspeed 0.18.2 -> 0.19.8: -4.0% of -4.1%; the rest
-(torch): SAME". Components that a process environment cannot swap (NON_SWAPPABLE: the kernel driver, firmware,
-the CUDA driver) are never put in a mixed stack; they are listed with the advice to compare across two nodes.
+``judge`` builds a mixed stack (the good stack with some components at the bad stack's version), compares it with
+the good one and says SAME, REGRESSED, IMPROVED, AMBIGUOUS or UNBUILDABLE; the search is delta debugging (ddmin
+with unresolved outcomes), then each member of the found set alone and the rest without it are judged. An
+unbuildable or ambiguous combination reproduces nothing; components a process environment cannot swap
+(NON_SWAPPABLE) are never put in a mixed stack. docs/design/bisect-search.md says why. Pure: imports nothing
+of pytest_gpuperf.
 """
 
 from __future__ import annotations

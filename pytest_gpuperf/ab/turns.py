@@ -1,26 +1,12 @@
-"""`gpuperf ab --take-turns`: run both sessions of a pair at once, handing one turn between them.
+"""`gpuperf ab --take-turns`: both sessions of a pair run at once and hand one turn between them, so the same
+test of the two stacks is measured seconds apart; and whether a comparison takes turns by default.
 
-One after the other, the two sessions of a pair are a whole session apart, and whatever the machine does in
-between (a host state lasting seconds to minutes) lands in the pair's ratio. Here both sessions start together;
-each asks for the turn before each perf test and each measured round (core/session/turns.py) and keeps it until it asks
-again, so the partner waits, blocked on a pipe, while the holder builds, warms up and times. The same test of the
-two stacks is then measured seconds apart. The first turn is granted once both sessions have asked (their
-imports and collection, which run together, are over), to the side the pair's order puts first; from there the
-turn alternates, and comes straight back to a session whose partner has finished (or died). A session that says
-it is done keeps the turn until its process has exited (``EXIT_WAIT_S`` at most), so that its teardown does not
-run beside its partner's last timed calls.
-
-The channel per side is two named pipes ``<out>/sessions/NNN-S.ask`` and ``.grant``: this process holds both ends
-of each open (O_RDWR), so a session opening its end never blocks, and a session sees end-of-file on its grant
-pipe when this process is gone. A session's exit is seen by polling its process, as well as by its "done" byte.
-The partner runs only while a session waits for its turn, and a session reads the machine's state outside those
-waits (core/session/turns.py ``TakingTurns``, the session's gate): the partner's load is not taken for a neighbour's.
-POSIX only (named pipes). Written here rather than taken from a library: a select() loop over four pipes.
-
-Taking turns is what `gpuperf ab` does unless told (``turns_by_default``): on a machine without a GPU, where it
-met the issue's targets and one session after the other did not (benchmarks/README.md). It is off where it
-cannot work or costs more than it buys: a GPU on the machine (both sides' models would share its memory at
-once), no named pipes, xdist workers or torchrun ranks asked for (one turn cannot be shared by several processes).
+Each session asks for the turn before each perf test and each measured round (core/session/turns.py) and keeps
+it until it asks again. The first turn goes, once both have asked, to the side the pair's order puts first; then
+it alternates, and a session that is done keeps it until its process has exited (EXIT_WAIT_S at most). The
+channel per side is two named pipes ``<out>/sessions/NNN-S.ask`` and ``.grant``, held open here (POSIX only).
+docs/design/ab-taking-turns.md says why each choice; docs/ab.md when taking turns is the default. May import
+core/, machine/ and ab/sessions.py; never cli/ or ab/engine.py.
 """
 
 from __future__ import annotations

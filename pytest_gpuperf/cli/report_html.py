@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_gpuperf.ab.engine import AB_SCHEMA
+from pytest_gpuperf.ab.model import AB_SCHEMA
 from pytest_gpuperf.cli.history import order_runs
 from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
 from pytest_gpuperf.cli.output import emit, printable

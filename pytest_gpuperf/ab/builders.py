@@ -1,0 +1,152 @@
+"""Stacks and their building, for `gpuperf bisect`: a stack is a set of exact pins; a mixed stack is the good one
+with some components at the bad one's version; a Builder turns a stack into a Python to run (a command prefix).
+
+CachedBuilder builds each pin set once under its cache folder: a venv layered on the running environment with
+the pins pip-installed on top, or a --build TEMPLATE run through the shell. A build that fails is a BuildError
+(the step is UNBUILDABLE) and is remembered; a template with a bad placeholder is a TemplateError (bad input).
+May import ab/bisect_search.py; never cli/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import site
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_gpuperf.ab.bisect_search import is_swappable
+
+Stack = dict[str, str]
+
+
+def canonical(name: str) -> str:
+    """PEP 503 normalised name: 'Torch_Audio' and 'torch-audio' are one component."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def mixed_stack(good: Mapping[str, str], bad: Mapping[str, str], swapped: frozenset[str]) -> Stack:
+    """The good stack with the ``swapped`` components at the bad stack's version (dropped where bad lacks one)."""
+    stack = {name: version for name, version in good.items() if name not in swapped and is_swappable(name)}
+    stack.update({name: bad[name] for name in swapped if name in bad})
+    return dict(sorted(stack.items()))
+
+
+def pins_text(stack: Mapping[str, str]) -> list[str]:
+    return [f"{name}=={version}" for name, version in sorted(stack.items())]
+
+
+class BuildError(Exception):
+    """The stack cannot be built (pip conflict, a failing template): the step is UNBUILDABLE."""
+
+
+class TemplateError(ValueError):
+    """A --build template with a placeholder it cannot fill: bad input, not an unbuildable stack."""
+
+
+Builder = Callable[[Stack], tuple[str, ...]]
+"""Materialises a stack, returns its Python as a command prefix; raises BuildError."""
+
+
+@dataclass(slots=True)
+class CachedBuilder:
+    """Builds each pin set once into cache/<hash>; a folder holding 'gpuperf-built' is reused."""
+
+    cache: Path
+    template: str | None = None
+    built: int = 0
+    """Builds run by this process (cache hits not counted)."""
+    log: Callable[[str], None] = field(default=lambda line: None)
+
+    def __call__(self, stack: Stack) -> tuple[str, ...]:
+        pins = pins_text(stack)
+        key = hashlib.sha256("\n".join([sys.executable, self.template or "", *pins]).encode()).hexdigest()[:16]
+        folder = self.cache / key
+        done = folder / "gpuperf-built"
+        failed = folder / "gpuperf-unbuildable"
+        if failed.is_file():
+            raise BuildError(failed.read_text(encoding="utf-8").strip())
+        if not done.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "requirements.txt").write_text("\n".join(pins) + "\n", encoding="utf-8")
+            self.built += 1
+            self.log(f"  build {folder}: {' '.join(pins)}")
+            try:
+                if self.template is None:
+                    _build_venv(folder, pins)
+                else:
+                    _build_template(folder, pins, self.template)
+            except BuildError as error:
+                failed.write_text(f"{error}\n", encoding="utf-8")
+                raise
+            done.write_text("\n".join(pins) + "\n", encoding="utf-8")
+        return _prefix(folder)
+
+
+def _prefix(folder: Path) -> tuple[str, ...]:
+    pointer = folder / "gpuperf-python"
+    if pointer.is_file():
+        line = pointer.read_text(encoding="utf-8").strip().splitlines()
+        if line:
+            return tuple(shlex.split(line[0]))
+    python = folder / "bin" / "python"
+    if not python.exists():
+        raise BuildError(f"{folder}: the build left neither gpuperf-python nor bin/python")
+    return (str(python),)
+
+
+def _run_logged(argv: list[str], log_file: Path, *, shell: bool = False) -> None:
+    with log_file.open("ab") as log:
+        code = subprocess.run(
+            argv if not shell else argv[0], stdout=log, stderr=subprocess.STDOUT, shell=shell
+        ).returncode
+    if code != 0:
+        tail = [line for line in log_file.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        reason = next((line.strip() for line in reversed(tail) if "ERROR" in line), tail[-1].strip() if tail else "")
+        raise BuildError(f"exit {code}: {reason[:300]} (log {log_file})")
+
+
+def _build_venv(folder: Path, pins: list[str]) -> None:
+    """A venv that sees the running environment's packages after its own, the pins installed into it."""
+    log = folder / "build.log"
+    venv = folder
+    _run_logged([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], log)
+    python = venv / "bin" / "python"
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    layers = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+    seen: list[str] = []
+    for path in layers:
+        if path not in seen and Path(path).is_dir() and Path(path) != Path(own):
+            seen.append(path)
+    # An `import` line of a .pth runs at start-up: addsitedir also reads the running env's own .pth files
+    # (editable installs), and appends, so what the pins install in the venv comes first.
+    (Path(own) / "zz-gpuperf-layer.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({path!r})" for path in seen) + "\n", encoding="utf-8"
+    )
+    _run_logged([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *pins], log)
+
+
+def _build_template(folder: Path, pins: list[str], template: str) -> None:
+    values = {
+        "pins": " ".join(shlex.quote(pin) for pin in pins),
+        "requirements": shlex.quote(str(folder / "requirements.txt")),
+        "dir": shlex.quote(str(folder)),
+        "python": shlex.quote(sys.executable),
+    }
+    try:
+        command = template.format(**values)
+    except (KeyError, IndexError, ValueError) as error:
+        raise TemplateError(
+            f"--build {template!r}: bad placeholder ({error}); use {{pins}} {{requirements}} {{dir}} {{python}}"
+        ) from None
+    _run_logged([command], folder / "build.log", shell=True)
