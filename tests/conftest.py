@@ -40,6 +40,7 @@ TORCH_FREE = frozenset(
         "test_run_command.py",
         "test_settings_declared_once.py",
         "test_stats.py",
+        "test_supervised.py",
         "test_store.py",
         "test_telemetry.py",
         "test_telemetry_verdict.py",

@@ -180,13 +180,19 @@ def test_stop_group_escalates_to_sigterm_and_sigkill_for_a_group_that_ignores_th
         "print(child.pid, flush=True)\ntime.sleep(60)\n"
     )
     with (tmp_path / "log").open("wb") as log:
-        process = children.start_group([sys.executable, str(script)], stdout=log, cwd=tmp_path, env=dict(os.environ))
+        process = children.Supervised(
+            [sys.executable, str(script)],
+            stdout=log,
+            cwd=tmp_path,
+            env=dict(os.environ),
+            stopping=children.Stopping(grace=0.5),
+        )
     deadline = time.monotonic() + 20
     while not (tmp_path / "log").read_text().strip() and time.monotonic() < deadline:
         time.sleep(0.05)
     grandchild = int((tmp_path / "log").read_text().split()[0])
     started = time.monotonic()
-    children.stop_group(process, grace=0.5)
+    process.stop()
     assert process.returncode == -signal.SIGKILL
     assert not _alive(grandchild) and not children.group_alive(process.pid)
     assert time.monotonic() - started < 5
@@ -196,7 +202,7 @@ def test_strays_a_finished_session_left_in_its_group_are_ended(tmp_path: Path) -
     from pytest_gpuperf.core.record import children
 
     with (tmp_path / "log").open("wb") as log:
-        process = children.start_group(
+        process = children.Supervised(
             ["sh", "-c", f"{PYTHON} -c 'import time; time.sleep(60)' & echo $!"],
             stdout=log,
             cwd=tmp_path,
@@ -205,7 +211,7 @@ def test_strays_a_finished_session_left_in_its_group_are_ended(tmp_path: Path) -
     process.wait(timeout=20)
     stray = int((tmp_path / "log").read_text().split()[0])
     assert _alive(stray)
-    assert children.end_strays(process, grace=2.0)
+    assert process.end_strays(grace=2.0)
     assert not _alive(stray)
 
 

@@ -24,6 +24,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from pytest_gpuperf.core.config.settings import SettingError, environment_setting
+from pytest_gpuperf.core.record.children import signal_group
 from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed.environment import rank_variables
 from pytest_gpuperf.distributed.errors import FailureKind, LaunchError, RankFailed, RankFailure, describe_exitcode
@@ -145,10 +146,7 @@ def _kill_group(process: Any) -> None:
     pid = process.pid
     if pid is None:
         return
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_group(pid, signal.SIGKILL)
     if process.is_alive():
         process.kill()
 

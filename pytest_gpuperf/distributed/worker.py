@@ -17,28 +17,11 @@ import sys
 import traceback
 from typing import Any
 
+from pytest_gpuperf.core.record.children import die_with_parent
 from pytest_gpuperf.distributed import wire
 from pytest_gpuperf.distributed.errors import is_out_of_memory
 
 DUMP_SIGNAL = signal.SIGUSR1
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    # A rank must not outlive pytest (e.g. pytest killed by a CI timeout while a rank hangs in a collective).
-    # What the rank starts is killed by the pool's reaper (reaper.py): the death signal is not inherited.
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            pr_set_pdeathsig = 1
-            libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    # pytest may have died before the death signal was armed (killed during rank start-up): then nothing would
-    # ever deliver it, and this rank is an orphan already.
-    if os.getppid() != parent_pid:
-        os._exit(1)
 
 
 def _send(conn: Any, message: tuple[Any, ...]) -> None:
@@ -84,7 +67,10 @@ def rank_main(
     parent_pid: int,
 ) -> None:
     """Entry point of a spawned rank (the ``target`` of its ``multiprocessing`` process)."""
-    _die_with_parent(parent_pid)
+    # A rank must not outlive pytest (e.g. pytest killed by a CI timeout while a rank hangs in a collective), nor
+    # start up as an orphan when pytest died before this line. What the rank starts is killed by the pool's reaper
+    # (reaper.py): the death signal is not inherited.
+    die_with_parent(signal.SIGKILL, parent=parent_pid)
     if hasattr(os, "setsid"):
         os.setsid()
     # Ctrl-C is the parent's to handle (it tears the ranks down), should one reach this process anyway.

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpuperf.core.record.children import Stopping, Supervised
 from pytest_gpuperf.inference.openai import OpenAIEngine, TextCodec
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ def cpu_memory_args(kind: str, extra_args: tuple[str, ...]) -> list[str]:
 
 PROBE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 15.0
+"""How long a server's group is given after SIGTERM (vLLM and SGLang shut their workers down) before SIGKILL."""
+SIGKILL_GRACE_S = 10.0
 LOG_LINES = 25
 UNKNOWN = "unknown"
 
@@ -344,7 +347,7 @@ class Server:
         self.url = url
         self.log_path = log_path
         self._env = env
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: Supervised | None = None
         self.startup_s: float | None = None
         """Seconds from the launch to the first healthy answer."""
 
@@ -356,15 +359,9 @@ class Server:
         """Launch and wait until ``/health`` answers 200; raises EngineError with the log's tail otherwise."""
         started = time.perf_counter()
         with open(self.log_path, "wb") as log:
-            self._process = subprocess.Popen(
-                self.command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env,
-                start_new_session=True,  # its own process group: stop() reaches the workers it forks
-                preexec_fn=_die_with_parent(),
-            )
+            # its own process group: stop() reaches the workers it forks (vLLM, SGLang); SIGTERM if this process
+            # dies without stopping it (a test stuck in C is ended by faulthandler's _exit, which runs no teardown)
+            self._process = Supervised(self.command, stdout=log, env=self._env, stopping=_stopping())
         deadline = started + timeout
         while True:
             code = self._process.poll()
@@ -389,27 +386,13 @@ class Server:
         return self._process is not None and self._process.poll() is None
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_S; returns once the group is gone."""
+        """SIGTERM to the server's process group, SIGKILL after STOP_GRACE_S; returns once the group is gone
+        (subprocess.TimeoutExpired: the server was not reaped after SIGKILL_GRACE_S, and as long again)."""
         process, self._process = self._process, None
         if process is None:
             return
-        group = process.pid  # start_new_session: the server leads its own group
-        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(group, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline:
-                process.poll()  # reap the leader, so an exited group reads as gone
-                if process.returncode is not None and not _group_alive(group):
-                    break
-                time.sleep(0.1)
-            else:
-                continue
-            break
-        if process.returncode is None:
-            process.wait(timeout=10.0)
+        if not process.stop(_stopping()):
+            raise subprocess.TimeoutExpired(process.argv, SIGKILL_GRACE_S)
 
     def tail(self, lines: int = LOG_LINES) -> str:
         """The last lines of the server's log, indented, for an error message."""
@@ -422,34 +405,9 @@ class Server:
         return f"  last lines of {self.log_path}:\n{shown}" if shown else f"  (empty log at {self.log_path})"
 
 
-def _die_with_parent() -> Any:
-    """On Linux, a pre-exec step asking the kernel to SIGTERM the server when this process dies without
-    stopping it (a test stuck in C is ended by faulthandler's ``_exit``, which runs no teardown). The libc
-    function is looked up here, before the fork, so the child only makes the one system call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def set_death_signal() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-
-    return set_death_signal
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _stopping() -> Stopping:
+    """Built when a server is stopped, so that STOP_GRACE_S may be set meanwhile (a test shortens it)."""
+    return Stopping(first=signal.SIGTERM, grace=STOP_GRACE_S, kill_grace=SIGKILL_GRACE_S, poll_s=0.1, until_reaped=True)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -1,18 +1,12 @@
-"""Child processes that must not outlive what started them: each in a process group of its own, stopped as a
-group.
+"""`Supervised`: a child process that must not outlive what started it, stopped as a group with what it started.
 
-A command run as a child is often a wrapper (`sh wrap.sh`, `env X=1 python`, a container client) whose real work
-runs in a grandchild. Signalling only the direct child leaves the grandchild running: it keeps measuring after its
-caller moved on, beside the next child. So a child starts a new session (``start_new_session``, which also keeps
-a terminal's Ctrl-C from reaching it before its caller decides), everything it starts inherits that process group,
-and stopping signals the whole group: SIGINT first (pytest then writes what it has), SIGTERM, then SIGKILL, each
-after a grace period. On Linux the child also asks the kernel to SIGTERM it when its caller dies without stopping
-it (PR_SET_PDEATHSIG), so a killed caller takes its children along (a wrapper that ignores SIGTERM keeps its
-grandchildren; nothing outside the killed process can help that).
-
-The same scheme as inference/servers.py (servers) and distributed/pool.py (ranks); this module is the small,
-torch-free form the command line uses. Group members that have exited but were not reaped (zombies, which a
-container's PID 1 may never reap) count as gone.
+Invariants: a child leads a process group (and session) of its own, so everything it starts is stopped with it;
+stopping signals the whole group, one signal after another from ``Stopping.first`` on (SIGINT, SIGTERM, SIGKILL),
+each after its grace; what a child leaves in its group after it exits is ended; on Linux the kernel sends the
+child a death signal when its caller dies without stopping it. Members that exited but were not reaped
+(zombies) count as gone unless the caller waits for their reaping. Used by `gpuperf ab`, ``perf.run_command``,
+the inference servers and the rank pool. Standard library only: it may import nothing of the package (the ranks
+import it before torch). Why a group and a death signal: docs/design/supervised-children.md.
 """
 
 from __future__ import annotations
@@ -24,64 +18,165 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import IO
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 """The order a group is stopped in: SIGINT lets pytest write its results, SIGTERM ends what ignores SIGINT."""
 GRACE_S = 5.0
-"""How long each signal is given before the next."""
+"""How long each signal is given before the next, unless the caller says."""
 POLL_S = 0.05
+STRAY_SIGNALS = (signal.SIGTERM, signal.SIGKILL)
+"""What strays get: the leader has exited, nothing is left that writes results on SIGINT."""
 
 
-def start_group(
-    argv: Sequence[str], *, stdout: IO[bytes] | int | None, cwd: Path | None, env: dict[str, str]
-) -> subprocess.Popen[bytes]:
-    """``argv`` as the leader of a new process group (and session), standard input closed, output (and errors)
-    to ``stdout``; no shell. OSError (FileNotFoundError, PermissionError) when it cannot be started."""
-    return subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=subprocess.STDOUT,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-        preexec_fn=_die_with_parent(),
-    )
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stopping:
+    """How a supervised group is stopped: the signals of ``STOP_SIGNALS`` from ``first`` on, each given its grace
+    before the next; after SIGKILL's grace the leader is waited for as long again (a process stuck in the kernel)."""
+
+    first: signal.Signals = signal.SIGINT
+    """Where the sequence starts: SIGINT for a pytest session or a user's command (it writes what it has), SIGTERM
+    for a server."""
+    grace: float = GRACE_S
+    """Seconds each signal before SIGKILL is given."""
+    kill_grace: float | None = None
+    """Seconds SIGKILL is given, and then the leader's wait; None: ``grace``."""
+    poll_s: float = POLL_S
+    """How often the group is looked at while a grace runs."""
+    until_reaped: bool = False
+    """Whether the group is gone only once its exited members are reaped too (``killpg`` finds none), as servers
+    have waited; else a zombie counts as gone (a container's PID 1 may never reap one)."""
+
+    def __post_init__(self) -> None:
+        if self.first not in STOP_SIGNALS:
+            raise ValueError(f"Stopping(first={self.first!r}): expected one of {[s.name for s in STOP_SIGNALS]}")
+        graces = {"grace": self.grace, "kill_grace": self.kill_grace, "poll_s": self.poll_s}
+        for name, value in graces.items():
+            if value is not None and not value > 0:
+                raise ValueError(f"Stopping({name}={value!r}): expected seconds > 0")
+
+    def steps(self) -> tuple[tuple[signal.Signals, float], ...]:
+        """(signal, seconds it is given) in the order they are sent."""
+        kill = self.grace if self.kill_grace is None else self.kill_grace
+        chosen = STOP_SIGNALS[STOP_SIGNALS.index(self.first) :]
+        return tuple((sig, kill if sig == signal.SIGKILL else self.grace) for sig in chosen)
 
 
-def stop_group(process: subprocess.Popen[bytes], *, grace: float = GRACE_S) -> None:
-    """Stop ``process`` and everything in its process group: SIGINT, SIGTERM, SIGKILL, each given ``grace``
-    seconds; returns once the group is gone, or after the SIGKILL's grace (a process stuck in the kernel)."""
-    group = process.pid  # start_group: the child leads its own group
-    for sig in STOP_SIGNALS:
-        if process.poll() is not None and not group_alive(group):
-            return
-        _signal(process, group, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if process.poll() is not None and not group_alive(group):
-                return
-            time.sleep(POLL_S)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=grace)
+class Supervised:
+    """``argv`` started as the leader of a new process group and session: standard input closed, output and errors
+    to ``stdout``, no shell. OSError (FileNotFoundError, PermissionError) when it cannot be started.
+
+    ``death_signal``: what the kernel sends the child when this process dies without stopping it (Linux; None:
+    nothing). As a context manager, the group is stopped (or, after the leader exited, its strays ended) on exit."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        stdout: IO[bytes] | int | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        stopping: Stopping | None = None,
+        death_signal: signal.Signals | None = signal.SIGTERM,
+    ) -> None:
+        self.argv = list(argv)
+        self.stopping = stopping if stopping is not None else Stopping()
+        self.process: subprocess.Popen[bytes] = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,  # its own group: stop() reaches what it starts; a terminal's Ctrl-C does not
+            preexec_fn=None if death_signal is None else death_signal_step(death_signal, parent=os.getpid()),
+        )
+
+    @property
+    def pid(self) -> int:
+        """The leader's pid, which is also its process group's id."""
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The leader's exit status; subprocess.TimeoutExpired after ``timeout`` seconds (nothing is stopped)."""
+        return self.process.wait(timeout=timeout)
+
+    def running(self, *, until_reaped: bool = False) -> bool:
+        """Whether the leader or anything of its group still runs (``until_reaped``: or is not yet reaped)."""
+        if self.process.poll() is None:
+            return True
+        return _group_exists(self.pid) if until_reaped else group_alive(self.pid)
+
+    def stop(self, stopping: Stopping | None = None) -> bool:
+        """Stop the leader and everything in its group, one signal after another (``stopping``, else the one it was
+        started with); returns once the group is gone, or after the SIGKILL's grace and the leader's wait: True
+        when the leader was reaped."""
+        plan = self.stopping if stopping is None else stopping
+        group = self.pid
+        steps = plan.steps()
+        for sig, grace in steps:
+            if not self.running(until_reaped=plan.until_reaped):
+                return True
+            signal_group(group, sig)
+            if self.process.poll() is None:  # a leader that left its group (setpgid of its own) still gets it
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    self.process.send_signal(sig)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                if not self.running(until_reaped=plan.until_reaped):
+                    return True
+                time.sleep(plan.poll_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=steps[-1][1])
+        return self.process.returncode is not None
+
+    def end_strays(self, *, grace: float | None = None) -> bool:
+        """After the leader has exited: end what it left running in its group (a wrapper's background job, a
+        grandchild that outlived the wrapper), SIGTERM then SIGKILL, each given ``grace`` (default: the stopping
+        grace); True when there was something."""
+        if self.process.poll() is None or not group_alive(self.pid):
+            return False
+        wait_s = self.stopping.grace if grace is None else grace
+        for sig in STRAY_SIGNALS:
+            signal_group(self.pid, sig)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and group_alive(self.pid):
+                time.sleep(self.stopping.poll_s)
+            if not group_alive(self.pid):
+                break
+        return True
+
+    def close(self) -> None:
+        """Nothing of the child may run on: stop the group while the leader runs, else end its strays."""
+        if self.process.poll() is None:
+            self.stop()
+        else:
+            self.end_strays()
+
+    def __enter__(self) -> Supervised:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
 
 
-def end_strays(process: subprocess.Popen[bytes], *, grace: float = GRACE_S) -> bool:
-    """After ``process`` has exited: stop what it left running in its group (a wrapper's background job, a
-    grandchild that outlived the wrapper); True when there was something. Strays get SIGTERM, then SIGKILL."""
-    if process.poll() is None or not group_alive(process.pid):
-        return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and group_alive(process.pid):
-            time.sleep(POLL_S)
-        if not group_alive(process.pid):
-            break
-    return True
+def signal_group(group: int, sig: int) -> None:
+    """Send ``sig`` to every process of the group ``group``; a group already gone (or no longer ours) is not an
+    error: the caller looks at what is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
 
 
 def group_alive(group: int) -> bool:
@@ -89,6 +184,11 @@ def group_alive(group: int) -> bool:
     members = _members_from_proc(group)
     if members is not None:
         return members > 0
+    return _group_exists(group)
+
+
+def _group_exists(group: int) -> bool:
+    """Whether the group has any member, a zombie included."""
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
@@ -112,12 +212,38 @@ def alive(pid: int) -> bool:
     return True
 
 
-def _signal(process: subprocess.Popen[bytes], group: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, sig)
-    if process.poll() is None:  # a leader that left its group (setsid of its own) still gets the signal
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            process.send_signal(sig)
+def death_signal_step(sig: int, *, parent: int) -> Callable[[], None] | None:
+    """On Linux, a step for the child to run (a pre-exec step, or a spawned process's first line) asking the kernel
+    to send it ``sig`` when ``parent`` dies without stopping it; a parent already dead before the request took
+    effect ends the child at once, as the signal would have. None elsewhere, or where libc has no prctl.
+
+    The libc function is looked up here, before a fork, so a pre-exec step only makes system calls."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_death_signal() -> None:
+        prctl(pr_set_pdeathsig, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(128 + int(sig))
+
+    return set_death_signal
+
+
+def die_with_parent(sig: int, *, parent: int) -> None:
+    """In a child that was not started as `Supervised` (a spawned rank): arm the death signal now
+    (``death_signal_step``), and end at once where ``parent`` is gone already, on any platform."""
+    step = death_signal_step(sig, parent=parent)
+    if step is not None:
+        step()
+    elif os.getppid() != parent:
+        os._exit(128 + int(sig))
 
 
 def _members_from_proc(group: int) -> int | None:
@@ -151,26 +277,3 @@ def _proc_state(stat_file: Path) -> tuple[str, int] | None:
         return fields[0], int(fields[2])
     except (IndexError, ValueError):
         return None
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """On Linux, a pre-exec step asking the kernel to SIGTERM the child when its caller dies without stopping it
-    (``gpuperf ab`` killed by a CI timeout). The libc function is looked up here, before the fork, so the child
-    only makes system calls; a caller that died before the request took effect makes the child exit at once."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-    parent = os.getpid()
-
-    def set_death_signal() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-        if os.getppid() != parent:
-            os._exit(128 + int(signal.SIGTERM))
-
-    return set_death_signal

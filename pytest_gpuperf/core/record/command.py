@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_gpuperf.core.record import children
+from pytest_gpuperf.core.record.children import Stopping, Supervised
 from pytest_gpuperf.core.record.readings import (
     Adapter,
     NoMetrics,
@@ -45,6 +45,8 @@ OUTPUT = "{output}"
 TAIL_LINES = 20
 LOSS_CURVE = "loss"
 VERSION_TIMEOUT_S = 60.0
+STOPPING = Stopping()
+"""A run stopped at its timeout, the test's budget or Ctrl-C: SIGINT, SIGTERM, SIGKILL to its group, 5 s each."""
 PER_RUN_DEFAULT = 5
 """Runs of an adapter that reads one figure per run (a serving benchmark), unless the test says: 5 against a
 baseline of 5 is the smallest Mann-Whitney test that can reach p < 0.01, so fewer can never read REGRESSED."""
@@ -82,20 +84,20 @@ def run_once(
     started = time.monotonic()
     with log_path.open("wb") as log:
         try:
-            process = children.start_group(argv, stdout=log, cwd=cwd, env=dict(env))
+            child = Supervised(argv, stdout=log, cwd=cwd, env=dict(env), stopping=STOPPING)
         except FileNotFoundError:
             _fail(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:4])} ...)")
         except PermissionError:
             _fail(f"command not executable: {shlex.quote(argv[0])}")
         try:
-            returncode: int | None = process.wait(timeout=timeout)
+            returncode: int | None = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            children.stop_group(process)
+            child.stop()
             returncode = None
         except BaseException:  # the budget's BudgetExceeded, Ctrl-C: nothing of the command may outlive the test
-            children.stop_group(process)
+            child.stop()
             raise
-    children.end_strays(process)
+    child.end_strays()
     return CommandRun(
         argv=list(argv),
         returncode=returncode,
