@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.ab.engine import AbError, balanced_order, run_ab
-from pytest_gpuperf.ab.model import AbPlan, AbResult, MetricOutcome
+from pytest_gpuperf.ab.engine import balanced_order, run_ab
+from pytest_gpuperf.ab.model import AbError, AbPlan, AbResult, MetricOutcome
 from pytest_gpuperf.ab.pairs.protocol import session_argv
 from pytest_gpuperf.ab.reading import session_figure
 from pytest_gpuperf.cli import main as cli

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.ab.engine import AbError, run_ab
-from pytest_gpuperf.ab.model import AbPlan, AbResult, MetricOutcome
+from pytest_gpuperf.ab.engine import run_ab
+from pytest_gpuperf.ab.model import AbError, AbPlan, AbResult, MetricOutcome
 from pytest_gpuperf.cli import main as cli
 from pytest_gpuperf.core.store import schema
 

@@ -27,8 +27,8 @@ from pytest_gpuperf.ab.bisect_search import (
     verdict_line,
 )
 from pytest_gpuperf.ab.builders import Builder, BuildError, Stack, mixed_stack
-from pytest_gpuperf.ab.engine import AbError, run_ab
-from pytest_gpuperf.ab.model import AbPlan, AbResult
+from pytest_gpuperf.ab.engine import run_ab
+from pytest_gpuperf.ab.model import AbError, AbPlan, AbResult
 from pytest_gpuperf.ab.pairs.sequential import SessionRunner, subprocess_runner
 from pytest_gpuperf.core.stats.unpaired import Verdict
 

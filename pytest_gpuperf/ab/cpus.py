@@ -10,7 +10,7 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 
-from pytest_gpuperf.ab.sessions import AbError
+from pytest_gpuperf.ab.model import AbError
 
 
 @contextlib.contextmanager

@@ -20,15 +20,13 @@ from typing import Any
 
 from pytest_gpuperf.ab.cpus import pinned
 from pytest_gpuperf.ab.judging import add_pair, at_last_look, judge_all, rules_from
-from pytest_gpuperf.ab.model import AbPlan, AbResult, PairRecord, SessionOutcome
+from pytest_gpuperf.ab.model import AbError, AbPlan, AbResult, PairRecord, SessionOutcome
 from pytest_gpuperf.ab.pairs.protocol import PairRunner
 from pytest_gpuperf.ab.pairs.sequential import Sequential, SessionRunner, subprocess_runner
 from pytest_gpuperf.ab.pairs.taking_turns import TakingTurns
 from pytest_gpuperf.ab.progress import Progress, progress_line, typical
-from pytest_gpuperf.ab.sessions import AbError, end_strays, stop_all
+from pytest_gpuperf.ab.sessions import end_strays, stop_all
 from pytest_gpuperf.machine.fingerprint import hardware_slug
-
-__all__ = ["AbError", "AbPlan", "AbResult", "PairRunner", "SessionRunner", "balanced_order", "pair_runner", "run_ab"]
 
 
 def balanced_order(pairs: int, seed: int) -> list[str]:

@@ -38,6 +38,16 @@ MAX_RESULTS_DEPTH = 100
 hit the interpreter's recursion limit (results documents are ~6 levels deep; a test's context adds a few)."""
 
 
+class AbError(Exception):
+    """A comparison that cannot go on (bad command, different machines, sessions that keep failing); one line.
+
+    ``result`` holds what was measured until then, so the caller can still write it."""
+
+    def __init__(self, message: str, result: AbResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AbPlan:
     """One comparison: what to run and how to judge it."""

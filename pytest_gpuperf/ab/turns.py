@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.ab.sessions import start_session, stop_session
+from pytest_gpuperf.ab.sessions import start_session
+from pytest_gpuperf.core.record.children import Supervised
 from pytest_gpuperf.core.session.turns import ASK, DONE, GRANT
 from pytest_gpuperf.machine.fingerprint import read_accelerators
 
@@ -146,7 +147,7 @@ def run_pair_taking_turns(
     ``--gpuperf-take-turns PREFIX``. Ctrl-C stops both before re-raising."""
     channels = [make_channel(prefix) for prefix in prefixes]
     logs = [path.open("wb") for path in log_files]
-    processes: list[subprocess.Popen[bytes]] = []
+    processes: list[Supervised] = []
     started = time.monotonic()
     ended: list[float | None] = [None, None]
     timed_out = False
@@ -156,7 +157,7 @@ def run_pair_taking_turns(
         timed_out = _broker(processes, channels, ended, started, timeout)
     except BaseException:
         for process in processes:
-            stop_session(process)
+            process.stop()
         raise
     finally:
         for log in logs:
@@ -177,7 +178,7 @@ def run_pair_taking_turns(
 
 
 def _broker(
-    processes: list[subprocess.Popen[bytes]],
+    processes: list[Supervised],
     channels: list[tuple[int, int]],
     ended: list[float | None],
     started: float,
@@ -237,7 +238,7 @@ def _broker(
                     waiting[chosen], holder, last, granted_once = False, chosen, chosen, True
         if timeout is not None and time.monotonic() - started > timeout:
             for process in processes:
-                stop_session(process)
+                process.stop()
             return True
     for i, process in enumerate(processes):  # both said "done": they write their results and exit
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
@@ -245,7 +246,7 @@ def _broker(
             process.wait(timeout=left)
         except subprocess.TimeoutExpired:
             for other in processes:
-                stop_session(other)
+                other.stop()
             return True
         if ended[i] is None:
             ended[i] = time.monotonic()

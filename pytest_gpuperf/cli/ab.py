@@ -27,8 +27,16 @@ from pathlib import Path
 from types import FrameType
 
 from pytest_gpuperf.ab.cpus import cpu_text
-from pytest_gpuperf.ab.engine import AbError, run_ab
-from pytest_gpuperf.ab.model import MAX_BUDGET_S, MAX_PAIR_COUNT, AbPlan, AbResult, MetricOutcome, document_text
+from pytest_gpuperf.ab.engine import run_ab
+from pytest_gpuperf.ab.model import (
+    MAX_BUDGET_S,
+    MAX_PAIR_COUNT,
+    AbError,
+    AbPlan,
+    AbResult,
+    MetricOutcome,
+    document_text,
+)
 from pytest_gpuperf.ab.turns import PINNED, UNPINNED, pinned_by_default, turns_by_default
 from pytest_gpuperf.cli.loading import InputError, junit_address
 from pytest_gpuperf.cli.output import printable, write_text

@@ -18,8 +18,7 @@ from typing import Any
 from pytest_gpuperf.ab.bisect_search import Outcome, SearchResult, verdict_line
 from pytest_gpuperf.ab.bisection import Bisection, bisect, bisect_document, summary
 from pytest_gpuperf.ab.builders import CachedBuilder, Stack, TemplateError, canonical, pins_text
-from pytest_gpuperf.ab.engine import AbError
-from pytest_gpuperf.ab.model import AbResult, document_text
+from pytest_gpuperf.ab.model import AbError, AbResult, document_text
 from pytest_gpuperf.cli.ab import plan_from_args, terminal_text
 from pytest_gpuperf.cli.loading import InputError
 from pytest_gpuperf.cli.output import write_text

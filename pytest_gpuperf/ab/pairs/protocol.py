@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pytest_gpuperf.ab.cpus import cpu_text
-from pytest_gpuperf.ab.model import AbPlan, SessionOutcome
-from pytest_gpuperf.ab.sessions import AbError
+from pytest_gpuperf.ab.model import AbError, AbPlan, SessionOutcome
 
 TimeLeft = Callable[[], float | None]
 """The seconds a session may still run (the budget's rest, at least 1 s), or None for no limit; read when a

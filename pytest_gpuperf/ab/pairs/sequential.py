@@ -17,7 +17,7 @@ from typing import Protocol
 from pytest_gpuperf.ab.model import AbPlan, SessionOutcome
 from pytest_gpuperf.ab.pairs.protocol import TimeLeft, session_argv, session_files
 from pytest_gpuperf.ab.reading import finished_session
-from pytest_gpuperf.ab.sessions import end_strays, start_session, stop_session
+from pytest_gpuperf.ab.sessions import end_strays, start_session
 
 
 class SessionRunner(Protocol):
@@ -41,10 +41,10 @@ def subprocess_runner(
         try:
             returncode: int | None = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            stop_session(process)
+            process.stop()
             returncode = None
         except BaseException:  # Ctrl-C: the session must not outlive the comparison
-            stop_session(process)
+            process.stop()
             raise
     end_strays()
     return returncode, time.monotonic() - started

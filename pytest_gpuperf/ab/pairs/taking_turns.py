@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_gpuperf.ab.model import AbPlan, SessionOutcome
+from pytest_gpuperf.ab.model import AbError, AbPlan, SessionOutcome
 from pytest_gpuperf.ab.pairs.protocol import TimeLeft, session_argv, session_files
 from pytest_gpuperf.ab.reading import finished_session
-from pytest_gpuperf.ab.sessions import AbError
 from pytest_gpuperf.ab.turns import TurnChannelError, run_pair_taking_turns
 
 
