@@ -119,7 +119,7 @@ def judge(data: dict[str, object], rules: Rules, *, normalise: bool = False) -> 
         print("--normalise: these samples were kept without the canary; measure again")
         return
     print(
-        f"\nrules: threshold {rules.delta:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
+        f"\nrules: threshold {rules.threshold:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
         f"{data['baseline_runs']} baseline runs x {data['repeats']} repeats, {len(rounds)} rounds"
         + (", every run normalised by its canary" if normalise else "")
     )
@@ -187,7 +187,7 @@ def main() -> int:
 
     defaults = DEVICE_DEFAULTS["cpu"]
     rules = Rules(
-        delta=args.threshold / 100 if args.threshold else defaults["threshold"],
+        threshold=args.threshold / 100 if args.threshold else defaults["threshold"],
         noise_limit=defaults["noise_limit"],
         run_noise=args.run_noise / 100 if args.run_noise else defaults["run_noise"],
         **({"prior_runs": args.prior_runs} if args.prior_runs is not None else {}),

@@ -223,7 +223,7 @@ def report(data: dict[str, Any]) -> None:
     print("\nafter: most frequent NOISY reasons:", "; ".join(f"{r} ({n})" for r, n in reasons.most_common(4)))
 
     defaults = DEVICE_DEFAULTS["cpu"]
-    rules = Rules(delta=defaults["threshold"], noise_limit=defaults["noise_limit"], run_noise=defaults["run_noise"])
+    rules = Rules(threshold=defaults["threshold"], noise_limit=defaults["noise_limit"], run_noise=defaults["run_noise"])
     print("\ncanary normalisation (after's samples, same rules, no machine check, no confirmation):\n")
     print(
         "| slowdown | raw: REGRESSED / PASS / other | normalised: REGRESSED / PASS / other | median ratio raw, norm |"

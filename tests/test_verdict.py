@@ -9,7 +9,7 @@ import pytest
 from pytest_gpuperf.core.stats.unpaired import Rules, Verdict
 from pytest_gpuperf.core.verdict.judge import CurveMatch, External, StepsToTarget, judge
 
-RULES = Rules(delta=0.02, noise_limit=0.10, run_noise=0.01)
+RULES = Rules(threshold=0.02, noise_limit=0.10, run_noise=0.01)
 
 
 def _curves(offset: float, seeds: int = 3) -> list[list[float]]:

@@ -65,7 +65,7 @@ def rules_for(base: Side, given: Thresholds) -> Rules:
         return default
 
     return Rules(
-        delta=pick(given.threshold, "threshold", CPU_DEFAULTS["threshold"]),
+        threshold=pick(given.threshold, "threshold", CPU_DEFAULTS["threshold"]),
         noise_limit=pick(given.noise_limit, "noise_limit", CPU_DEFAULTS["noise_limit"]),
         run_noise=pick(given.run_noise, "run_noise", CPU_DEFAULTS["run_noise"]),
         sitting_noise=pick(given.sitting_noise, "sitting_noise", CPU_DEFAULTS["sitting_noise"], zero=True),
@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     notes = [
         f"BASE {base.source}: {len(base.runs)} run(s) on {base.hardware_slug}; NEW {new.source}: {len(new.runs)} "
         f"run(s) on {new.hardware_slug}",
-        f"threshold {rules.delta:.1%}, alpha {rules.alpha}, noise limit {rules.noise_limit:.0%}, between-run "
+        f"threshold {rules.threshold:.1%}, alpha {rules.alpha}, noise limit {rules.noise_limit:.0%}, between-run "
         f"noise prior {rules.run_noise:.2%}, shift between sittings {rules.sitting_noise:.2%} (where NEW was "
         "measured an hour or more from BASE's runs); ratio < 1 is worse",
     ]

@@ -69,7 +69,7 @@ def equivalence(
     prior; the submission's median carries it divided by sqrt(runs), so a partner's runs, unlike its repeats,
     narrow the interval. With one submission run this is the session's model unchanged."""
     higher = reference[0].higher_is_better
-    rules = with_siblings(Rules(delta=tolerance, confidence=CONFIDENCE, run_noise=run_noise), siblings)
+    rules = with_siblings(Rules(threshold=tolerance, confidence=CONFIDENCE, run_noise=run_noise), siblings)
     ref_runs = [np.asarray(run.samples, dtype=float) for run in reference]
     sub_runs = [np.asarray(run.samples, dtype=float) for run in submission]
     current = np.concatenate(sub_runs)

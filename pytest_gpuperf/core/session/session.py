@@ -181,7 +181,7 @@ class GpuperfSession:
 
     def rules(self) -> Rules:
         return Rules(
-            delta=self.settings.for_device(self.device, "threshold"),
+            threshold=self.settings.for_device(self.device, "threshold"),
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
             run_noise=self.settings.for_device(self.device, "run_noise"),
             sitting_noise=self.settings.for_device(self.device, "sitting_noise"),
@@ -400,7 +400,7 @@ class GpuperfSession:
         mine = runs_of_this_machine(self.fingerprint.machine_id, [run.context for run in stored]) or []
         rules = self.sibling_rules(nodeid, metric.name)
         smallest = smallest_decided_change([*(stored[i].samples for i in mine), metric.samples], rules)
-        if smallest is not None and smallest > rules.delta:
+        if smallest is not None and smallest > rules.threshold:
             self.unresolved.append((nodeid, metric.name, smallest))
 
     def suspects_regression(self, results: list[MetricResult]) -> bool:

@@ -45,6 +45,7 @@ from functools import cache, lru_cache
 
 import numpy as np
 
+from pytest_gpuperf.core.stats.thresholds import Thresholds
 from pytest_gpuperf.core.stats.unpaired import Verdict
 
 AB_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.IMPROVED, Verdict.AMBIGUOUS)
@@ -52,11 +53,9 @@ AB_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.IMPROVED, Verdict.AMBIGU
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PairedRules:
+class PairedRules(Thresholds):
     """How an A/B comparison decides and when it stops. Fractions, not percentages."""
 
-    threshold: float
-    """Smallest relative change that matters."""
     alpha: float = 0.01
     """Chance, over all looks, that a change of exactly zero is flagged REGRESSED or IMPROVED (both sides)."""
     equivalence_alpha: float = 0.05
@@ -71,8 +70,7 @@ class PairedRules:
     """Monte Carlo sequences behind the calibrated boundary (standard error ~0.0004 at a level of 0.005)."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.threshold < 1:
-            raise ValueError(f"threshold must be a fraction in (0, 1), got {self.threshold!r}")
+        Thresholds.__post_init__(self)  # zero-argument super() does not work in a slotted dataclass
         if not 0 < self.alpha < 0.5 or not 0 < self.equivalence_alpha < 0.5:
             raise ValueError(f"alpha and equivalence_alpha must be in (0, 0.5), got {self.alpha}, "
                              f"{self.equivalence_alpha}")  # fmt: skip
@@ -81,11 +79,6 @@ class PairedRules:
         if not 0 <= self.boundary_shape <= 0.5:
             raise ValueError(f"boundary_shape must be in [0, 0.5] (0.5 Pocock, 0 O'Brien-Fleming), got "
                              f"{self.boundary_shape!r}")  # fmt: skip
-
-    @property
-    def band(self) -> tuple[float, float]:
-        """The threshold on the log-ratio scale: (log(1 - threshold), log(1 + threshold))."""
-        return math.log1p(-self.threshold), math.log1p(self.threshold)
 
     def boundary(self) -> Boundary:
         return calibrated_boundary(

@@ -53,6 +53,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from pytest_gpuperf.core.stats.sittings import Sittings
+from pytest_gpuperf.core.stats.thresholds import Thresholds
 
 
 class Verdict(str, enum.Enum):
@@ -73,11 +74,9 @@ BOOTSTRAP_BLOCK = 1 << 22
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rules:
-    """How a comparison is decided. Fractions, not percentages."""
+class Rules(Thresholds):
+    """How a comparison with stored baseline runs is decided. Fractions, not percentages."""
 
-    delta: float
-    """Smallest relative change that matters: r <= 1 - delta can be a regression."""
     alpha: float = 0.01
     """One-sided significance level of both the sample test and the run-level test."""
     confidence: float = 0.95
@@ -110,8 +109,7 @@ class Rules:
     """Seed of the bootstrap, so a verdict is reproducible from the stored samples."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.delta < 1:
-            raise ValueError(f"delta must be a fraction in (0, 1), got {self.delta!r}")
+        Thresholds.__post_init__(self)  # zero-argument super() does not work in a slotted dataclass
         if not 0 < self.alpha < 0.5:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
         if not 0.5 < self.confidence < 1:
@@ -338,7 +336,7 @@ def compare(
         "run_noise": run_sd,
         "sitting_noise": shift_sd,
         "sittings": len(groups) if sittings is not None else 0,
-        "samples_can_decide": float(scipy_stats.norm.ppf(0.5 + rules.confidence / 2)) * shift_scale <= rules.delta,
+        "samples_can_decide": float(scipy_stats.norm.ppf(0.5 + rules.confidence / 2)) * shift_scale <= rules.threshold,
         "baseline_runs": len(runs),
     }
 
@@ -362,22 +360,22 @@ def compare(
     # agree at the metric's own level. A conjunction is no likelier than either part, so the job's rate holds, and
     # a metric of six requests (whose Mann-Whitney p cannot go below 1/924) can still be decided among many.
     decisive = rules.decisive_alpha
-    if p_worse < rules.alpha and ratio <= 1 - rules.delta and ci_high < 1:
-        change = f"worse by {1 - ratio:.1%} (threshold {rules.delta:.1%})"
+    if p_worse < rules.alpha and ratio <= 1 - rules.threshold and ci_high < 1:
+        change = f"worse by {1 - ratio:.1%} (threshold {rules.threshold:.1%})"
         if p_run_worse < decisive:
             return Comparison(
                 verdict=Verdict.REGRESSED, reason=_decided(change, p_worse, p_run_worse, rules), **figures
             )
         return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_run_worse, rules), **figures)
-    if p_better < rules.alpha and ratio >= 1 + rules.delta and ci_low > 1:
-        change = f"better by {ratio - 1:.1%} (threshold {rules.delta:.1%})"
+    if p_better < rules.alpha and ratio >= 1 + rules.threshold and ci_low > 1:
+        change = f"better by {ratio - 1:.1%} (threshold {rules.threshold:.1%})"
         if p_run_better < decisive:
             return Comparison(
                 verdict=Verdict.IMPROVED, reason=_decided(change, p_better, p_run_better, rules), **figures
             )
         return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_run_better, rules), **figures)
-    if 1 - rules.delta <= ci_low and ci_high <= 1 + rules.delta:
-        reason = f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.delta:.1%}"
+    if 1 - rules.threshold <= ci_low and ci_high <= 1 + rules.threshold:
+        reason = f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.threshold:.1%}"
         if exact:
             reason += " (an exact figure: its runs agree exactly, so its between-run noise is its own, not the prior)"
         return Comparison(verdict=Verdict.PASS, reason=reason, **figures)
@@ -386,7 +384,7 @@ def compare(
         cure = "no number of repeats in this session can decide it (below)"
     reason = (
         f"ratio {ratio:.3f}, {rules.confidence:.0%} interval [{ci_low:.3f}, {ci_high:.3f}] is not inside "
-        f"1 ± {rules.delta:.1%} and the evidence of a change is not significant: {cure}"
+        f"1 ± {rules.threshold:.1%} and the evidence of a change is not significant: {cure}"
     )
     needed = samples_needed(rules, pooled.size)
     if now.size < needed:

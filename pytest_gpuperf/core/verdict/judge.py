@@ -279,7 +279,7 @@ def judge_on_machine(
             sittings=sittings,
             across_machines=across_machines,
         )
-        stands = beyond_the_machine(unmasked.verdict.value, unmasked.ci_low, unmasked.ci_high, check, rules.delta)
+        stands = beyond_the_machine(unmasked.verdict.value, unmasked.ci_low, unmasked.ci_high, check, rules.threshold)
         if stands is not None:
             comparison = replace(unmasked, reason=f"{unmasked.reason} ({stands}; {machine_conditions})")
     if across_machines and rules.machine_noise == 0 and rule is None and comparison.verdict in CHANGES:
