@@ -37,7 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_gpuperf.core.config.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.core.stats.unpaired import Rules, Verdict, compare  # noqa: E402
+from pytest_gpuperf.core.stats.unpaired import Rules  # noqa: E402
+from pytest_gpuperf.core.verdict.stored import compare  # noqa: E402
+from pytest_gpuperf.core.verdict.vocabulary import Verdict  # noqa: E402
 
 PRODUCTS = 100
 LEVELS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.10)

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.core.session import report
-from pytest_gpuperf.core.stats.unpaired import NOT_AMONG, Rules, Verdict, compare, smallest_decided_change
+from pytest_gpuperf.core.stats.unpaired import Rules, smallest_decided_change
 from pytest_gpuperf.core.verdict import rollup
 from pytest_gpuperf.core.verdict.judge import ACROSS_UNMEASURED, runs_of_this_machine
+from pytest_gpuperf.core.verdict.stored import NOT_AMONG, compare
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.identity import named_identity, read_identity
 
 # MACHINE names the node (the pytest_gpuperf_machine hook); SLOW scales every sample of the test.

@@ -14,8 +14,8 @@ from session_settings import cpu_settings, this_machine
 from pytest_gpuperf.core.record import perf as perf_module
 from pytest_gpuperf.core.record.perf import Perf
 from pytest_gpuperf.core.session.session import GpuperfSession
-from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
 from pytest_gpuperf.core.store.baselines import MetricRun, NewMetric
+from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 from pytest_gpuperf.machine.contention import MachineState
 
 RECORDED_NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -9,13 +9,13 @@ import pytest
 
 from pytest_gpuperf.core.stats.unpaired import (
     Rules,
-    Verdict,
-    compare,
     pooled_run_noise,
     samples_needed,
     sibling_run_noise,
     summarize,
 )
+from pytest_gpuperf.core.verdict.stored import compare
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 RULES = Rules(threshold=0.02, run_noise=0.005, noise_limit=0.10)
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from pytest_gpuperf.core.stats.unpaired import Rules, Verdict
+from pytest_gpuperf.core.stats.unpaired import Rules
 from pytest_gpuperf.core.verdict.judge import CurveMatch, External, StepsToTarget, judge
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 RULES = Rules(threshold=0.02, noise_limit=0.10, run_noise=0.01)
 
@@ -101,3 +102,25 @@ def test_a_failed_convergence_check_keeps_the_tests_throughput_metrics(
     assert set(judged) == {"tokens_per_s", "final_loss"}  # the throughput is judged and kept beside it
     assert judged["final_loss"]["verdict"] == "REGRESSED"
     assert judged["final_loss"]["context"]["judged_by"].startswith("loss curve vs golden band")
+
+
+def test_the_figures_and_the_rule_are_two_steps_whose_composition_is_compare() -> None:
+    from pytest_gpuperf.core.stats.unpaired import estimate
+    from pytest_gpuperf.core.verdict.stored import compare, decide
+
+    samples = [1.0 + 0.001 * i for i in range(10)]
+    for current in (samples, [1.5 * s for s in samples], [0.7 * s for s in samples]):
+        figures = estimate(current, [samples, samples], higher_is_better=False, rules=RULES)
+        assert figures is not None and not hasattr(figures, "verdict")  # an estimator returns figures only
+        decided = decide(figures, rules=RULES)
+        assert decided == compare(current, [samples, samples], higher_is_better=False, rules=RULES)
+        assert decide(figures, rules=RULES, conditions="clocks fell").verdict is Verdict.NOISY
+    assert estimate(samples, [], higher_is_better=False, rules=RULES) is None
+    assert decide(None, rules=RULES).verdict is Verdict.NO_BASELINE
+
+
+def test_one_vocabulary_holds_missing_with_the_strings_users_see() -> None:
+    assert Verdict.MISSING.value == "MISSING" and Verdict("MISSING") is Verdict.MISSING
+    assert [v.value for v in Verdict] == [
+        "PASS", "REGRESSED", "IMPROVED", "NOISY", "AMBIGUOUS", "NO_BASELINE", "MISSING"
+    ]  # fmt: skip

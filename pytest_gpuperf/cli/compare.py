@@ -19,9 +19,10 @@ from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
 from pytest_gpuperf.core.stats.sittings import group_sittings
-from pytest_gpuperf.core.stats.unpaired import Rules, Verdict, summarize, with_siblings
+from pytest_gpuperf.core.stats.unpaired import Rules, summarize, with_siblings
 from pytest_gpuperf.core.verdict import rollup
 from pytest_gpuperf.core.verdict.judge import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, judge_on_machine
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]

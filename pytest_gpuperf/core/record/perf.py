@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict, summarize
+from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.baselines import Curve, NotStorable
 from pytest_gpuperf.core.store.schema import SchemaError
 from pytest_gpuperf.core.verdict.judge import DEVICE_CLOCK, RULE_VERDICTS, External, Rule
+from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 from pytest_gpuperf.machine.contention import MachineState, MachineWindow, judge_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 

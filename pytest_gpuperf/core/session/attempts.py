@@ -170,7 +170,7 @@ def _judge_again(
 
 def unconfirmable(results: list[MetricResult], why: str, attempt: int) -> list[MetricResult]:
     """The results when no confirmation could be made: a REGRESSED metric is AMBIGUOUS, saying why."""
-    from pytest_gpuperf.core.stats.unpaired import Verdict
+    from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
     for result in results:
         if result.verdict is Verdict.REGRESSED:

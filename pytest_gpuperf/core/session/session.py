@@ -23,7 +23,6 @@ from pytest_gpuperf.core.session.turns import Turns
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import (
     Rules,
-    Verdict,
     exact_agreement,
     smallest_decided_change,
     summarize,
@@ -54,6 +53,7 @@ from pytest_gpuperf.core.verdict.judge import (
     runs_of_this_machine,
 )
 from pytest_gpuperf.core.verdict.rollup import machine_note
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.contention import MachineState, waiting_for_turn
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (

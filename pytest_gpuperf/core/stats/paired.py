@@ -46,10 +46,6 @@ from functools import cache, lru_cache
 import numpy as np
 
 from pytest_gpuperf.core.stats.thresholds import Thresholds
-from pytest_gpuperf.core.stats.unpaired import Verdict
-
-AB_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.IMPROVED, Verdict.AMBIGUOUS)
-"""What a metric of `gpuperf ab` can end as; PASS is the SAME decision."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,29 +96,31 @@ class Boundary:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PairedJudgement:
-    """One metric after n pairs."""
+class PairedEstimate:
+    """One metric's figures after n pairs: what the paired rule (core/verdict/paired.py) decides on."""
 
-    verdict: Verdict
     pairs: int
     estimate: float | None
     """Hodges-Lehmann estimate of the log-ratio (< 0 is worse); None without pairs."""
     flag_interval: tuple[float, float]
     """Log-ratio interval at the flag level (infinite where too few pairs for any)."""
     equivalence_interval: tuple[float, float]
-    needed_pairs: int | None
-    """For AMBIGUOUS: the pairs a decision would take if the estimate and the spread held (None: no estimate)."""
-    reason: str
+    """Log-ratio interval at the equivalence level (infinite where too few pairs for any)."""
 
-    @property
-    def ratio(self) -> float | None:
-        return None if self.estimate is None else math.exp(self.estimate)
 
-    def interval_ratio(self) -> tuple[float, float]:
-        """The interval that decided (flag for REGRESSED/IMPROVED, equivalence otherwise), as ratios."""
-        low, high = self.flag_interval if self.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) else (
-            self.equivalence_interval)  # fmt: skip
-        return _exp(low), _exp(high)
+def estimate_pairs(x: np.ndarray, boundary: Boundary) -> PairedEstimate:
+    """The Hodges-Lehmann estimate and the two Walsh-average intervals of the log-ratios ``x`` at this look."""
+    n = len(x)
+    if n == 0:
+        infinite = (-math.inf, math.inf)
+        return PairedEstimate(pairs=0, estimate=None, flag_interval=infinite, equivalence_interval=infinite)
+    walsh = walsh_averages(x)
+    return PairedEstimate(
+        pairs=n,
+        estimate=float(np.median(walsh)),
+        flag_interval=walsh_interval(walsh, boundary.flag.get(n, -1)),
+        equivalence_interval=walsh_interval(walsh, boundary.equivalence.get(n, -1)),
+    )
 
 
 def log_ratio(a: float, b: float, *, higher_is_better: bool) -> float:
@@ -132,62 +130,9 @@ def log_ratio(a: float, b: float, *, higher_is_better: bool) -> float:
     return math.log(b / a) if higher_is_better else math.log(a / b)
 
 
-def judge(x: list[float] | np.ndarray, rules: PairedRules, boundary: Boundary | None = None) -> PairedJudgement:
-    """The verdict on one metric's log-ratios so far; AMBIGUOUS until the boundary allows a decision."""
-    values = np.asarray(x, dtype=float)
-    n = len(values)
-    boundary = boundary or rules.boundary()
-    infinite = (-math.inf, math.inf)
-    if n == 0:
-        return PairedJudgement(verdict=Verdict.AMBIGUOUS, pairs=0, estimate=None, flag_interval=infinite,
-                               equivalence_interval=infinite, needed_pairs=None, reason="no pairs yet")  # fmt: skip
-    walsh = walsh_averages(values)
-    estimate = float(np.median(walsh))
-    flag = walsh_interval(walsh, boundary.flag.get(n, -1))
-    equivalence = walsh_interval(walsh, boundary.equivalence.get(n, -1))
-    low_band, high_band = rules.band
-    looked = n >= rules.min_pairs
-    verdict, reason = Verdict.AMBIGUOUS, ""
-    if looked and flag[1] < 0 and estimate <= low_band:
-        verdict = Verdict.REGRESSED
-        reason = f"worse at the flag level and {-math.expm1(estimate):.2%} beyond the {rules.threshold:.1%} threshold"
-    elif looked and flag[0] > 0 and estimate >= high_band:
-        verdict = Verdict.IMPROVED
-        reason = f"better at the flag level and {math.expm1(estimate):.2%} beyond the {rules.threshold:.1%} threshold"
-    elif looked and low_band < equivalence[0] and equivalence[1] < high_band:
-        verdict = Verdict.PASS
-        reason = f"equivalence interval inside +-{rules.threshold:.1%}"
-    needed = None if verdict is not Verdict.AMBIGUOUS else needed_pairs(values, estimate, flag, equivalence, rules)
-    if needed is not None:  # never fewer than the first look at which the boundary can decide at all
-        within = low_band < estimate < high_band
-        first = _first_decidable(boundary.equivalence if within else boundary.flag)
-        needed = max(needed, first) if first is not None else needed
-    if verdict is Verdict.AMBIGUOUS:
-        reason = _ambiguous_reason(n, rules, flag, equivalence, estimate)
-    return PairedJudgement(
-        verdict=verdict,
-        pairs=n,
-        estimate=estimate,
-        flag_interval=flag,
-        equivalence_interval=equivalence,
-        needed_pairs=needed,
-        reason=reason,
-    )
-
-
-def _first_decidable(critical: dict[int, int]) -> int | None:
+def first_decidable(critical: dict[int, int]) -> int | None:
+    """The first look at which a boundary's critical values allow any decision."""
     return min((n for n, c in critical.items() if c >= 0), default=None)
-
-
-def _ambiguous_reason(
-    n: int, rules: PairedRules, flag: tuple[float, float], equivalence: tuple[float, float], estimate: float
-) -> str:
-    if n < rules.min_pairs or not math.isfinite(equivalence[0]):
-        return f"{n} pair(s): too few for a decision at these error rates"
-    low_band, high_band = rules.band
-    if low_band < estimate < high_band:
-        return "the change is within the threshold, but the interval is still wider than +-threshold"
-    return "the change is at or beyond the threshold, but not yet significant at the flag level"
 
 
 def needed_pairs(
@@ -290,17 +235,6 @@ def simulate_statistics(max_pairs: int, simulations: int, seed: int = 0) -> np.n
     return statistics
 
 
-def first_decision(x: list[float] | np.ndarray, rules: PairedRules) -> tuple[Verdict, int]:
-    """The sequential rule run look by look over a known sequence of log-ratios, as the engine runs it pair by
-    pair: the first verdict other than AMBIGUOUS and the pairs it took (AMBIGUOUS and all of them if none)."""
-    boundary = rules.boundary()
-    for n in range(1, len(x) + 1):
-        verdict = judge(x[:n], rules, boundary).verdict
-        if verdict is not Verdict.AMBIGUOUS:
-            return verdict, n
-    return Verdict.AMBIGUOUS, len(x)
-
-
 @lru_cache(maxsize=32)
 def calibrated_boundary(
     min_pairs: int,
@@ -348,7 +282,3 @@ def crossing_rate(boundary: dict[int, int], statistics: np.ndarray, min_pairs: i
     columns = statistics[:, [n - 1 for n in looks]]
     critical = np.array([boundary[n] for n in looks])
     return float(np.mean(np.any(columns <= critical, axis=1)))
-
-
-def _exp(value: float) -> float:
-    return math.exp(value) if math.isfinite(value) else (math.inf if value > 0 else 0.0)

@@ -43,7 +43,6 @@ in all, a Bonferroni bound that needs no model of how the looks correlate).
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -54,16 +53,6 @@ from scipy import stats as scipy_stats
 
 from pytest_gpuperf.core.stats.sittings import Sittings
 from pytest_gpuperf.core.stats.thresholds import Thresholds
-
-
-class Verdict(str, enum.Enum):
-    PASS = "PASS"
-    REGRESSED = "REGRESSED"
-    IMPROVED = "IMPROVED"
-    NOISY = "NOISY"
-    AMBIGUOUS = "AMBIGUOUS"
-    NO_BASELINE = "NO_BASELINE"
-
 
 BOOTSTRAP_SAMPLES = 4096
 """Most samples of one run the bootstrap interval resamples whole (``ratio_interval``); a larger run is resampled
@@ -209,33 +198,44 @@ def summarize(samples: Sequence[float] | np.ndarray) -> Summary:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Comparison:
-    """The verdict on one metric and the figures behind it."""
+class Estimate:
+    """The figures of the current run against the baseline's runs: what a rule (core/verdict/stored.py) decides on."""
 
-    verdict: Verdict
-    ratio: float | None = None
+    ratio: float
     """median(current)/median(baseline), oriented so that < 1 is worse."""
-    ci_low: float | None = None
-    ci_high: float | None = None
-    p_worse: float | None = None
+    ci_low: float
+    ci_high: float
+    p_worse: float
     """p-value that the current run is worse: the larger of the sample test and the run-level test."""
-    p_better: float | None = None
-    run_noise: float | None = None
+    p_better: float
+    p_run_worse: float
+    """The run-level test's p-value alone (it carries the noise between runs; the job's level applies to it)."""
+    p_run_better: float
+    run_noise: float
     """Between-run relative standard deviation that was used (prior and baseline runs pooled)."""
-    sitting_noise: float | None = None
-    """The sd of the shift between sittings that was added (prior and the baseline's sittings pooled); None when
-    the measurement shares its baseline's sitting, or is an exact figure."""
-    sittings: int = 0
+    sitting_noise: float | None
+    """The sd of the shift between sittings that was added; None when none was."""
+    sittings: int
     """How many sittings the baseline's runs were recorded in (0: not told)."""
-    samples_can_decide: bool = True
-    """False when the shift between sittings alone keeps the interval wider than the threshold band: no number
-    of samples in this session can make the verdict PASS (sequential sampling stops extending)."""
-    baseline_runs: int = 0
-    reason: str = ""
+    sitting_groups: int
+    """How many sittings the runs were taken as (1 when not told)."""
+    samples_can_decide: bool
+    """False when the shift between sittings alone keeps the interval wider than the threshold band."""
+    baseline_runs: int
+    current_spread: float
+    """``Summary.spread`` of the current run."""
+    baseline_spread: float
+    """The median ``Summary.spread`` of the baseline's runs."""
+    exact: bool
+    """The metric's runs agree exactly (``exact_agreement``): its noise is its own, not the prior."""
+    samples: int
+    """How many samples the current run holds."""
+    baseline_samples: int
+    """How many samples the baseline's runs hold together."""
 
-    def as_dict(self) -> dict[str, object]:
+    def figures(self) -> dict[str, Any]:
+        """The figures a ``Comparison`` carries beside its verdict."""
         return {
-            "verdict": self.verdict.value,
             "ratio": self.ratio,
             "ci_low": self.ci_low,
             "ci_high": self.ci_high,
@@ -246,21 +246,20 @@ class Comparison:
             "sittings": self.sittings,
             "samples_can_decide": self.samples_can_decide,
             "baseline_runs": self.baseline_runs,
-            "reason": self.reason,
         }
 
 
-def compare(
+def estimate(
     current: Sequence[float],
     baseline_runs: Sequence[Sequence[float]],
     *,
     higher_is_better: bool,
     rules: Rules,
-    conditions: str | None = None,
     sittings: Sittings | None = None,
     across_machines: bool = False,
-) -> Comparison:
-    """Judge the current run's samples against the baseline's runs (each run a list of samples).
+) -> Estimate | None:
+    """The figures of the current run's samples against the baseline's runs (each run a list of samples); None
+    when the baseline holds no samples.
 
     ``across_machines``: the baseline's runs were recorded on another machine of this hardware key; the spread
     between machines (``Rules.machine_noise``, where measured) then adds to the noise like a shift between sittings.
@@ -269,15 +268,10 @@ def compare(
     (``sittings.group_sittings``, from the stored dates); without it every run is taken as one sitting with the
     current one, and no shift between sittings is added.
 
-    ``conditions`` says why the current run cannot support a verdict: the device's conditions made it
-    incomparable (it throttled, its clocks fell below the baseline's: ``telemetry.judge_clocks``), or the
-    metric itself says its samples are too thin (a p99 from fewer requests than a p99 needs). Then the verdict
-    is NOISY whatever the figures say, never REGRESSED, and the figures are still computed and kept for the
-    report.
     """
     runs = [_as_array(run, "baseline run") for run in baseline_runs if len(run) > 0]
     if not runs:
-        return Comparison(verdict=Verdict.NO_BASELINE, reason="no baseline for this test, metric and hardware")
+        return None
     now = _as_array(current, "current samples")
 
     now_spread = summarize(now).spread
@@ -327,104 +321,25 @@ def compare(
     else:
         extra_sd = math.hypot(run_sd, shift_scale)  # = run_sd without a shift: the same draws as before
         ci_low, ci_high = ratio_interval(now, runs, extra_sd, higher_is_better=higher_is_better, rules=rules)
-    figures: dict[str, Any] = {
-        "ratio": ratio,
-        "ci_low": ci_low,
-        "ci_high": ci_high,
-        "p_worse": p_worse,
-        "p_better": p_better,
-        "run_noise": run_sd,
-        "sitting_noise": shift_sd,
-        "sittings": len(groups) if sittings is not None else 0,
-        "samples_can_decide": float(scipy_stats.norm.ppf(0.5 + rules.confidence / 2)) * shift_scale <= rules.threshold,
-        "baseline_runs": len(runs),
-    }
-
-    if conditions:
-        return Comparison(
-            verdict=Verdict.NOISY,
-            reason=f"{conditions}; not judged",
-            **figures,
-        )
-    if now_spread > rules.noise_limit or base_spread > rules.noise_limit:
-        side = "current run" if now_spread > rules.noise_limit else "baseline"
-        spread = max(now_spread, base_spread)
-        return Comparison(
-            verdict=Verdict.NOISY,
-            reason=f"{side} spread {spread:.1%} (log Q3/Q1) {OVER_NOISE_LIMIT} {rules.noise_limit:.1%}",
-            **figures,
-        )
-    # The tests and the interval must agree: a change whose interval still holds "no change" (a rate point of
-    # a few runs read [0.871, 1.015] beside p=0.0088) is not shown as REGRESSED or IMPROVED.
-    # The job's level applies to the run-level test, which carries the noise between runs; the sample test must
-    # agree at the metric's own level. A conjunction is no likelier than either part, so the job's rate holds, and
-    # a metric of six requests (whose Mann-Whitney p cannot go below 1/924) can still be decided among many.
-    decisive = rules.decisive_alpha
-    if p_worse < rules.alpha and ratio <= 1 - rules.threshold and ci_high < 1:
-        change = f"worse by {1 - ratio:.1%} (threshold {rules.threshold:.1%})"
-        if p_run_worse < decisive:
-            return Comparison(
-                verdict=Verdict.REGRESSED, reason=_decided(change, p_worse, p_run_worse, rules), **figures
-            )
-        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_run_worse, rules), **figures)
-    if p_better < rules.alpha and ratio >= 1 + rules.threshold and ci_low > 1:
-        change = f"better by {ratio - 1:.1%} (threshold {rules.threshold:.1%})"
-        if p_run_better < decisive:
-            return Comparison(
-                verdict=Verdict.IMPROVED, reason=_decided(change, p_better, p_run_better, rules), **figures
-            )
-        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_run_better, rules), **figures)
-    if 1 - rules.threshold <= ci_low and ci_high <= 1 + rules.threshold:
-        reason = f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.threshold:.1%}"
-        if exact:
-            reason += " (an exact figure: its runs agree exactly, so its between-run noise is its own, not the prior)"
-        return Comparison(verdict=Verdict.PASS, reason=reason, **figures)
-    cure = "more repeats or more baseline runs would decide it"
-    if not figures["samples_can_decide"]:
-        cure = "no number of repeats in this session can decide it (below)"
-    reason = (
-        f"ratio {ratio:.3f}, {rules.confidence:.0%} interval [{ci_low:.3f}, {ci_high:.3f}] is not inside "
-        f"1 ± {rules.threshold:.1%} and the evidence of a change is not significant: {cure}"
-    )
-    needed = samples_needed(rules, pooled.size)
-    if now.size < needed:
-        reason += f" ({now.size} samples against {pooled.size} cannot reach p < {rules.alpha}: take >= {needed})"
-    if shift_sd:
-        where = "its one sitting" if len(groups) == 1 else f"its {len(groups)} sittings"
-        reason += (
-            f" ({OTHER_SITTING}, {where}: the machine's shift between "
-            f"sittings, {shift_sd:.1%} sd, is in the noise; record baseline runs in several sittings, or let "
-            "`gpuperf ab` compare two stacks paired in one session)"
-        )
-    if not exact and rules.prior_noise > rules.run_noise:
-        reason += (
-            f" (between-run noise {run_sd:.1%}: this test's other parameters vary {rules.sibling_noise:.1%} "
-            f"between baseline runs on this machine, over {rules.sibling_dof:.0f} degrees of freedom, against the "
-            f"configured {rules.run_noise:.1%}; `gpuperf ab` compares two stacks paired, in one session)"
-        )
-    return Comparison(verdict=Verdict.AMBIGUOUS, reason=reason, **figures)
-
-
-OVER_NOISE_LIMIT = "exceeds the noise limit"
-OTHER_SITTING = "measured in another sitting than the baseline's runs"
-NOT_AMONG = "significant for this metric alone, not among the"
-"""How the reason of a change that the job's family-wise level did not decide begins its second part."""
-
-
-def _decided(change: str, p_value: float, p_run: float, rules: Rules) -> str:
-    if rules.decisive_alpha >= rules.alpha:  # one metric, or a job whose share is the metric's own level
-        return f"{change}, p={p_value:.2g} < {rules.alpha}"
-    return (
-        f"{change}, p={p_value:.2g} < {rules.alpha}, run-level p={p_run:.2g} < {rules.decisive_alpha:.2g} (the job's "
-        f"family-wise {rules.job_alpha:.2g} over {rules.family_size} metrics)"
-    )
-
-
-def _not_among(change: str, p_run: float, rules: Rules) -> str:
-    return (
-        f"{change}, run-level p={p_run:.2g}: {NOT_AMONG} {rules.family_size} metrics this job judges (family-wise "
-        f"{rules.job_alpha:.2g}: p < {rules.decisive_alpha:.2g} decides); a run on its own, or `gpuperf ab`, would "
-        "decide it"
+    return Estimate(
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        p_worse=p_worse,
+        p_better=p_better,
+        p_run_worse=p_run_worse,
+        p_run_better=p_run_better,
+        run_noise=run_sd,
+        sitting_noise=shift_sd,
+        sittings=len(groups) if sittings is not None else 0,
+        sitting_groups=len(groups),
+        samples_can_decide=float(scipy_stats.norm.ppf(0.5 + rules.confidence / 2)) * shift_scale <= rules.threshold,
+        baseline_runs=len(runs),
+        current_spread=now_spread,
+        baseline_spread=base_spread,
+        exact=exact,
+        samples=int(now.size),
+        baseline_samples=int(pooled.size),
     )
 
 

@@ -28,7 +28,9 @@ from typing import Any, Protocol
 
 from pytest_gpuperf.core.stats import convergence
 from pytest_gpuperf.core.stats.sittings import Sittings
-from pytest_gpuperf.core.stats.unpaired import Comparison, Rules, Verdict, compare, exact_agreement
+from pytest_gpuperf.core.stats.unpaired import Rules, exact_agreement
+from pytest_gpuperf.core.verdict.stored import compare
+from pytest_gpuperf.core.verdict.vocabulary import CHANGES, Comparison, Decision, Verdict
 from pytest_gpuperf.machine.contention import MachineCheck, MachineState, beyond_the_machine, judge_machine
 
 UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
@@ -37,13 +39,6 @@ Everything else (times, rates, and figures derived from them such as MFU or scal
 
 RULE_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.NO_BASELINE)
 """What a rule of its own may decide."""
-CHANGES = (Verdict.REGRESSED, Verdict.IMPROVED)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
-    verdict: Verdict
-    reason: str
 
 
 class Rule(Protocol):

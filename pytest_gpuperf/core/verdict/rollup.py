@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.core.stats.unpaired import NOT_AMONG, OTHER_SITTING, OVER_NOISE_LIMIT
 from pytest_gpuperf.core.verdict.judge import ACROSS_UNMEASURED, timed_on_device
+from pytest_gpuperf.core.verdict.stored import NOT_AMONG, OTHER_SITTING, OVER_NOISE_LIMIT
 from pytest_gpuperf.machine.contention import CANARIES
 
 DECIDED = ("REGRESSED", "IMPROVED", "PASS")
