@@ -124,3 +124,43 @@ def test_one_vocabulary_holds_missing_with_the_strings_users_see() -> None:
     assert [v.value for v in Verdict] == [
         "PASS", "REGRESSED", "IMPROVED", "NOISY", "AMBIGUOUS", "NO_BASELINE", "MISSING"
     ]  # fmt: skip
+
+
+def test_the_not_comparable_checks_return_a_reason_or_none_in_their_stated_order() -> None:
+    from pytest_gpuperf.core.verdict.checks import DeviceClocks, Unjudgeable, not_comparable
+
+    clocks = {"clock_check": {"comparable": False, "detail": "SM clock 1410 MHz < 90% of baseline 1980 MHz"}}
+    assert Unjudgeable().check({}) is None and DeviceClocks().check({}) is None
+    assert DeviceClocks().check({"clock_check": {"comparable": True, "detail": "fine"}}) is None
+    assert not_comparable({}) is None
+    both = not_comparable({**clocks, "unjudgeable": "p99 of 24 requests"})
+    assert both == (
+        "p99 of 24 requests; measured under different device conditions (SM clock 1410 MHz < 90% of baseline 1980 MHz)"
+    )
+
+
+def test_rejudge_reads_the_sessions_facts_back_as_the_session_decided() -> None:
+    from pytest_gpuperf.core.verdict.judge import rejudge
+
+    samples = [1.0 + 0.001 * i for i in range(10)]
+    slower = [1.5 * s for s in samples]
+    plain = rejudge(slower, [samples, samples], [{}, {}], context={}, unit="s", higher_is_better=False, rules=RULES)
+    assert plain == judge(slower, [samples, samples], higher_is_better=False, rules=RULES)
+    assert plain.verdict is Verdict.REGRESSED
+    unconfirmed = rejudge(
+        slower, [samples, samples], [{}, {}], context={"unconfirmed_regression": 2}, unit="s",
+        higher_is_better=False, rules=RULES,
+    )  # fmt: skip
+    assert unconfirmed.verdict is Verdict.AMBIGUOUS and unconfirmed.reason.startswith(
+        "REGRESSED, but the session's attempt 1 did not regress: not confirmed; "
+    )
+    noisy = rejudge(
+        slower, [samples, samples], [{}, {}], context={"unjudgeable": "too few"}, unit="s", higher_is_better=False,
+        rules=RULES,
+    )  # fmt: skip
+    assert noisy.verdict is Verdict.NOISY and noisy.reason.startswith("too few; not judged")
+    kept = rejudge(
+        slower, [samples, samples], [{}, {}], context={"judged_by": "steps"}, unit="s", higher_is_better=False,
+        rules=RULES, recorded_verdict="PASS", recorded_reason="",
+    )  # fmt: skip
+    assert kept.verdict is Verdict.PASS and kept.reason == "steps: recorded verdict" and kept.ratio == plain.ratio
