@@ -1,31 +1,11 @@
-"""Convergence statistics: pure functions on loss curves from several seeds (no pytest, no torch); core/verdict/judge.py
-turns their results into verdicts.
+"""Convergence statistics: pure functions on loss curves from several seeds (no pytest, no torch).
 
-Two checks, each against reference runs of the same workload on several seeds:
-
-* **Loss curve vs golden** (:func:`check_curve`). Megatron-LM's functional tests keep golden loss values per
-  platform and derive their tolerance from the spread of repeated runs rather than a fixed percentage; this
-  does the same per step. After a warm-up, every curve is smoothed with a trailing mean of ``window`` steps;
-  at each step the reference seeds give a mean ``m`` and a standard deviation ``s``; the current seeds' mean
-  must lie within ``m ± max(k · s · sqrt(1/n_ref + 1/n_cur), floor)``: the difference-of-means interval of a
-  two-sample t statistic, ``k`` the two-sided ``alpha`` quantile of Student's t with ``n_ref - 1`` degrees of
-  freedom (few seeds give a poor sd estimate; the t quantile pays for it), with ``alpha`` split (Bonferroni)
-  among the ``window``-step stretches of the curve, which are roughly independent tests. Smoothing makes
-  neighbouring steps share evidence instead of testing every noisy step alone. The ``floor`` (a relative
-  fraction of the loss, plus an absolute term) stops a reference whose seeds agree to the last bit (a
-  deterministic CPU run) from demanding bit-exact reproduction. The batches of a step are the same for every
-  seed (the corpus is a function of the step), so the seeds differ only by initialisation and the band is
-  tight where training is deterministic in the data.
-* **Steps to target** (:func:`compare_steps`), as MLPerf Training's reference convergence points (RCP) check
-  does (mlcommons/logging, ``mlperf_logging/rcp_checker``): the olympic mean of the current seeds (drop the
-  best and the worst) is compared with the reference seeds' mean by a one-sided t-test at ``alpha``. RCP only
-  rejects runs that converge significantly *faster* than the reference (a sign the workload changed); a
-  regression gate also rejects significantly *slower* convergence. A seed that never reaches the target,
-  where the reference seeds all did, fails at once.
-
-The target itself is never guessed: it is the corpus's exact loss floor plus a margin (see
-``pytest_gpuperf.training.corpus``), and :func:`steps_to_target` finds the first step whose smoothed loss reaches it.
-Non-finite losses never get here: the training loop raises at the step they appear (``NonFiniteLoss``).
+Owns ``check_curve`` (the seeds' smoothed loss curve against the golden band of the reference seeds, a per-step
+t interval with a floor), ``compare_steps`` (steps to target, MLPerf's olympic-mean one-sided t-test, which also
+rejects converging significantly faster), ``steps_to_target`` and ``smooth``. Invariants: step i depends only on
+steps <= i; the target is never guessed (the corpus's loss floor plus a margin). Its checks say PASS, SLOWER,
+FASTER, NOT_CONVERGED or NO_REFERENCE of the steps; core/verdict/judge.py (``StepsToTarget``, ``CurveMatch``)
+turns them into Verdicts. Imports only core/stats/. Rationale: docs/design/convergence-checks.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,11 @@
 """Paired statistics of an interleaved A/B comparison, with sequential stopping (no pytest, no subprocesses).
 
-Each pair of sessions (one of stack A, one of stack B, run back to back in a balanced random order) gives, per
-metric, one log-ratio ``x = log(perf_B / perf_A)`` of the two sessions' figures (each session's best sample or its
-median: ab/engine.py), oriented so that ``x < 0`` is worse (B slower, or lower throughput). The machine's drift
-hits both sessions of a pair, so the pairs' spread is what is left of the noise.
-
-The test is Wilcoxon's signed-rank test with its Hodges-Lehmann estimate and the distribution-free interval
-from the Walsh averages (Hollander, Wolfe and Chicken, *Nonparametric Statistical Methods*, 3rd ed., 3.1-3.3):
-
-- valid for any symmetric distribution of the pairs' noise, which the randomised order guarantees under an A/A
-  comparison, and for pairs of unequal noise (a burst of load widens some pairs, not the test's level);
-- robust: one pair that a load burst hit on one side only moves a rank, not a mean and a standard deviation,
-  where a t interval on a shared 2-core machine would be widened by every burst;
-- its whole sequence of statistics over the looks depends only on the pairs' signs and the order of their sizes,
-  so critical values calibrated once by simulation hold for every such distribution.
-
-**Repeated looks.** The metrics are judged after every pair, and a decision stops sampling: testing each look at
-the nominal level would inflate the error. The nominal level per look follows Wang and Tsiatis's power family
-(Biometrics 43, 1987): at ``n`` of ``max_pairs`` pairs, ``P(Z > C (n / max_pairs) ** (shape - 1/2))``; shape 1/2
-is Pocock's boundary (one level at every look), 0 O'Brien and Fleming's (strict early, nearly the fixed-n level at
-the last look). ``C`` is calibrated by Monte Carlo simulation of the signed-rank statistic's sequence under the
-null (exact up to the simulation's error, for the look schedule min_pairs..max_pairs), so that the chance that the
-interval misses the true shift at *any* look is at most the target. The default shape, 1/4, keeps the first
-decisions where Pocock's allow them (a flag at 10 pairs all one way) and spends more of the level at the last
-looks, where the comparisons that a heavy-tailed pair or two hold back end (docs/ab.md has the simulated
-operating characteristics of both). Two such sequences of intervals:
-
-- flag interval, one-sided level ``alpha / 2`` per side: REGRESSED when it lies below 1 and the estimate is at
-  or beyond ``1 - threshold`` (IMPROVED mirrored). An A/A comparison is flagged in at most ``alpha`` of runs.
-- equivalence interval, one-sided level ``equivalence_alpha`` per side (Schuirmann's two one-sided tests):
-  SAME (printed PASS) when it lies inside ``(1 - threshold, 1 + threshold)``. A change beyond the threshold is
-  called SAME in at most ``equivalence_alpha`` of runs.
-
-scipy.stats has no public null distribution of the signed-rank statistic nor a Walsh-average interval, so both
-are computed here (a small convolution and a sort); tests/test_paired.py checks the p-values against
-``scipy.stats.wilcoxon``.
+Owns ``PairedRules`` (the paired policy), one pair's ``log_ratio`` (< 0 is worse), ``estimate_pairs`` (the
+Hodges-Lehmann estimate and two Walsh-average intervals of Wilcoxon's signed-rank test: figures, no verdict;
+core/verdict/paired.py decides), ``needed_pairs`` and the sequential boundary, calibrated by simulation so that
+the chance of a wrong interval at any look stays at its target. Invariants: distribution-free for symmetric
+noise; the same inputs give the same boundary (seeded, cached). Imports only core/stats/; never a Verdict.
+Rationale: docs/design/paired-sequential-test.md; tests/test_paired.py checks the p-values against scipy.
 """
 
 from __future__ import annotations

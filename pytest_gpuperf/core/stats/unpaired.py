@@ -1,44 +1,11 @@
-"""The verdict: pure statistics on raw samples (no pytest, no torch).
+"""The figures of a run against its stored baseline's runs: ratio of medians, its bootstrap interval, p-values.
 
-A metric is a set of samples from the current run, compared with a baseline that holds one or more earlier
-runs of the same test on the same hardware key. Two sources of noise matter and are modelled separately:
-
-* within-run noise: the spread of repeated samples inside one process; a Mann-Whitney U test on the raw
-  samples sees only this one;
-* between-run noise: how far the median of a whole run moves from one process to the next (allocator state,
-  thread placement, clocks). On a quiet 2-core machine it is ~1% of a torch matmul, larger than the
-  within-run standard error, so a rule built on within-run samples alone flags unchanged runs (see
-  ../shared/CPU-FACTS.md). It is estimated from the baseline's run medians, shrunk toward a prior
-  (``Rules.prior_noise``) when the baseline holds few runs, and it widens both the test and the interval.
-  The prior is the configured ``Rules.run_noise``, raised toward what the test's sibling baselines show on
-  this machine (``sibling_run_noise``): the other parameters of the same test function, same metric, pooled.
-  A baseline of two or three runs recorded minutes apart sees too little of a machine's drift; its siblings
-  together hold tens of degrees of freedom of it. Every committed CPU baseline (four VMs) showed 3.5-9% between
-  runs of a training step or a GEMM where the prior said 1.5%, and on the newest VM the main job read training
-  steps 9-13% slower, confirmed REGRESSED, with nothing changed. This is the moderated variance of Smyth's
-  empirical Bayes (limma, 2004) with the configured prior as a floor: back-to-back runs never lower it.
-
-REGRESSED needs both tests to agree, the change to exceed the threshold and the interval of the ratio to exclude
-no change (so the verdict never contradicts the interval printed beside it); PASS needs the whole confidence
-interval of the ratio inside the threshold band. Everything in between is AMBIGUOUS: not enough evidence
-either way. Run-to-run variance gets scale-free treatment by working on log medians.
-
-The between-run noise is the metric's own where its own evidence is exact: a figure whose baseline runs agree
-exactly (a count, a loss value, any deterministic figure), or whose every run is constant, has no between-run
-noise for a prior to stand in for (``exact_agreement``); it is judged on its own figures, so an unchanged one is
-PASS, not AMBIGUOUS for ever. The prior weighs only while a timing's own runs are few.
-
-A third source matters when the measurement is taken in another sitting than its baseline's runs
-(``sittings.group_sittings``: runs an hour or more apart): the machine's shift between sittings. The runs of one
-recording cannot show it, so it has a prior of its own (``Rules.sitting_noise``: 8% on the project's CPU, where
-the main job a day after its baseline read timings a median 8.8% slower with nothing changed), pooled with the
-spread of the sitting means when the baseline's runs span several sittings; the between-run noise is then the
-spread of runs around their own sitting's mean. The shift adds to the run-level test and the interval of a
-measurement in a new sitting, and to nothing else: a baseline recorded minutes before is judged as before.
-
-A measurement extended by sequential sampling (perf.measure) was looked at once per pooled round; its verdict
-spends alpha over the looks (``Rules.for_looks``: look j tests at alpha / j, so three looks stay below 1.83 alpha
-in all, a Bonferroni bound that needs no model of how the looks correlate).
+Owns ``Rules`` (the stored-baseline policy), ``estimate`` (an ``Estimate``: figures, no verdict; core/verdict/stored.py
+decides) and the noise model: within-run noise (Mann-Whitney U on the samples), between-run noise (run medians
+pooled with a prior that the test's siblings may raise, never lower), the shift between sittings and between
+machines. Invariants: pure (no pytest, no torch); ratios oriented so < 1 is worse; the same stored samples give the
+same figures (seeded bootstrap, memory bounded by BOOTSTRAP_SAMPLES). Imports only core/stats/; never a Verdict.
+Rationale: docs/design/stored-baseline-noise.md.
 """
 
 from __future__ import annotations
