@@ -21,7 +21,7 @@ from scipy import stats as scipy_stats
 __all__ = [
     "CurveCheck",
     "StepsCheck",
-    "StepsVerdict",
+    "StepsOutcome",
     "check_curve",
     "compare_steps",
     "olympic_mean",
@@ -141,7 +141,10 @@ def check_curve(
                       message=message)  # fmt: skip
 
 
-class StepsVerdict(str, enum.Enum):
+class StepsOutcome(str, enum.Enum):
+    """What the steps-to-target test found: a figure's reading, not a verdict (core/verdict/judge.py
+    ``STEPS_VERDICTS`` maps each to the Verdict it means)."""
+
     PASS = "PASS"
     SLOWER = "SLOWER"
     """Significantly more steps than the reference: a convergence regression."""
@@ -154,7 +157,7 @@ class StepsVerdict(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepsCheck:
-    verdict: StepsVerdict
+    outcome: StepsOutcome
     current_mean: float | None
     """Olympic mean of the current seeds' steps to target."""
     reference_mean: float | None
@@ -165,7 +168,7 @@ class StepsCheck:
 
     @property
     def passed(self) -> bool:
-        return self.verdict in (StepsVerdict.PASS, StepsVerdict.NO_REFERENCE)
+        return self.outcome in (StepsOutcome.PASS, StepsOutcome.NO_REFERENCE)
 
 
 def compare_steps(
@@ -189,7 +192,7 @@ def compare_steps(
     reached_ref = [float(s) for s in reference if s is not None]
     if len(reached_ref) < 2 or len(reached_ref) < len(reference):
         return StepsCheck(
-            verdict=StepsVerdict.NO_REFERENCE,
+            outcome=StepsOutcome.NO_REFERENCE,
             current_mean=None,
             reference_mean=None,
             reference_sd=None,
@@ -201,7 +204,7 @@ def compare_steps(
     mean_ref = float(np.mean(reached_ref))
     sd_ref = max(float(np.std(reached_ref, ddof=1)), sd_floor)
     if missing:
-        return StepsCheck(verdict=StepsVerdict.NOT_CONVERGED, current_mean=None, reference_mean=mean_ref,
+        return StepsCheck(outcome=StepsOutcome.NOT_CONVERGED, current_mean=None, reference_mean=mean_ref,
                           reference_sd=sd_ref, p_slower=None, p_faster=None,
                           message=f"seed(s) {missing} never reached the target within the step budget; the "
                                   f"reference seeds reached it in {mean_ref:.1f} steps on average")  # fmt: skip
@@ -216,17 +219,17 @@ def compare_steps(
     figures = (f"olympic mean {mean_cur:.1f} steps vs reference {mean_ref:.1f} ± {sd_ref:.1f} "
                f"({len(reached_ref)} seeds; {change:+.1%})")  # fmt: skip
     if p_slower < alpha and change > min_effect:
-        verdict = StepsVerdict.SLOWER
+        outcome = StepsOutcome.SLOWER
         message = f"converges slower: {figures}, one-sided t-test p={p_slower:.2g} < {alpha}"
     elif p_faster < alpha and change < -min_effect:
-        verdict = StepsVerdict.FASTER
+        outcome = StepsOutcome.FASTER
         message = (f"converges faster than the reference: {figures}, p={p_faster:.2g} < {alpha}; "
                    "the workload, data or loss may have changed (re-record the goldens if intended)")  # fmt: skip
     else:
-        verdict = StepsVerdict.PASS
+        outcome = StepsOutcome.PASS
         message = f"steps to target consistent with the reference: {figures}"
     return StepsCheck(
-        verdict=verdict,
+        outcome=outcome,
         current_mean=mean_cur,
         reference_mean=mean_ref,
         reference_sd=sd_ref,

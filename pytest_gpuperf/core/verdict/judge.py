@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pytest_gpuperf.core.stats import convergence
+from pytest_gpuperf.core.stats.convergence import StepsOutcome
 from pytest_gpuperf.core.stats.sittings import Sittings
 from pytest_gpuperf.core.stats.unpaired import Rules, exact_agreement
 from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, beyond_the_machine, not_comparable
@@ -28,6 +29,14 @@ Everything else (times, rates, and figures derived from them such as MFU or scal
 
 RULE_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.NO_BASELINE)
 """What a rule of its own may decide."""
+STEPS_VERDICTS = {
+    StepsOutcome.PASS: Verdict.PASS,
+    StepsOutcome.NO_REFERENCE: Verdict.PASS,
+    StepsOutcome.SLOWER: Verdict.REGRESSED,
+    StepsOutcome.FASTER: Verdict.REGRESSED,  # the workload, data or loss changed: MLPerf rejects it too
+    StepsOutcome.NOT_CONVERGED: Verdict.REGRESSED,
+}
+"""The Verdict each steps-to-target outcome means (core/stats/convergence.py finds the outcome)."""
 
 
 class Rule(Protocol):
@@ -82,8 +91,7 @@ class StepsToTarget:
                 "--gpuperf-save",
             )
         check = convergence.compare_steps(self.current, self.reference)
-        verdicts = {convergence.StepsVerdict.PASS: Verdict.PASS, convergence.StepsVerdict.NO_REFERENCE: Verdict.PASS}
-        return Decision(verdict=verdicts.get(check.verdict, Verdict.REGRESSED), reason=check.message)
+        return Decision(verdict=STEPS_VERDICTS[check.outcome], reason=check.message)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,7 +127,7 @@ class CurveMatch:
         curve = convergence.check_curve(self.current, self.reference, warmup=self.warmup, window=self.window)
         if missed:
             steps = convergence.compare_steps(self.current_steps, self.reference_steps)
-            if steps.verdict is convergence.StepsVerdict.NOT_CONVERGED:
+            if steps.outcome is StepsOutcome.NOT_CONVERGED:
                 return Decision(verdict=Verdict.REGRESSED, reason=f"{steps.message}; {curve.message}")
         return Decision(verdict=Verdict.PASS if curve.passed else Verdict.REGRESSED, reason=curve.message)
 
