@@ -1,8 +1,8 @@
 """`gpuperf compare BASE NEW`: every test and metric of two stacks, judged with the plugin's own statistics.
 
 BASE's runs play the baseline (each file one run, so a folder of several runs gives the between-run noise
-estimate its data); NEW's samples are pooled into the current run. The verdict is ``stats.compare``'s, so a
-row here means what the same row means in a pytest session.
+estimate its data); NEW's samples are pooled into the current run. The verdict is ``rejudge``'s
+(core/verdict/judge.py), so a row here means what the same row means in a pytest session.
 """
 
 from __future__ import annotations

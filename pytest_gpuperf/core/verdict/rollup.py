@@ -83,7 +83,7 @@ class Row:
     metric: str
     verdict: str
     ratio: float | None = None
-    """Oriented ratio (< 1 is worse), stats.compare's definition."""
+    """Oriented ratio (< 1 is worse), the stored-baseline comparison's definition (core/stats/unpaired.py)."""
     ci_low: float | None = None
     ci_high: float | None = None
     because: str | None = None
@@ -317,7 +317,7 @@ def _number(value: Any) -> float | None:
 
 
 def baseline_median(runs: Sequence[Sequence[float]]) -> float:
-    """The baseline figure the ratio is formed against: the median of the runs' medians (stats.compare), so a
+    """The baseline figure the ratio is formed against: the median of the runs' medians (core/stats/unpaired.py), so a
     printed ratio always matches the printed medians."""
     return float(statistics.median(statistics.median(run) for run in runs))
 
