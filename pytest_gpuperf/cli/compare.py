@@ -22,7 +22,7 @@ from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import Rules, summarize, with_siblings
 from pytest_gpuperf.core.verdict import rollup
 from pytest_gpuperf.core.verdict.judge import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, rejudge
-from pytest_gpuperf.core.verdict.vocabulary import Verdict
+from pytest_gpuperf.core.verdict.vocabulary import MEASURED, Verdict
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
@@ -144,7 +144,7 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
                 f"float range ({error}); check the units of both sides"
             ) from None
         judged_by = latest.context.get("judged_by")
-        if isinstance(judged_by, str) and latest.verdict in {v.value for v in Verdict}:
+        if isinstance(judged_by, str) and latest.verdict in MEASURED:
             row["judged_by"] = judged_by
         row.update(result.as_dict())
         row["comparison"] = ANOTHER_MACHINE if across else THIS_SITTING if sittings.joined else ANOTHER_SITTING

@@ -20,7 +20,7 @@ from pytest_gpuperf.core.stats.sittings import Sittings
 from pytest_gpuperf.core.stats.unpaired import Rules, exact_agreement
 from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, beyond_the_machine, not_comparable
 from pytest_gpuperf.core.verdict.stored import compare
-from pytest_gpuperf.core.verdict.vocabulary import CHANGES, Comparison, Decision, Verdict
+from pytest_gpuperf.core.verdict.vocabulary import CHANGES, MEASURED, Comparison, Decision, Verdict
 from pytest_gpuperf.machine.contention import MachineCheck, MachineState, judge_machine
 
 UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
@@ -326,7 +326,7 @@ def rejudge(
     ).comparison
     comparison = UNCONFIRMED.apply(comparison, context)
     judged_by = context.get("judged_by")
-    if isinstance(judged_by, str) and recorded_verdict in {v.value for v in Verdict}:
+    if isinstance(judged_by, str) and recorded_verdict in MEASURED:
         comparison = replace(
             comparison,
             verdict=Verdict(recorded_verdict),

@@ -24,6 +24,8 @@ class Verdict(str, enum.Enum):
 
 CHANGES = (Verdict.REGRESSED, Verdict.IMPROVED)
 """The verdicts that say a metric changed."""
+MEASURED = frozenset(verdict.value for verdict in Verdict if verdict is not Verdict.MISSING)
+"""The verdicts a session gives a metric it measured: what a results file may record for one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
