@@ -29,8 +29,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gpuperf.core.stats.paired import PairedRules, first_decision  # noqa: E402
-from pytest_gpuperf.core.stats.unpaired import Verdict  # noqa: E402
+from pytest_gpuperf.core.stats.paired import PairedRules  # noqa: E402
+from pytest_gpuperf.core.verdict.paired import first_decision  # noqa: E402
+from pytest_gpuperf.core.verdict.vocabulary import Verdict  # noqa: E402
 
 
 def noise(kind: str, sd: float, n: int, rng: np.random.Generator) -> np.ndarray:

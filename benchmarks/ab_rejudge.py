@@ -44,7 +44,8 @@ from pytest_gpuperf.ab.leave_out import (  # noqa: E402
 from pytest_gpuperf.ab.model import AbPlan  # noqa: E402
 from pytest_gpuperf.ab.reading import session_figure  # noqa: E402
 from pytest_gpuperf.core.config.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.core.stats.paired import PairedRules, judge, log_ratio  # noqa: E402
+from pytest_gpuperf.core.stats.paired import PairedRules, log_ratio  # noqa: E402
+from pytest_gpuperf.core.verdict.paired import judge  # noqa: E402
 from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation  # noqa: E402
 
 ENGINE = AbPlan(cmd_a=(), cmd_b=(), pytest_args=(), out_dir=Path())

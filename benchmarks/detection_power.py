@@ -37,7 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_gpuperf.core.config.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.core.stats.unpaired import Rules, Verdict, compare  # noqa: E402
+from pytest_gpuperf.core.stats.unpaired import Rules  # noqa: E402
+from pytest_gpuperf.core.verdict.stored import compare  # noqa: E402
+from pytest_gpuperf.core.verdict.vocabulary import Verdict  # noqa: E402
 
 PRODUCTS = 100
 LEVELS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.10)
@@ -119,7 +121,7 @@ def judge(data: dict[str, object], rules: Rules, *, normalise: bool = False) -> 
         print("--normalise: these samples were kept without the canary; measure again")
         return
     print(
-        f"\nrules: threshold {rules.delta:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
+        f"\nrules: threshold {rules.threshold:.1%}, alpha {rules.alpha}, run-noise prior {rules.run_noise:.1%}, "
         f"{data['baseline_runs']} baseline runs x {data['repeats']} repeats, {len(rounds)} rounds"
         + (", every run normalised by its canary" if normalise else "")
     )
@@ -187,7 +189,7 @@ def main() -> int:
 
     defaults = DEVICE_DEFAULTS["cpu"]
     rules = Rules(
-        delta=args.threshold / 100 if args.threshold else defaults["threshold"],
+        threshold=args.threshold / 100 if args.threshold else defaults["threshold"],
         noise_limit=defaults["noise_limit"],
         run_noise=args.run_noise / 100 if args.run_noise else defaults["run_noise"],
         **({"prior_runs": args.prior_runs} if args.prior_runs is not None else {}),

@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_gpuperf.core.config.settings import DEVICE_DEFAULTS  # noqa: E402
-from pytest_gpuperf.core.stats.unpaired import Rules, compare  # noqa: E402
+from pytest_gpuperf.core.stats.unpaired import Rules  # noqa: E402
+from pytest_gpuperf.core.verdict.stored import compare  # noqa: E402
 
 PRODUCTS = 100
 LEVELS = (0.0, 0.01, 0.02, 0.03, 0.05)
@@ -223,7 +224,7 @@ def report(data: dict[str, Any]) -> None:
     print("\nafter: most frequent NOISY reasons:", "; ".join(f"{r} ({n})" for r, n in reasons.most_common(4)))
 
     defaults = DEVICE_DEFAULTS["cpu"]
-    rules = Rules(delta=defaults["threshold"], noise_limit=defaults["noise_limit"], run_noise=defaults["run_noise"])
+    rules = Rules(threshold=defaults["threshold"], noise_limit=defaults["noise_limit"], run_noise=defaults["run_noise"])
     print("\ncanary normalisation (after's samples, same rules, no machine check, no confirmation):\n")
     print(
         "| slowdown | raw: REGRESSED / PASS / other | normalised: REGRESSED / PASS / other | median ratio raw, norm |"

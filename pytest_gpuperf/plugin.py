@@ -262,7 +262,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if state.unresolved:
             from pytest_gpuperf.core.session.report import unresolved_lines
 
-            for line in unresolved_lines(state.unresolved, state.rules().delta, width=120):
+            for line in unresolved_lines(state.unresolved, state.rules().threshold, width=120):
                 terminalreporter.write_line(line, yellow=True)
     for path, reason in state.save_failures:
         count = unwritten.get(path, 0)

@@ -24,7 +24,7 @@ from pytest_gpuperf.ab.pairs.protocol import session_argv
 from pytest_gpuperf.ab.reading import session_figure
 from pytest_gpuperf.cli import main as cli
 from pytest_gpuperf.cli.ab import table
-from pytest_gpuperf.core.stats.unpaired import Verdict
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 # -- the engine with scripted sessions -------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ JSON_VALUES = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
     max_leaves=6,
 )
-QUICK = Rules(delta=0.02, resamples=100)
+QUICK = Rules(threshold=0.02, resamples=100)
 
 
 def check(kind: str, data: bytes) -> None:

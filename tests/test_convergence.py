@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pytest_gpuperf.core.stats.convergence import (
-    StepsVerdict,
+    StepsOutcome,
     check_curve,
     compare_steps,
     olympic_mean,
@@ -90,37 +90,37 @@ def test_check_curve_refuses_what_it_cannot_judge() -> None:
 
 def test_steps_consistent_with_the_reference_pass() -> None:
     check = compare_steps([101, 98, 104, 99, 100], [100, 97, 103, 102, 99])
-    assert check.verdict is StepsVerdict.PASS and check.passed
+    assert check.outcome is StepsOutcome.PASS and check.passed
 
 
 def test_slower_convergence_is_flagged_with_its_statistics() -> None:
     check = compare_steps([125, 128, 130, 122, 160], [100, 97, 103, 102, 99])
-    assert check.verdict is StepsVerdict.SLOWER and not check.passed
+    assert check.outcome is StepsOutcome.SLOWER and not check.passed
     assert check.current_mean == pytest.approx(olympic_mean([125, 128, 130, 122, 160]))
     assert check.p_slower is not None and check.p_slower < 0.05 and "t-test" in check.message
 
 
 def test_much_faster_convergence_is_flagged_too() -> None:
     check = compare_steps([70, 72, 69], [100, 97, 103])
-    assert check.verdict is StepsVerdict.FASTER and not check.passed
+    assert check.outcome is StepsOutcome.FASTER and not check.passed
     assert "faster than the reference" in check.message
 
 
 def test_olympic_mean_ignores_one_outlier_seed() -> None:
-    assert compare_steps([99, 101, 300], [100, 98, 102, 101, 99]).verdict is StepsVerdict.PASS
+    assert compare_steps([99, 101, 300], [100, 98, 102, 101, 99]).outcome is StepsOutcome.PASS
 
 
 def test_identical_reference_steps_use_the_sd_floor() -> None:
     # deterministic reference (all 50): one step either way is not significant, ten steps are
-    assert compare_steps([51, 51, 51], [50, 50, 50]).verdict is StepsVerdict.PASS
-    assert compare_steps([60, 60, 60], [50, 50, 50]).verdict is StepsVerdict.SLOWER
+    assert compare_steps([51, 51, 51], [50, 50, 50]).outcome is StepsOutcome.PASS
+    assert compare_steps([60, 60, 60], [50, 50, 50]).outcome is StepsOutcome.SLOWER
 
 
 def test_a_seed_that_never_converges_fails_at_once() -> None:
     check = compare_steps([99, None, 101], [100, 98, 102])
-    assert check.verdict is StepsVerdict.NOT_CONVERGED and "[1]" in check.message
+    assert check.outcome is StepsOutcome.NOT_CONVERGED and "[1]" in check.message
 
 
 def test_no_reference_convergence_point_is_not_a_failure() -> None:
     check = compare_steps([99, 100, 101], [100, None, 102])
-    assert check.verdict is StepsVerdict.NO_REFERENCE and check.passed
+    assert check.outcome is StepsOutcome.NO_REFERENCE and check.passed

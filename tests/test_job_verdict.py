@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from pytest_gpuperf.core.session import report
-from pytest_gpuperf.core.stats.unpaired import NOT_AMONG, Rules, Verdict, compare, smallest_decided_change
+from pytest_gpuperf.core.stats.unpaired import Rules, smallest_decided_change
 from pytest_gpuperf.core.verdict import rollup
 from pytest_gpuperf.core.verdict.judge import ACROSS_UNMEASURED, runs_of_this_machine
+from pytest_gpuperf.core.verdict.stored import NOT_AMONG, compare
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.identity import named_identity, read_identity
 
 # MACHINE names the node (the pytest_gpuperf_machine hook); SLOW scales every sample of the test.
@@ -119,14 +121,14 @@ def test_identity_tells_machines_apart_and_a_vm_by_its_boot(tmp_path: Path) -> N
 def test_a_change_significant_alone_is_not_decided_among_many_metrics() -> None:
     baseline = [[1.0 + 0.002 * i + 0.004 * run for i in range(15)] for run in range(3)]
     now = [1.04 * v for v in baseline[1]]
-    alone = compare(now, baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.01))
+    alone = compare(now, baseline, higher_is_better=False, rules=Rules(threshold=0.02, run_noise=0.01))
     assert alone.verdict is Verdict.REGRESSED
-    among = compare(now, baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.01, family_size=400))
+    among = compare(now, baseline, higher_is_better=False, rules=Rules(threshold=0.02, run_noise=0.01, family_size=400))
     assert among.verdict is Verdict.AMBIGUOUS and NOT_AMONG in among.reason
     assert among.ratio == alone.ratio and among.p_worse == alone.p_worse  # the metric's own figures stay
-    big = compare([2 * v for v in now], baseline, higher_is_better=False, rules=Rules(delta=0.02, family_size=400))
+    big = compare([2 * v for v in now], baseline, higher_is_better=False, rules=Rules(threshold=0.02, family_size=400))
     assert big.verdict is Verdict.REGRESSED  # a change far beyond the noise is still decided
-    assert Rules(delta=0.02, family_size=400).for_looks(2).decisive_alpha == pytest.approx(0.01 / 400 / 2)
+    assert Rules(threshold=0.02, family_size=400).for_looks(2).decisive_alpha == pytest.approx(0.01 / 400 / 2)
 
 
 def test_the_job_counts_the_metrics_of_its_collected_tests(pytester: pytest.Pytester) -> None:
@@ -185,8 +187,8 @@ def test_saving_says_once_which_metrics_vary_more_than_the_threshold_resolves(
     huge = report.unresolved_lines([("t.py::a", "busbw", 9210.06), ("t.py::b", "busbw", 1.5)], 0.02, width=200)
     assert huge[-2:] == ["  t.py::a busbw: beyond 9,211x", "  t.py::b busbw: beyond 2.5x"]
     steady = [[1.0 + 0.001 * i + 0.0001 * run for i in range(15)] for run in range(3)]
-    assert smallest_decided_change(steady, Rules(delta=0.02, run_noise=0.001)) < 0.02
-    assert smallest_decided_change(steady[:1], Rules(delta=0.02)) is None
+    assert smallest_decided_change(steady, Rules(threshold=0.02, run_noise=0.001)) < 0.02
+    assert smallest_decided_change(steady[:1], Rules(threshold=0.02)) is None
 
 
 def test_an_injected_slowdown_is_never_saved(pytester: pytest.Pytester) -> None:

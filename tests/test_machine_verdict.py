@@ -18,8 +18,8 @@ from pytest_gpuperf.core.record.baseline_view import NoBaseline
 from pytest_gpuperf.core.record.gate import OpenGate
 from pytest_gpuperf.core.record.perf import Perf
 from pytest_gpuperf.core.session.session import GpuperfSession
-from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
 from pytest_gpuperf.core.store.baselines import MetricRun, NewMetric
+from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 from pytest_gpuperf.machine.contention import MachineState, TurnWaits
 
 RECORDED_NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

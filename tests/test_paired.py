@@ -14,15 +14,14 @@ from pytest_gpuperf.core.stats.paired import (
     calibrated_boundary,
     critical_value,
     crossing_rate,
-    first_decision,
-    judge,
     log_ratio,
     signed_rank_cdf,
     simulate_statistics,
     walsh_averages,
     walsh_interval,
 )
-from pytest_gpuperf.core.stats.unpaired import Verdict
+from pytest_gpuperf.core.verdict.paired import first_decision, judge
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 
 @pytest.mark.parametrize("n", [5, 9, 14])

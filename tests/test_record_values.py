@@ -319,7 +319,7 @@ def test_the_bootstrap_of_a_large_run_is_bounded_and_agrees_with_the_whole_one()
     from pytest_gpuperf.core.stats import unpaired as stats
 
     rng = np.random.default_rng(1)
-    rules = stats.Rules(delta=0.02, resamples=300)
+    rules = stats.Rules(threshold=0.02, resamples=300)
     base = [np.exp(rng.normal(0.0, 0.05, 20_000)), np.exp(rng.normal(0.0, 0.05, 20_000))]
     now = np.exp(rng.normal(0.01, 0.05, 20_000))
     tracemalloc.start()

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 
 from pytest_gpuperf.core.stats.sittings import Sittings, group_sittings, parse_date
-from pytest_gpuperf.core.stats.unpaired import Rules, Verdict, compare, pooled_run_noise, sitting_shift_noise
+from pytest_gpuperf.core.stats.unpaired import Rules, pooled_run_noise, sitting_shift_noise
+from pytest_gpuperf.core.verdict.stored import compare
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 RECORDING = ["2026-12-02T18:52:36+00:00", "2026-12-02T18:58:45+00:00", "2026-12-02T19:01:52+00:00"]
 NEXT_DAY = "2026-12-03T12:50:00+00:00"
-RULES = Rules(delta=0.02, run_noise=0.015, noise_limit=0.10, sitting_noise=0.08)
+RULES = Rules(threshold=0.02, run_noise=0.015, noise_limit=0.10, sitting_noise=0.08)
 
 
 def test_runs_minutes_apart_are_one_sitting_and_the_next_day_is_another() -> None:

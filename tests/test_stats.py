@@ -9,15 +9,15 @@ import pytest
 
 from pytest_gpuperf.core.stats.unpaired import (
     Rules,
-    Verdict,
-    compare,
     pooled_run_noise,
     samples_needed,
     sibling_run_noise,
     summarize,
 )
+from pytest_gpuperf.core.verdict.stored import compare
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
-RULES = Rules(delta=0.02, run_noise=0.005, noise_limit=0.10)
+RULES = Rules(threshold=0.02, run_noise=0.005, noise_limit=0.10)
 
 
 def runs_of(
@@ -76,7 +76,7 @@ def test_significant_but_smaller_than_delta_is_not_regressed() -> None:
     rng = np.random.default_rng(4)
     baseline = runs_of(rng, 1.0, runs=10, n=200, sd=0.001, run_sd=0.0005)
     current = runs_of(rng, 1.01, runs=1, n=200, sd=0.001, run_sd=0.0005)[0]
-    result = compare(current, baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.001))
+    result = compare(current, baseline, higher_is_better=False, rules=Rules(threshold=0.02, run_noise=0.001))
     assert result.p_worse < 0.01  # detectable ...
     assert result.verdict is Verdict.PASS  # ... but smaller than what matters, and the interval is inside the band
 
@@ -102,7 +102,7 @@ def test_between_run_noise_prevents_a_false_regression() -> None:
 
 
 def test_pooled_run_noise_tends_to_the_data_with_many_runs() -> None:
-    rules = Rules(delta=0.02, run_noise=0.01, prior_runs=4)
+    rules = Rules(threshold=0.02, run_noise=0.01, prior_runs=4)
     few, _ = pooled_run_noise(np.log([1.0, 1.0]), rules)
     many, dof = pooled_run_noise(np.log(np.exp(np.random.default_rng(0).normal(0, 0.03, 400))), rules)
     assert few < 0.01  # one degree of freedom of zero variance pulls the prior down a little
@@ -113,7 +113,7 @@ def test_pooled_run_noise_tends_to_the_data_with_many_runs() -> None:
 def test_false_positive_rate_under_noise_is_at_most_alpha() -> None:
     """Unchanged runs drawn from the model the rule assumes: flagged REGRESSED at most ~alpha of the time."""
     rng = np.random.default_rng(7)
-    rules = Rules(delta=0.01, run_noise=0.005, resamples=300)
+    rules = Rules(threshold=0.01, run_noise=0.005, resamples=300)
     flagged = 0
     trials = 300
     for _ in range(trials):
@@ -124,8 +124,8 @@ def test_false_positive_rate_under_noise_is_at_most_alpha() -> None:
 
 
 def test_minimum_samples_to_reach_alpha() -> None:
-    assert samples_needed(Rules(delta=0.02), 5) == 4  # 1/C(9,4) = 1/126 < 0.01; 3 vs 5 gives 1/56
-    assert samples_needed(Rules(delta=0.02), 20) == 2
+    assert samples_needed(Rules(threshold=0.02), 5) == 4  # 1/C(9,4) = 1/126 < 0.01; 3 vs 5 gives 1/56
+    assert samples_needed(Rules(threshold=0.02), 20) == 2
 
 
 @pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [[1.0]]])
@@ -135,8 +135,8 @@ def test_bad_samples_are_refused(bad: list) -> None:
 
 
 def test_rules_validate() -> None:
-    with pytest.raises(ValueError, match="delta"):
-        Rules(delta=2.0)
+    with pytest.raises(ValueError, match="threshold"):
+        Rules(threshold=2.0)
 
 
 def test_device_conditions_make_a_regression_noisy_and_keep_the_figures() -> None:
@@ -181,14 +181,14 @@ def test_too_few_samples_to_decide_say_so() -> None:
     ],
 )
 def test_an_unchanged_exact_figure_passes_not_ambiguous(current: list[float], baseline: list[list[float]]) -> None:
-    result = compare(current, baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.015))
+    result = compare(current, baseline, higher_is_better=False, rules=Rules(threshold=0.02, run_noise=0.015))
     assert result.verdict is Verdict.PASS, result
     assert result.run_noise == 0.0 and result.ratio == 1.0
     assert "exact figure" in result.reason
 
 
 def test_an_exact_figure_that_changed_beyond_the_threshold_is_decided() -> None:
-    rules = Rules(delta=0.02, run_noise=0.015)
+    rules = Rules(threshold=0.02, run_noise=0.015)
     worse = compare([420.0] * 5, [[400.0] * 5] * 3, higher_is_better=False, rules=rules)
     assert worse.verdict is Verdict.REGRESSED and worse.p_worse is not None and worse.p_worse < 0.01
     better = compare([380.0] * 5, [[400.0] * 5] * 3, higher_is_better=False, rules=rules)
@@ -200,7 +200,7 @@ def test_an_exact_figure_that_changed_beyond_the_threshold_is_decided() -> None:
 def test_exact_runs_at_different_values_use_their_own_spread() -> None:
     """Constant runs that differ from each other: a deterministic figure per run (a seed's loss), whose own
     between-run spread, not the prior, is the noise."""
-    rules = Rules(delta=0.02, run_noise=0.0001)
+    rules = Rules(threshold=0.02, run_noise=0.0001)
     result = compare([101.0] * 4, [[100.0] * 4, [104.0] * 4, [98.0] * 4], higher_is_better=False, rules=rules)
     assert result.run_noise == pytest.approx(float(np.std(np.log([100.0, 104.0, 98.0]), ddof=1)))
     assert result.verdict is Verdict.AMBIGUOUS  # ~3% spread of its own on 2 degrees of freedom decides nothing
@@ -210,7 +210,7 @@ def test_timings_still_shrink_toward_the_prior() -> None:
     """Runs that merely agree closely are timings, not exact figures: the prior still weighs."""
     rng = np.random.default_rng(11)
     baseline = runs_of(rng, 1.0, runs=2, sd=0.01, run_sd=0.0)
-    result = compare(baseline[0], baseline, higher_is_better=False, rules=Rules(delta=0.02, run_noise=0.015))
+    result = compare(baseline[0], baseline, higher_is_better=False, rules=Rules(threshold=0.02, run_noise=0.015))
     assert result.run_noise is not None and result.run_noise > 0.005
     assert "exact figure" not in result.reason
 
@@ -229,15 +229,15 @@ def test_sibling_run_noise_pools_the_siblings_that_can_lend_a_drift() -> None:
 
 
 def test_the_prior_is_raised_by_noisy_siblings_and_never_lowered_by_quiet_ones() -> None:
-    rules = Rules(delta=0.02, run_noise=0.015, prior_runs=4)
+    rules = Rules(threshold=0.02, run_noise=0.015, prior_runs=4)
     assert rules.prior_noise == 0.015
-    raised = Rules(delta=0.02, run_noise=0.015, prior_runs=4, sibling_noise=0.05, sibling_dof=36)
+    raised = Rules(threshold=0.02, run_noise=0.015, prior_runs=4, sibling_noise=0.05, sibling_dof=36)
     assert raised.prior_noise == pytest.approx(math.sqrt((4 * 0.015**2 + 36 * 0.05**2) / 40))
-    assert Rules(delta=0.02, run_noise=0.015, sibling_noise=0.002, sibling_dof=400).prior_noise == 0.015
-    thin = Rules(delta=0.02, run_noise=0.015, prior_runs=4, sibling_noise=0.05, sibling_dof=1)
+    assert Rules(threshold=0.02, run_noise=0.015, sibling_noise=0.002, sibling_dof=400).prior_noise == 0.015
+    thin = Rules(threshold=0.02, run_noise=0.015, prior_runs=4, sibling_noise=0.05, sibling_dof=1)
     assert 0.015 < thin.prior_noise < 0.03  # one sibling degree of freedom moves it a little, not to 5%
     with pytest.raises(ValueError):
-        Rules(delta=0.02, sibling_dof=-1)
+        Rules(threshold=0.02, sibling_dof=-1)
 
 
 def test_a_run_slower_by_what_its_siblings_drift_is_not_regressed_and_a_large_change_still_is() -> None:
@@ -246,11 +246,11 @@ def test_a_run_slower_by_what_its_siblings_drift_is_not_regressed_and_a_large_ch
     rng = np.random.default_rng(22)
     baseline = [list(m * np.exp(rng.normal(0, 0.01, 10))) for m in (1.0, 1.03)]
     slower = list(1.13 * np.exp(rng.normal(0, 0.01, 10)))
-    alone = Rules(delta=0.02, run_noise=0.015)
+    alone = Rules(threshold=0.02, run_noise=0.015)
     assert compare(slower, baseline, higher_is_better=False, rules=alone).verdict is Verdict.REGRESSED
     siblings = [runs_of(rng, 1.0, runs=3, sd=0.01, run_sd=0.05) for _ in range(12)]
     noise, dof = sibling_run_noise(siblings, alone)
-    moderated = Rules(delta=0.02, run_noise=0.015, sibling_noise=noise, sibling_dof=dof)
+    moderated = Rules(threshold=0.02, run_noise=0.015, sibling_noise=noise, sibling_dof=dof)
     result = compare(slower, baseline, higher_is_better=False, rules=moderated)
     assert result.verdict is Verdict.AMBIGUOUS
     assert "other parameters vary" in result.reason and "gpuperf ab" in result.reason
@@ -260,7 +260,7 @@ def test_a_run_slower_by_what_its_siblings_drift_is_not_regressed_and_a_large_ch
 
 
 def test_rules_for_looks_spend_alpha_and_coverage() -> None:
-    rules = Rules(delta=0.02, alpha=0.01, confidence=0.95)
+    rules = Rules(threshold=0.02, alpha=0.01, confidence=0.95)
     assert rules.for_looks(1) is rules
     three = rules.for_looks(3)
     assert three.alpha == pytest.approx(0.01 / 3) and three.confidence == pytest.approx(1 - 0.05 / 3)
@@ -307,10 +307,21 @@ def test_a_time_and_the_rate_of_the_same_samples_share_one_spread_and_one_verdic
     base_times = runs_of(rng, 1.0, runs=3)
     base_rates = [[1.0 / t for t in run] for run in base_times]
     raw_times, raw_rates = (float(np.subtract(*np.percentile(x, [75, 25])) / np.median(x)) for x in (times, rates))
-    rules = Rules(delta=0.10, run_noise=0.015, noise_limit=(raw_times + raw_rates) / 2)
+    rules = Rules(threshold=0.10, run_noise=0.015, noise_limit=(raw_times + raw_rates) / 2)
     assert raw_rates < rules.noise_limit < raw_times  # the figure the rule read before parted the two
     assert summarize(times).spread == pytest.approx(summarize(rates).spread, rel=1e-9)
     as_time = compare(times, base_times, higher_is_better=False, rules=rules)
     as_rate = compare(rates, base_rates, higher_is_better=True, rules=rules)
     assert as_time.verdict is as_rate.verdict is Verdict.REGRESSED
     assert as_time.ratio == pytest.approx(as_rate.ratio, rel=1e-3)  # an even count: a median averages two samples
+
+
+def test_both_policies_share_one_threshold() -> None:
+    from pytest_gpuperf.core.stats.paired import PairedRules
+    from pytest_gpuperf.core.stats.thresholds import Thresholds
+
+    for rules in (Rules(threshold=0.03), PairedRules(threshold=0.03)):
+        assert isinstance(rules, Thresholds) and rules.threshold == 0.03
+        assert rules.band == pytest.approx((math.log(0.97), math.log(1.03)))
+    with pytest.raises(ValueError, match="threshold must be a fraction"):
+        PairedRules(threshold=0)

@@ -12,8 +12,8 @@ from session_settings import cpu_settings, this_machine
 
 from pytest_gpuperf.core.record.perf import Perf
 from pytest_gpuperf.core.session.session import GpuperfSession
-from pytest_gpuperf.core.stats.unpaired import Verdict
 from pytest_gpuperf.core.store.baselines import MetricRun, NewMetric
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.telemetry import TelemetrySample, TelemetryTrace, TelemetryUnavailable
 
 RECORDED_NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from pytest_gpuperf.core.stats.unpaired import Rules, Verdict
+from pytest_gpuperf.core.stats.unpaired import Rules
 from pytest_gpuperf.core.verdict.judge import CurveMatch, External, StepsToTarget, judge
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
-RULES = Rules(delta=0.02, noise_limit=0.10, run_noise=0.01)
+RULES = Rules(threshold=0.02, noise_limit=0.10, run_noise=0.01)
 
 
 def _curves(offset: float, seeds: int = 3) -> list[list[float]]:
@@ -101,3 +102,65 @@ def test_a_failed_convergence_check_keeps_the_tests_throughput_metrics(
     assert set(judged) == {"tokens_per_s", "final_loss"}  # the throughput is judged and kept beside it
     assert judged["final_loss"]["verdict"] == "REGRESSED"
     assert judged["final_loss"]["context"]["judged_by"].startswith("loss curve vs golden band")
+
+
+def test_the_figures_and_the_rule_are_two_steps_whose_composition_is_compare() -> None:
+    from pytest_gpuperf.core.stats.unpaired import estimate
+    from pytest_gpuperf.core.verdict.stored import compare, decide
+
+    samples = [1.0 + 0.001 * i for i in range(10)]
+    for current in (samples, [1.5 * s for s in samples], [0.7 * s for s in samples]):
+        figures = estimate(current, [samples, samples], higher_is_better=False, rules=RULES)
+        assert figures is not None and not hasattr(figures, "verdict")  # an estimator returns figures only
+        decided = decide(figures, rules=RULES)
+        assert decided == compare(current, [samples, samples], higher_is_better=False, rules=RULES)
+        assert decide(figures, rules=RULES, conditions="clocks fell").verdict is Verdict.NOISY
+    assert estimate(samples, [], higher_is_better=False, rules=RULES) is None
+    assert decide(None, rules=RULES).verdict is Verdict.NO_BASELINE
+
+
+def test_one_vocabulary_holds_missing_with_the_strings_users_see() -> None:
+    assert Verdict.MISSING.value == "MISSING" and Verdict("MISSING") is Verdict.MISSING
+    assert [v.value for v in Verdict] == [
+        "PASS", "REGRESSED", "IMPROVED", "NOISY", "AMBIGUOUS", "NO_BASELINE", "MISSING"
+    ]  # fmt: skip
+
+
+def test_the_not_comparable_checks_return_a_reason_or_none_in_their_stated_order() -> None:
+    from pytest_gpuperf.core.verdict.checks import DeviceClocks, Unjudgeable, not_comparable
+
+    clocks = {"clock_check": {"comparable": False, "detail": "SM clock 1410 MHz < 90% of baseline 1980 MHz"}}
+    assert Unjudgeable().check({}) is None and DeviceClocks().check({}) is None
+    assert DeviceClocks().check({"clock_check": {"comparable": True, "detail": "fine"}}) is None
+    assert not_comparable({}) is None
+    both = not_comparable({**clocks, "unjudgeable": "p99 of 24 requests"})
+    assert both == (
+        "p99 of 24 requests; measured under different device conditions (SM clock 1410 MHz < 90% of baseline 1980 MHz)"
+    )
+
+
+def test_rejudge_reads_the_sessions_facts_back_as_the_session_decided() -> None:
+    from pytest_gpuperf.core.verdict.judge import rejudge
+
+    samples = [1.0 + 0.001 * i for i in range(10)]
+    slower = [1.5 * s for s in samples]
+    plain = rejudge(slower, [samples, samples], [{}, {}], context={}, unit="s", higher_is_better=False, rules=RULES)
+    assert plain == judge(slower, [samples, samples], higher_is_better=False, rules=RULES)
+    assert plain.verdict is Verdict.REGRESSED
+    unconfirmed = rejudge(
+        slower, [samples, samples], [{}, {}], context={"unconfirmed_regression": 2}, unit="s",
+        higher_is_better=False, rules=RULES,
+    )  # fmt: skip
+    assert unconfirmed.verdict is Verdict.AMBIGUOUS and unconfirmed.reason.startswith(
+        "REGRESSED, but the session's attempt 1 did not regress: not confirmed; "
+    )
+    noisy = rejudge(
+        slower, [samples, samples], [{}, {}], context={"unjudgeable": "too few"}, unit="s", higher_is_better=False,
+        rules=RULES,
+    )  # fmt: skip
+    assert noisy.verdict is Verdict.NOISY and noisy.reason.startswith("too few; not judged")
+    kept = rejudge(
+        slower, [samples, samples], [{}, {}], context={"judged_by": "steps"}, unit="s", higher_is_better=False,
+        rules=RULES, recorded_verdict="PASS", recorded_reason="",
+    )  # fmt: skip
+    assert kept.verdict is Verdict.PASS and kept.reason == "steps: recorded verdict" and kept.ratio == plain.ratio

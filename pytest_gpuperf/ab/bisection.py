@@ -30,7 +30,7 @@ from pytest_gpuperf.ab.builders import Builder, BuildError, Stack, mixed_stack
 from pytest_gpuperf.ab.engine import run_ab
 from pytest_gpuperf.ab.model import AbError, AbPlan, AbResult
 from pytest_gpuperf.ab.pairs.sequential import SessionRunner, subprocess_runner
-from pytest_gpuperf.core.stats.unpaired import Verdict
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 BISECT_SCHEMA = "gpuperf-bisect/1"
 

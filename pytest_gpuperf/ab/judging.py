@@ -13,8 +13,9 @@ from pytest_gpuperf.ab.leave_out import left_out, rules_for
 from pytest_gpuperf.ab.model import AbPlan, AbResult, MetricOutcome, PairRecord
 from pytest_gpuperf.ab.reading import session_metrics
 from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
-from pytest_gpuperf.core.stats.paired import PairedRules, judge, log_ratio
-from pytest_gpuperf.core.stats.unpaired import Verdict
+from pytest_gpuperf.core.stats.paired import PairedRules, log_ratio
+from pytest_gpuperf.core.verdict.paired import judge
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 
 def rules_from(plan: AbPlan, pair: PairRecord) -> PairedRules:

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.core.stats.paired import PairedJudgement, PairedRules
-from pytest_gpuperf.core.stats.unpaired import Verdict
+from pytest_gpuperf.core.stats.paired import PairedRules
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.schema import SchemaError
+from pytest_gpuperf.core.verdict.paired import PairedJudgement
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 AB_SCHEMA = "gpuperf-ab/2"

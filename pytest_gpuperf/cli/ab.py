@@ -40,7 +40,7 @@ from pytest_gpuperf.ab.model import (
 from pytest_gpuperf.ab.turns import PINNED, UNPINNED, pinned_by_default, turns_by_default
 from pytest_gpuperf.cli.loading import InputError, junit_address
 from pytest_gpuperf.cli.output import printable, write_text
-from pytest_gpuperf.core.stats.unpaired import Verdict
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 WIDTH = 120
 EXIT_NOTHING_COMPARED = 3

@@ -1,8 +1,8 @@
 """`gpuperf compare BASE NEW`: every test and metric of two stacks, judged with the plugin's own rules.
 
 BASE's runs play the baseline (each file one run, so a folder of several runs gives the between-run noise
-estimate its data); NEW's samples are pooled into the current run. The verdict comes from core/verdict/, the
-call the session makes, so a row here means what the same row means in a pytest session.
+estimate its data); NEW's samples are pooled into the current run. The verdict is ``rejudge``'s
+(core/verdict/judge.py), so a row here means what the same row means in a pytest session.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
 from pytest_gpuperf.core.stats.sittings import group_sittings
-from pytest_gpuperf.core.stats.unpaired import Rules, Verdict, summarize, with_siblings
+from pytest_gpuperf.core.stats.unpaired import Rules, summarize, with_siblings
 from pytest_gpuperf.core.verdict import rollup
-from pytest_gpuperf.core.verdict.judge import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, judge_on_machine
+from pytest_gpuperf.core.verdict.judge import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, rejudge
+from pytest_gpuperf.core.verdict.vocabulary import MEASURED, Verdict
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
-MISSING = "MISSING"
+MISSING = Verdict.MISSING.value
 """A metric BASE has and NEW lacks (the test was removed, skipped or failed before measuring)."""
 
 COLUMNS = (
@@ -65,7 +66,7 @@ def rules_for(base: Side, given: Thresholds) -> Rules:
         return default
 
     return Rules(
-        delta=pick(given.threshold, "threshold", CPU_DEFAULTS["threshold"]),
+        threshold=pick(given.threshold, "threshold", CPU_DEFAULTS["threshold"]),
         noise_limit=pick(given.noise_limit, "noise_limit", CPU_DEFAULTS["noise_limit"]),
         run_noise=pick(given.run_noise, "run_noise", CPU_DEFAULTS["run_noise"]),
         sitting_noise=pick(given.sitting_noise, "sitting_noise", CPU_DEFAULTS["sitting_noise"], zero=True),
@@ -80,22 +81,10 @@ def machine_checked(new: Side) -> bool:
     return all(run.settings.get("machine_check", "on") == "on" for run in new.runs)
 
 
-def session_conditions(context: dict[str, Any]) -> str | None:
-    """Why the session could not judge NEW's samples, from what it recorded (a metric's own ``unjudgeable``, the
-    device's clock check), so a row here gets the same NOISY the session gave it."""
-    reasons = []
-    if isinstance(context.get("unjudgeable"), str):
-        reasons.append(context["unjudgeable"])
-    check = context.get("clock_check")
-    if isinstance(check, dict) and check.get("comparable") is False:
-        reasons.append(f"measured under different device conditions ({check.get('detail', 'clocks differ')})")
-    return "; ".join(reasons) or None
-
-
 def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
-    """One row per test and metric. The verdict is the session's: ``stats.compare`` with the same rules and the
-    conditions the session recorded, and a verdict another rule gave (``judged_by``: the convergence test of
-    steps to target) is kept, never re-judged as a timing. The medians shown are the ones the ratio is formed
+    """One row per test and metric. The verdict is the session's: ``rejudge`` (core/verdict/judge.py) with the same
+    rules and the facts the session recorded, and a verdict another rule gave (``judged_by``: the convergence test
+    of steps to target) is kept, never re-judged as a timing. The medians shown are the ones the ratio is formed
     from (NEW's pooled samples, the median of BASE's run medians)."""
     rows = []
     both = [key for key in base.keys() if new.metric_runs(key)]
@@ -135,7 +124,7 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
         try:
             # numpy's overflow is an error here, not a warning on stderr beside a verdict computed from inf
             with np.errstate(over="raise", invalid="raise"):
-                result = judge_on_machine(  # the session's rule, machine state included (core/verdict/judge.py)
+                result = rejudge(  # the session's rule, checks and confirmation included (core/verdict/judge.py)
                     current,
                     [run.samples for run in base_runs],
                     [run.context for run in base_runs],
@@ -143,32 +132,19 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
                     unit=sample.unit,
                     higher_is_better=sample.higher_is_better,
                     rules=with_siblings(rules, base.sibling_samples(key)),  # the session's prior
-                    conditions=session_conditions(latest.context),
                     machine_check=machine_checked(new),
                     sittings=(sittings := group_sittings(base_dates, new.metric_dates(key)[-1])),
                     across_machines=across,
-                ).comparison
+                    recorded_verdict=latest.verdict,
+                    recorded_reason=latest.comparison.get("reason"),
+                )
         except (ValueError, OverflowError, FloatingPointError) as error:  # medians <= 0; beyond float range
             raise InputError(
                 f"{new.source}: test {quote(sample.test)} metric {quote(sample.metric)}: cannot form a ratio within "
                 f"float range ({error}); check the units of both sides"
             ) from None
-        unconfirmed = latest.context.get("unconfirmed_regression")
-        if result.verdict is Verdict.REGRESSED and isinstance(unconfirmed, int) and not isinstance(unconfirmed, bool):
-            result = replace(  # the session's confirmation rule: a regression one attempt did not repeat
-                result,
-                verdict=Verdict.AMBIGUOUS,
-                reason=f"REGRESSED, but the session's attempt {unconfirmed - 1} did not regress: not confirmed; "
-                + result.reason,
-            )
         judged_by = latest.context.get("judged_by")
-        if isinstance(judged_by, str) and latest.verdict in {v.value for v in Verdict}:
-            recorded = latest.comparison.get("reason")
-            result = replace(
-                result,
-                verdict=Verdict(latest.verdict),
-                reason=recorded if isinstance(recorded, str) and recorded else f"{judged_by}: recorded verdict",
-            )
+        if isinstance(judged_by, str) and latest.verdict in MEASURED:
             row["judged_by"] = judged_by
         row.update(result.as_dict())
         row["comparison"] = ANOTHER_MACHINE if across else THIS_SITTING if sittings.joined else ANOTHER_SITTING
@@ -216,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     notes = [
         f"BASE {base.source}: {len(base.runs)} run(s) on {base.hardware_slug}; NEW {new.source}: {len(new.runs)} "
         f"run(s) on {new.hardware_slug}",
-        f"threshold {rules.delta:.1%}, alpha {rules.alpha}, noise limit {rules.noise_limit:.0%}, between-run "
+        f"threshold {rules.threshold:.1%}, alpha {rules.alpha}, noise limit {rules.noise_limit:.0%}, between-run "
         f"noise prior {rules.run_noise:.2%}, shift between sittings {rules.sitting_noise:.2%} (where NEW was "
         "measured an hour or more from BASE's runs); ratio < 1 is worse",
     ]

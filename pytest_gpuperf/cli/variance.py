@@ -33,7 +33,10 @@ from pytest_gpuperf.cli.runs_needed import (
 from pytest_gpuperf.cli.signing import PublicKey, trusted_bundle, trusted_keys
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats.unpaired import Rules, pooled_run_noise, ratio_interval, with_siblings
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
+MISSING = Verdict.MISSING.value
+"""A workload the reference holds and the submission lacks."""
 CONFIDENCE = 0.90
 DEFAULT_RUN_NOISE = 0.005
 
@@ -65,7 +68,7 @@ def equivalence(
     prior; the submission's median carries it divided by sqrt(runs), so a partner's runs, unlike its repeats,
     narrow the interval. With one submission run this is the session's model unchanged."""
     higher = reference[0].higher_is_better
-    rules = with_siblings(Rules(delta=tolerance, confidence=CONFIDENCE, run_noise=run_noise), siblings)
+    rules = with_siblings(Rules(threshold=tolerance, confidence=CONFIDENCE, run_noise=run_noise), siblings)
     ref_runs = [np.asarray(run.samples, dtype=float) for run in reference]
     sub_runs = [np.asarray(run.samples, dtype=float) for run in submission]
     current = np.concatenate(sub_runs)
@@ -174,7 +177,7 @@ def evaluate(reference: Side, submissions: list[Side], *, tolerance: float, run_
                 "hardware": submission.hardware_slug,
             }
             if not sub_runs:
-                row.update(verdict="MISSING", detail="the submission has no such workload")
+                row.update(verdict=MISSING, detail="the submission has no such workload")
             else:
                 try:
                     with np.errstate(over="raise", invalid="raise"):
@@ -308,7 +311,7 @@ def partner_summary(
         (row for row in own if row["verdict"] == "FAIL" or row.get("goal") == "FAIL"),
         key=lambda row: row["verdict"] != "FAIL",
     )
-    missing = [row for row in own if row["verdict"] == "MISSING"]
+    missing = [row for row in own if row["verdict"] == MISSING]
     open_ = [row for row in own if row["verdict"] == "INCONCLUSIVE" and row not in failed]
     if failed:
         row = failed[0]
@@ -318,7 +321,7 @@ def partner_summary(
         )
         return {**summary, "verdict": row["verdict"], "detail": detail}
     if missing:
-        return {**summary, "verdict": "MISSING", "detail": f"{_workload(missing[0])} is missing: rerun it"}
+        return {**summary, "verdict": MISSING, "detail": f"{_workload(missing[0])} is missing: rerun it"}
     if not open_:
         return {**summary, "verdict": "PASS", "detail": f"already within {band} on all {len(own)} workload(s)"}
     stuck = [row for row in open_ if row.get("runs_needed") is None]

@@ -827,38 +827,3 @@ def judge_machine(current: MachineState | None, baseline: Sequence[MachineState 
         slower_now=slower_now,
         slower_then=slower_then,
     )
-
-
-def beyond_the_machine(
-    verdict: str, ci_low: float | None, ci_high: float | None, check: MachineCheck, threshold: float
-) -> str | None:
-    """Why a verdict stands although the machine's state differed, or None when the machine could explain it.
-
-    A machine the canary shows slower by a factor f makes a metric look worse, never better, by up to
-    f ** CANARY_EXPLAINS_POWER: a REGRESSED whose whole interval stays beyond the threshold after giving the metric
-    back that much is more than the machine explains, and an IMPROVED is what a slower machine cannot fake. The
-    same holds mirrored for a baseline recorded on a slower machine. Contention seen any other way (steal,
-    run-queue wait) has no such bound, so it decides nothing here. Ratios are oriented so that < 1 is worse."""
-    if ci_low is None or ci_high is None:
-        return None
-    if check.slower_now is not None and check.baseline is None:
-        factor = check.slower_now
-        explained = factor**CANARY_EXPLAINS_POWER
-        if verdict == "REGRESSED" and ci_high * explained < 1 - threshold:
-            return (
-                f"the machine is {factor:.2f}x slower now (canary), which explains up to {explained:.2f}x; the "
-                "change is larger than that"
-            )
-        if verdict == "IMPROVED":
-            return f"better although the machine is {factor:.2f}x slower now (canary)"
-    if check.slower_then is not None and check.current is None:
-        factor = check.slower_then
-        explained = factor**CANARY_EXPLAINS_POWER
-        if verdict == "IMPROVED" and ci_low / explained > 1 + threshold:
-            return (
-                f"the baseline's machine was {factor:.2f}x slower (canary), which explains up to {explained:.2f}x; "
-                "the change is larger than that"
-            )
-        if verdict == "REGRESSED":
-            return f"worse although the baseline's machine was {factor:.2f}x slower (canary)"
-    return None

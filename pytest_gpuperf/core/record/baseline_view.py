@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pytest_gpuperf.core.record.perf import MetricRecord
-    from pytest_gpuperf.core.stats.unpaired import Comparison
     from pytest_gpuperf.core.store.baselines import Curve
+    from pytest_gpuperf.core.verdict.vocabulary import Comparison
     from pytest_gpuperf.machine.contention import MachineState
     from pytest_gpuperf.machine.telemetry import TelemetrySummary
 

@@ -18,11 +18,12 @@ import pytest
 
 from pytest_gpuperf.core.record.baseline_view import NO_BASELINE, BaselineView
 from pytest_gpuperf.core.record.gate import OPEN, Gate
-from pytest_gpuperf.core.stats.unpaired import Verdict, summarize
+from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.baselines import Curve, NotStorable
 from pytest_gpuperf.core.store.schema import SchemaError
 from pytest_gpuperf.core.verdict.judge import DEVICE_CLOCK, RULE_VERDICTS, External, Rule
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.contention import MachineState, MachineWindow, TurnWaits, judge_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 

@@ -167,7 +167,8 @@ def _judge_again(
 
 def unconfirmable(results: list[MetricResult], why: str, attempt: int) -> list[MetricResult]:
     """The results when no confirmation could be made: a REGRESSED metric is AMBIGUOUS, saying why."""
-    from pytest_gpuperf.core.stats.unpaired import Verdict
+    from pytest_gpuperf.core.verdict.checks import UNCONFIRMED
+    from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
     for result in results:
         if result.verdict is Verdict.REGRESSED:
@@ -175,8 +176,7 @@ def unconfirmable(results: list[MetricResult], why: str, attempt: int) -> list[M
             result.comparison = replace(
                 result.comparison,
                 verdict=Verdict.AMBIGUOUS,
-                reason=f"REGRESSED in attempt {attempt - 1}, could not be confirmed ({why}); "
-                + result.comparison.reason,
+                reason=f"{UNCONFIRMED.not_confirmable(attempt, why)}; {result.comparison.reason}",
             )
     return results
 

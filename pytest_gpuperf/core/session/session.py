@@ -25,9 +25,7 @@ from pytest_gpuperf.core.record.perf import MetricRecord, Perf
 from pytest_gpuperf.core.session.turns import TakingTurns, Turns
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import (
-    Comparison,
     Rules,
-    Verdict,
     exact_agreement,
     smallest_decided_change,
     summarize,
@@ -48,6 +46,7 @@ from pytest_gpuperf.core.store.baselines import (
 )
 from pytest_gpuperf.core.store.results import MetricResult
 from pytest_gpuperf.core.store.schema import SchemaError, non_finite
+from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, not_comparable
 from pytest_gpuperf.core.verdict.judge import (
     ANOTHER_MACHINE,
     ANOTHER_SITTING,
@@ -58,6 +57,7 @@ from pytest_gpuperf.core.verdict.judge import (
     runs_of_this_machine,
 )
 from pytest_gpuperf.core.verdict.rollup import machine_note
+from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 from pytest_gpuperf.machine.contention import MachineState
 from pytest_gpuperf.machine.fingerprint import Fingerprint, LazyFingerprint, stack_changes
 from pytest_gpuperf.machine.telemetry import (
@@ -186,7 +186,7 @@ class GpuperfSession:
 
     def rules(self) -> Rules:
         return Rules(
-            delta=self.settings.for_device(self.device, "threshold"),
+            threshold=self.settings.for_device(self.device, "threshold"),
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
             run_noise=self.settings.for_device(self.device, "run_noise"),
             sitting_noise=self.settings.for_device(self.device, "sitting_noise"),
@@ -270,9 +270,9 @@ class GpuperfSession:
         if mine is not None:  # this machine's own runs are the comparison; another machine's are not its noise
             stored = [stored[index] for index in mine]
         runs = [run.samples for run in stored]
-        context, conditions = self._check_conditions(nodeid, metric.name, metric.context, bool(runs))
-        if metric.unjudgeable:
-            conditions = "; ".join(filter(None, (metric.unjudgeable, conditions)))
+        context = self._check_conditions(nodeid, metric.name, metric.context, bool(runs))
+        # the checks read the context the results keep, so `gpuperf compare` reading them finds the same reasons
+        conditions = not_comparable({**context, "unjudgeable": metric.unjudgeable})
         sittings = group_sittings(
             [run.date for run in stored], dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         )
@@ -394,27 +394,20 @@ class GpuperfSession:
         mine = runs_of_this_machine(self.fingerprint.machine_id, [run.context for run in stored]) or []
         rules = self.sibling_rules(nodeid, metric.name)
         smallest = smallest_decided_change([*(stored[i].samples for i in mine), metric.samples], rules)
-        if smallest is not None and smallest > rules.delta:
+        if smallest is not None and smallest > rules.threshold:
             self.unresolved.append((nodeid, metric.name, smallest))
 
     def suspects_regression(self, results: list[MetricResult]) -> bool:
         return self.settings.gating and any(result.verdict is Verdict.REGRESSED for result in results)
 
-    def _check_conditions(
-        self, nodeid: str, name: str, context: dict[str, Any], has_baseline: bool
-    ) -> tuple[dict[str, Any], str | None]:
-        """The device conditions of a measurement against its baseline's: (context with the check, why not
-        comparable or None). A measurement without telemetry is not checked."""
+    def _check_conditions(self, nodeid: str, name: str, context: dict[str, Any], has_baseline: bool) -> dict[str, Any]:
+        """The context with the device conditions of a measurement against its baseline's (``clock_check``, that
+        core/verdict/checks.py ``DeviceClocks`` reads). A measurement without telemetry is not checked."""
         stored = context.get("telemetry")
         if not isinstance(stored, dict):
-            return context, None
+            return context
         baseline = self.baseline_telemetry(nodeid, name) if has_baseline else None
-        check = check_conditions(stored, baseline)
-        problem = check.problem
-        return (
-            {**context, "clock_check": check.as_dict()},
-            None if problem is None else f"measured under different device conditions ({problem})",
-        )
+        return {**context, "clock_check": check_conditions(stored, baseline).as_dict()}
 
     def failing(self, results: list[MetricResult]) -> list[MetricResult]:
         if not self.settings.gating:
@@ -603,15 +596,12 @@ def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: i
             note = f" (confirmed in {attempt} attempts)"
             result.comparison = replace(result.comparison, reason=result.comparison.reason + note)
         elif now:
-            # recorded as a fact, so `gpuperf compare` reading the results applies the same rule
+            # recorded as a fact, so `gpuperf compare` reading the results applies the same rule (UNCONFIRMED)
             result.context = {**result.context, "unconfirmed_regression": attempt}
             result.comparison = replace(
                 result.comparison,
                 verdict=Verdict.AMBIGUOUS,
-                reason=(
-                    f"REGRESSED in attempt {attempt} but not in attempt {attempt - 1}: not confirmed; "
-                    + result.comparison.reason
-                ),
+                reason=f"{UNCONFIRMED.not_repeated(attempt)}; {result.comparison.reason}",
             )
         elif was:
             result.comparison = replace(

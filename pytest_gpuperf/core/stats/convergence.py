@@ -1,31 +1,11 @@
-"""Convergence statistics: pure functions on loss curves from several seeds (no pytest, no torch); core/verdict/judge.py
-turns their results into verdicts.
+"""Convergence statistics: pure functions on loss curves from several seeds (no pytest, no torch).
 
-Two checks, each against reference runs of the same workload on several seeds:
-
-* **Loss curve vs golden** (:func:`check_curve`). Megatron-LM's functional tests keep golden loss values per
-  platform and derive their tolerance from the spread of repeated runs rather than a fixed percentage; this
-  does the same per step. After a warm-up, every curve is smoothed with a trailing mean of ``window`` steps;
-  at each step the reference seeds give a mean ``m`` and a standard deviation ``s``; the current seeds' mean
-  must lie within ``m ± max(k · s · sqrt(1/n_ref + 1/n_cur), floor)``: the difference-of-means interval of a
-  two-sample t statistic, ``k`` the two-sided ``alpha`` quantile of Student's t with ``n_ref - 1`` degrees of
-  freedom (few seeds give a poor sd estimate; the t quantile pays for it), with ``alpha`` split (Bonferroni)
-  among the ``window``-step stretches of the curve, which are roughly independent tests. Smoothing makes
-  neighbouring steps share evidence instead of testing every noisy step alone. The ``floor`` (a relative
-  fraction of the loss, plus an absolute term) stops a reference whose seeds agree to the last bit (a
-  deterministic CPU run) from demanding bit-exact reproduction. The batches of a step are the same for every
-  seed (the corpus is a function of the step), so the seeds differ only by initialisation and the band is
-  tight where training is deterministic in the data.
-* **Steps to target** (:func:`compare_steps`), as MLPerf Training's reference convergence points (RCP) check
-  does (mlcommons/logging, ``mlperf_logging/rcp_checker``): the olympic mean of the current seeds (drop the
-  best and the worst) is compared with the reference seeds' mean by a one-sided t-test at ``alpha``. RCP only
-  rejects runs that converge significantly *faster* than the reference (a sign the workload changed); a
-  regression gate also rejects significantly *slower* convergence. A seed that never reaches the target,
-  where the reference seeds all did, fails at once.
-
-The target itself is never guessed: it is the corpus's exact loss floor plus a margin (see
-``pytest_gpuperf.training.corpus``), and :func:`steps_to_target` finds the first step whose smoothed loss reaches it.
-Non-finite losses never get here: the training loop raises at the step they appear (``NonFiniteLoss``).
+Owns ``check_curve`` (the seeds' smoothed loss curve against the golden band of the reference seeds, a per-step
+t interval with a floor), ``compare_steps`` (steps to target, MLPerf's olympic-mean one-sided t-test, which also
+rejects converging significantly faster), ``steps_to_target`` and ``smooth``. Invariants: step i depends only on
+steps <= i; the target is never guessed (the corpus's loss floor plus a margin). Its checks say PASS, SLOWER,
+FASTER, NOT_CONVERGED or NO_REFERENCE of the steps; core/verdict/judge.py (``StepsToTarget``, ``CurveMatch``)
+turns them into Verdicts. Imports only core/stats/. Rationale: docs/design/convergence-checks.md.
 """
 
 from __future__ import annotations
@@ -41,7 +21,7 @@ from scipy import stats as scipy_stats
 __all__ = [
     "CurveCheck",
     "StepsCheck",
-    "StepsVerdict",
+    "StepsOutcome",
     "check_curve",
     "compare_steps",
     "olympic_mean",
@@ -161,7 +141,10 @@ def check_curve(
                       message=message)  # fmt: skip
 
 
-class StepsVerdict(str, enum.Enum):
+class StepsOutcome(str, enum.Enum):
+    """What the steps-to-target test found: a figure's reading, not a verdict (core/verdict/judge.py
+    ``STEPS_VERDICTS`` maps each to the Verdict it means)."""
+
     PASS = "PASS"
     SLOWER = "SLOWER"
     """Significantly more steps than the reference: a convergence regression."""
@@ -174,7 +157,7 @@ class StepsVerdict(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepsCheck:
-    verdict: StepsVerdict
+    outcome: StepsOutcome
     current_mean: float | None
     """Olympic mean of the current seeds' steps to target."""
     reference_mean: float | None
@@ -185,7 +168,7 @@ class StepsCheck:
 
     @property
     def passed(self) -> bool:
-        return self.verdict in (StepsVerdict.PASS, StepsVerdict.NO_REFERENCE)
+        return self.outcome in (StepsOutcome.PASS, StepsOutcome.NO_REFERENCE)
 
 
 def compare_steps(
@@ -209,7 +192,7 @@ def compare_steps(
     reached_ref = [float(s) for s in reference if s is not None]
     if len(reached_ref) < 2 or len(reached_ref) < len(reference):
         return StepsCheck(
-            verdict=StepsVerdict.NO_REFERENCE,
+            outcome=StepsOutcome.NO_REFERENCE,
             current_mean=None,
             reference_mean=None,
             reference_sd=None,
@@ -221,7 +204,7 @@ def compare_steps(
     mean_ref = float(np.mean(reached_ref))
     sd_ref = max(float(np.std(reached_ref, ddof=1)), sd_floor)
     if missing:
-        return StepsCheck(verdict=StepsVerdict.NOT_CONVERGED, current_mean=None, reference_mean=mean_ref,
+        return StepsCheck(outcome=StepsOutcome.NOT_CONVERGED, current_mean=None, reference_mean=mean_ref,
                           reference_sd=sd_ref, p_slower=None, p_faster=None,
                           message=f"seed(s) {missing} never reached the target within the step budget; the "
                                   f"reference seeds reached it in {mean_ref:.1f} steps on average")  # fmt: skip
@@ -236,17 +219,17 @@ def compare_steps(
     figures = (f"olympic mean {mean_cur:.1f} steps vs reference {mean_ref:.1f} ± {sd_ref:.1f} "
                f"({len(reached_ref)} seeds; {change:+.1%})")  # fmt: skip
     if p_slower < alpha and change > min_effect:
-        verdict = StepsVerdict.SLOWER
+        outcome = StepsOutcome.SLOWER
         message = f"converges slower: {figures}, one-sided t-test p={p_slower:.2g} < {alpha}"
     elif p_faster < alpha and change < -min_effect:
-        verdict = StepsVerdict.FASTER
+        outcome = StepsOutcome.FASTER
         message = (f"converges faster than the reference: {figures}, p={p_faster:.2g} < {alpha}; "
                    "the workload, data or loss may have changed (re-record the goldens if intended)")  # fmt: skip
     else:
-        verdict = StepsVerdict.PASS
+        outcome = StepsOutcome.PASS
         message = f"steps to target consistent with the reference: {figures}"
     return StepsCheck(
-        verdict=verdict,
+        outcome=outcome,
         current_mean=mean_cur,
         reference_mean=mean_ref,
         reference_sd=sd_ref,

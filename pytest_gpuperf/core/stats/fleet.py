@@ -1,25 +1,10 @@
 """Placing each unit of a fleet (a node, or one GPU of a node) against its siblings: pure functions on samples.
 
-A unit is LISTED only when three things hold at once, each guarding against a different false alarm:
-
-1. **Practical**: its median is worse than the median of the *other* units by at least the tolerance (5%): a
-   difference nobody would act on is never a failure, however significant.
-2. **Outlying**: its robust z (Iglewicz and Hoaglin's modified z, 1993: the log distance from the others' median in
-   units of 1.4826 x their MAD, the MAD corrected for small counts as Croux and Rousseeuw 1992 give it) is beyond
-   the threshold (3.5). The others' spread is taken at an upper confidence bound (``spread_bound``: a MAD of few
-   units that came out low must not make a healthy unit an outlier), pooled with the device kind's prior spread
-   where one is given (``FleetRules.spread_prior``: what four units cannot measure), and floored by the units' own
-   sampling noise (the standard error of a log median, 1.2533 x the robust sd of the samples / sqrt(n)): a fleet
-   of identical units has a MAD of 0, and without the floor any unit a hair off would be infinitely many MADs away.
-3. **Separated**: its own samples are worse than the pooled samples of the other units by a one-sided
-   Mann-Whitney test at ``alpha`` divided by the number of (metric, unit) placements of the whole invocation
-   (Bonferroni): a unit whose few samples happened to land low is not listed.
-
-Each unit is judged leave-one-out, against the median and MAD of the others: a unit that is part of the median
-it is compared with pulls that median towards itself, and with three or four units a 2x outlier would hide.
-A unit that meets 1 and 2 but not 3 is SUSPECT (reported, never failing: more samples decide it); one that meets 1,
-and 2 against the others' MAD as it came out but not against its bound, is TAIL (reported, never failing: more units
-decide it); one better than the others by the same rules is BETTER (reported, never failing).
+Owns ``FleetRules``, ``place`` and the ``Standing`` it returns: LISTED only when a unit is practically worse (by
+the tolerance), outlying (a robust z against the others' MAD at an upper bound, pooled with the device kind's
+prior, floored by sampling noise) and separated (Mann-Whitney, Bonferroni over the invocation); SUSPECT, TAIL and
+BETTER are reported, never failing. Invariant: each unit is judged leave-one-out. Imports only core/stats/.
+Rationale: docs/design/fleet-placement.md; figures in docs/fleet.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,11 @@
 """Paired statistics of an interleaved A/B comparison, with sequential stopping (no pytest, no subprocesses).
 
-Each pair of sessions (one of stack A, one of stack B, run back to back in a balanced random order) gives, per
-metric, one log-ratio ``x = log(perf_B / perf_A)`` of the two sessions' figures (each session's best sample or its
-median: ab/engine.py), oriented so that ``x < 0`` is worse (B slower, or lower throughput). The machine's drift
-hits both sessions of a pair, so the pairs' spread is what is left of the noise.
-
-The test is Wilcoxon's signed-rank test with its Hodges-Lehmann estimate and the distribution-free interval
-from the Walsh averages (Hollander, Wolfe and Chicken, *Nonparametric Statistical Methods*, 3rd ed., 3.1-3.3):
-
-- valid for any symmetric distribution of the pairs' noise, which the randomised order guarantees under an A/A
-  comparison, and for pairs of unequal noise (a burst of load widens some pairs, not the test's level);
-- robust: one pair that a load burst hit on one side only moves a rank, not a mean and a standard deviation,
-  where a t interval on a shared 2-core machine would be widened by every burst;
-- its whole sequence of statistics over the looks depends only on the pairs' signs and the order of their sizes,
-  so critical values calibrated once by simulation hold for every such distribution.
-
-**Repeated looks.** The metrics are judged after every pair, and a decision stops sampling: testing each look at
-the nominal level would inflate the error. The nominal level per look follows Wang and Tsiatis's power family
-(Biometrics 43, 1987): at ``n`` of ``max_pairs`` pairs, ``P(Z > C (n / max_pairs) ** (shape - 1/2))``; shape 1/2
-is Pocock's boundary (one level at every look), 0 O'Brien and Fleming's (strict early, nearly the fixed-n level at
-the last look). ``C`` is calibrated by Monte Carlo simulation of the signed-rank statistic's sequence under the
-null (exact up to the simulation's error, for the look schedule min_pairs..max_pairs), so that the chance that the
-interval misses the true shift at *any* look is at most the target. The default shape, 1/4, keeps the first
-decisions where Pocock's allow them (a flag at 10 pairs all one way) and spends more of the level at the last
-looks, where the comparisons that a heavy-tailed pair or two hold back end (docs/ab.md has the simulated
-operating characteristics of both). Two such sequences of intervals:
-
-- flag interval, one-sided level ``alpha / 2`` per side: REGRESSED when it lies below 1 and the estimate is at
-  or beyond ``1 - threshold`` (IMPROVED mirrored). An A/A comparison is flagged in at most ``alpha`` of runs.
-- equivalence interval, one-sided level ``equivalence_alpha`` per side (Schuirmann's two one-sided tests):
-  SAME (printed PASS) when it lies inside ``(1 - threshold, 1 + threshold)``. A change beyond the threshold is
-  called SAME in at most ``equivalence_alpha`` of runs.
-
-scipy.stats has no public null distribution of the signed-rank statistic nor a Walsh-average interval, so both
-are computed here (a small convolution and a sort); tests/test_paired.py checks the p-values against
-``scipy.stats.wilcoxon``.
+Owns ``PairedRules`` (the paired policy), one pair's ``log_ratio`` (< 0 is worse), ``estimate_pairs`` (the
+Hodges-Lehmann estimate and two Walsh-average intervals of Wilcoxon's signed-rank test: figures, no verdict;
+core/verdict/paired.py decides), ``needed_pairs`` and the sequential boundary, calibrated by simulation so that
+the chance of a wrong interval at any look stays at its target. Invariants: distribution-free for symmetric
+noise; the same inputs give the same boundary (seeded, cached). Imports only core/stats/; never a Verdict.
+Rationale: docs/design/paired-sequential-test.md; tests/test_paired.py checks the p-values against scipy.
 """
 
 from __future__ import annotations
@@ -45,18 +16,13 @@ from functools import cache, lru_cache
 
 import numpy as np
 
-from pytest_gpuperf.core.stats.unpaired import Verdict
-
-AB_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.IMPROVED, Verdict.AMBIGUOUS)
-"""What a metric of `gpuperf ab` can end as; PASS is the SAME decision."""
+from pytest_gpuperf.core.stats.thresholds import Thresholds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PairedRules:
+class PairedRules(Thresholds):
     """How an A/B comparison decides and when it stops. Fractions, not percentages."""
 
-    threshold: float
-    """Smallest relative change that matters."""
     alpha: float = 0.01
     """Chance, over all looks, that a change of exactly zero is flagged REGRESSED or IMPROVED (both sides)."""
     equivalence_alpha: float = 0.05
@@ -71,8 +37,7 @@ class PairedRules:
     """Monte Carlo sequences behind the calibrated boundary (standard error ~0.0004 at a level of 0.005)."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.threshold < 1:
-            raise ValueError(f"threshold must be a fraction in (0, 1), got {self.threshold!r}")
+        Thresholds.__post_init__(self)  # zero-argument super() does not work in a slotted dataclass
         if not 0 < self.alpha < 0.5 or not 0 < self.equivalence_alpha < 0.5:
             raise ValueError(f"alpha and equivalence_alpha must be in (0, 0.5), got {self.alpha}, "
                              f"{self.equivalence_alpha}")  # fmt: skip
@@ -81,11 +46,6 @@ class PairedRules:
         if not 0 <= self.boundary_shape <= 0.5:
             raise ValueError(f"boundary_shape must be in [0, 0.5] (0.5 Pocock, 0 O'Brien-Fleming), got "
                              f"{self.boundary_shape!r}")  # fmt: skip
-
-    @property
-    def band(self) -> tuple[float, float]:
-        """The threshold on the log-ratio scale: (log(1 - threshold), log(1 + threshold))."""
-        return math.log1p(-self.threshold), math.log1p(self.threshold)
 
     def boundary(self) -> Boundary:
         return calibrated_boundary(
@@ -107,29 +67,31 @@ class Boundary:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PairedJudgement:
-    """One metric after n pairs."""
+class PairedEstimate:
+    """One metric's figures after n pairs: what the paired rule (core/verdict/paired.py) decides on."""
 
-    verdict: Verdict
     pairs: int
     estimate: float | None
     """Hodges-Lehmann estimate of the log-ratio (< 0 is worse); None without pairs."""
     flag_interval: tuple[float, float]
     """Log-ratio interval at the flag level (infinite where too few pairs for any)."""
     equivalence_interval: tuple[float, float]
-    needed_pairs: int | None
-    """For AMBIGUOUS: the pairs a decision would take if the estimate and the spread held (None: no estimate)."""
-    reason: str
+    """Log-ratio interval at the equivalence level (infinite where too few pairs for any)."""
 
-    @property
-    def ratio(self) -> float | None:
-        return None if self.estimate is None else math.exp(self.estimate)
 
-    def interval_ratio(self) -> tuple[float, float]:
-        """The interval that decided (flag for REGRESSED/IMPROVED, equivalence otherwise), as ratios."""
-        low, high = self.flag_interval if self.verdict in (Verdict.REGRESSED, Verdict.IMPROVED) else (
-            self.equivalence_interval)  # fmt: skip
-        return _exp(low), _exp(high)
+def estimate_pairs(x: np.ndarray, boundary: Boundary) -> PairedEstimate:
+    """The Hodges-Lehmann estimate and the two Walsh-average intervals of the log-ratios ``x`` at this look."""
+    n = len(x)
+    if n == 0:
+        infinite = (-math.inf, math.inf)
+        return PairedEstimate(pairs=0, estimate=None, flag_interval=infinite, equivalence_interval=infinite)
+    walsh = walsh_averages(x)
+    return PairedEstimate(
+        pairs=n,
+        estimate=float(np.median(walsh)),
+        flag_interval=walsh_interval(walsh, boundary.flag.get(n, -1)),
+        equivalence_interval=walsh_interval(walsh, boundary.equivalence.get(n, -1)),
+    )
 
 
 def log_ratio(a: float, b: float, *, higher_is_better: bool) -> float:
@@ -139,62 +101,9 @@ def log_ratio(a: float, b: float, *, higher_is_better: bool) -> float:
     return math.log(b / a) if higher_is_better else math.log(a / b)
 
 
-def judge(x: list[float] | np.ndarray, rules: PairedRules, boundary: Boundary | None = None) -> PairedJudgement:
-    """The verdict on one metric's log-ratios so far; AMBIGUOUS until the boundary allows a decision."""
-    values = np.asarray(x, dtype=float)
-    n = len(values)
-    boundary = boundary or rules.boundary()
-    infinite = (-math.inf, math.inf)
-    if n == 0:
-        return PairedJudgement(verdict=Verdict.AMBIGUOUS, pairs=0, estimate=None, flag_interval=infinite,
-                               equivalence_interval=infinite, needed_pairs=None, reason="no pairs yet")  # fmt: skip
-    walsh = walsh_averages(values)
-    estimate = float(np.median(walsh))
-    flag = walsh_interval(walsh, boundary.flag.get(n, -1))
-    equivalence = walsh_interval(walsh, boundary.equivalence.get(n, -1))
-    low_band, high_band = rules.band
-    looked = n >= rules.min_pairs
-    verdict, reason = Verdict.AMBIGUOUS, ""
-    if looked and flag[1] < 0 and estimate <= low_band:
-        verdict = Verdict.REGRESSED
-        reason = f"worse at the flag level and {-math.expm1(estimate):.2%} beyond the {rules.threshold:.1%} threshold"
-    elif looked and flag[0] > 0 and estimate >= high_band:
-        verdict = Verdict.IMPROVED
-        reason = f"better at the flag level and {math.expm1(estimate):.2%} beyond the {rules.threshold:.1%} threshold"
-    elif looked and low_band < equivalence[0] and equivalence[1] < high_band:
-        verdict = Verdict.PASS
-        reason = f"equivalence interval inside +-{rules.threshold:.1%}"
-    needed = None if verdict is not Verdict.AMBIGUOUS else needed_pairs(values, estimate, flag, equivalence, rules)
-    if needed is not None:  # never fewer than the first look at which the boundary can decide at all
-        within = low_band < estimate < high_band
-        first = _first_decidable(boundary.equivalence if within else boundary.flag)
-        needed = max(needed, first) if first is not None else needed
-    if verdict is Verdict.AMBIGUOUS:
-        reason = _ambiguous_reason(n, rules, flag, equivalence, estimate)
-    return PairedJudgement(
-        verdict=verdict,
-        pairs=n,
-        estimate=estimate,
-        flag_interval=flag,
-        equivalence_interval=equivalence,
-        needed_pairs=needed,
-        reason=reason,
-    )
-
-
-def _first_decidable(critical: dict[int, int]) -> int | None:
+def first_decidable(critical: dict[int, int]) -> int | None:
+    """The first look at which a boundary's critical values allow any decision."""
     return min((n for n, c in critical.items() if c >= 0), default=None)
-
-
-def _ambiguous_reason(
-    n: int, rules: PairedRules, flag: tuple[float, float], equivalence: tuple[float, float], estimate: float
-) -> str:
-    if n < rules.min_pairs or not math.isfinite(equivalence[0]):
-        return f"{n} pair(s): too few for a decision at these error rates"
-    low_band, high_band = rules.band
-    if low_band < estimate < high_band:
-        return "the change is within the threshold, but the interval is still wider than +-threshold"
-    return "the change is at or beyond the threshold, but not yet significant at the flag level"
 
 
 def needed_pairs(
@@ -297,17 +206,6 @@ def simulate_statistics(max_pairs: int, simulations: int, seed: int = 0) -> np.n
     return statistics
 
 
-def first_decision(x: list[float] | np.ndarray, rules: PairedRules) -> tuple[Verdict, int]:
-    """The sequential rule run look by look over a known sequence of log-ratios, as the engine runs it pair by
-    pair: the first verdict other than AMBIGUOUS and the pairs it took (AMBIGUOUS and all of them if none)."""
-    boundary = rules.boundary()
-    for n in range(1, len(x) + 1):
-        verdict = judge(x[:n], rules, boundary).verdict
-        if verdict is not Verdict.AMBIGUOUS:
-            return verdict, n
-    return Verdict.AMBIGUOUS, len(x)
-
-
 @lru_cache(maxsize=32)
 def calibrated_boundary(
     min_pairs: int,
@@ -355,7 +253,3 @@ def crossing_rate(boundary: dict[int, int], statistics: np.ndarray, min_pairs: i
     columns = statistics[:, [n - 1 for n in looks]]
     critical = np.array([boundary[n] for n in looks])
     return float(np.mean(np.any(columns <= critical, axis=1)))
-
-
-def _exp(value: float) -> float:
-    return math.exp(value) if math.isfinite(value) else (math.inf if value > 0 else 0.0)

@@ -1,20 +1,9 @@
 """Which of a baseline's runs were recorded in one sitting, and whether a measurement shares their sitting (pure).
 
-A sitting is a stretch of time in which a machine keeps one state: the runs of ``for i in 1 2 3; do pytest -m perf
---gpuperf-save; done`` are one, the main job the next day is another. Runs of one sitting see only the noise
-between processes; a new sitting also sees the machine's shift between sittings, which no run of the baseline
-could have seen and which the machine-state canaries do not always see either. On this project's 2-core VM the
-main job the day after its baseline's sitting read 30-31 tests' timings a median 8.8% and 10.6% slower in two
-runs (rms 11.7% and 13.6%; stack and code unchanged; the Python and BLAS canaries mostly within their bands, so
-the machine-state rule did not apply) against an rms 5-6% between the baseline's own runs: 6.4-8.5% sd per
-sitting (benchmarks/between_sittings.py, benchmarks/README.md "Between sittings"). ``stats.compare`` adds that shift to
-the noise of a measurement taken in another sitting than its baseline's (``Rules.sitting_noise``).
-
-Sittings are told apart by the runs' dates alone: runs less than ``SITTING_GAP`` apart (chained) are one sitting.
-A run without a readable date is a sitting of its own, and a measurement without one is in none of the
-baseline's: both err toward the wider noise, never toward a false flag. Written here rather than taken from a
-library because it is a few lines of interval chaining on ISO timestamps; what a sitting costs is statistics,
-and lives in ``stats``.
+Owns ``Sittings`` and ``group_sittings``: runs less than ``SITTING_GAP`` apart (chained) are one sitting, told
+apart by their dates alone. Invariants: a run without a readable date is a sitting of its own, and a measurement
+without one shares none of the baseline's: both err toward the wider noise, never toward a false flag. What a new
+sitting adds to the noise is core/stats/unpaired.py's. Imports only core/stats/. Rationale: docs/design/sittings.md.
 """
 
 from __future__ import annotations

@@ -1,49 +1,15 @@
-"""The verdict: pure statistics on raw samples (no pytest, no torch).
+"""The figures of a run against its stored baseline's runs: ratio of medians, its bootstrap interval, p-values.
 
-A metric is a set of samples from the current run, compared with a baseline that holds one or more earlier
-runs of the same test on the same hardware key. Two sources of noise matter and are modelled separately:
-
-* within-run noise: the spread of repeated samples inside one process; a Mann-Whitney U test on the raw
-  samples sees only this one;
-* between-run noise: how far the median of a whole run moves from one process to the next (allocator state,
-  thread placement, clocks). On a quiet 2-core machine it is ~1% of a torch matmul, larger than the
-  within-run standard error, so a rule built on within-run samples alone flags unchanged runs (see
-  ../shared/CPU-FACTS.md). It is estimated from the baseline's run medians, shrunk toward a prior
-  (``Rules.prior_noise``) when the baseline holds few runs, and it widens both the test and the interval.
-  The prior is the configured ``Rules.run_noise``, raised toward what the test's sibling baselines show on
-  this machine (``sibling_run_noise``): the other parameters of the same test function, same metric, pooled.
-  A baseline of two or three runs recorded minutes apart sees too little of a machine's drift; its siblings
-  together hold tens of degrees of freedom of it. Every committed CPU baseline (four VMs) showed 3.5-9% between
-  runs of a training step or a GEMM where the prior said 1.5%, and on the newest VM the main job read training
-  steps 9-13% slower, confirmed REGRESSED, with nothing changed. This is the moderated variance of Smyth's
-  empirical Bayes (limma, 2004) with the configured prior as a floor: back-to-back runs never lower it.
-
-REGRESSED needs both tests to agree, the change to exceed the threshold and the interval of the ratio to exclude
-no change (so the verdict never contradicts the interval printed beside it); PASS needs the whole confidence
-interval of the ratio inside the threshold band. Everything in between is AMBIGUOUS: not enough evidence
-either way. Run-to-run variance gets scale-free treatment by working on log medians.
-
-The between-run noise is the metric's own where its own evidence is exact: a figure whose baseline runs agree
-exactly (a count, a loss value, any deterministic figure), or whose every run is constant, has no between-run
-noise for a prior to stand in for (``exact_agreement``); it is judged on its own figures, so an unchanged one is
-PASS, not AMBIGUOUS for ever. The prior weighs only while a timing's own runs are few.
-
-A third source matters when the measurement is taken in another sitting than its baseline's runs
-(``sittings.group_sittings``: runs an hour or more apart): the machine's shift between sittings. The runs of one
-recording cannot show it, so it has a prior of its own (``Rules.sitting_noise``: 8% on the project's CPU, where
-the main job a day after its baseline read timings a median 8.8% slower with nothing changed), pooled with the
-spread of the sitting means when the baseline's runs span several sittings; the between-run noise is then the
-spread of runs around their own sitting's mean. The shift adds to the run-level test and the interval of a
-measurement in a new sitting, and to nothing else: a baseline recorded minutes before is judged as before.
-
-A measurement extended by sequential sampling (perf.measure) was looked at once per pooled round; its verdict
-spends alpha over the looks (``Rules.for_looks``: look j tests at alpha / j, so three looks stay below 1.83 alpha
-in all, a Bonferroni bound that needs no model of how the looks correlate).
+Owns ``Rules`` (the stored-baseline policy), ``estimate`` (an ``Estimate``: figures, no verdict; core/verdict/stored.py
+decides) and the noise model: within-run noise (Mann-Whitney U on the samples), between-run noise (run medians
+pooled with a prior that the test's siblings may raise, never lower), the shift between sittings and between
+machines. Invariants: pure (no pytest, no torch); ratios oriented so < 1 is worse; the same stored samples give the
+same figures (seeded bootstrap, memory bounded by BOOTSTRAP_SAMPLES). Imports only core/stats/; never a Verdict.
+Rationale: docs/design/stored-baseline-noise.md.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -53,16 +19,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from pytest_gpuperf.core.stats.sittings import Sittings
-
-
-class Verdict(str, enum.Enum):
-    PASS = "PASS"
-    REGRESSED = "REGRESSED"
-    IMPROVED = "IMPROVED"
-    NOISY = "NOISY"
-    AMBIGUOUS = "AMBIGUOUS"
-    NO_BASELINE = "NO_BASELINE"
-
+from pytest_gpuperf.core.stats.thresholds import Thresholds
 
 BOOTSTRAP_SAMPLES = 4096
 """Most samples of one run the bootstrap interval resamples whole (``ratio_interval``); a larger run is resampled
@@ -73,11 +30,9 @@ BOOTSTRAP_BLOCK = 1 << 22
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rules:
-    """How a comparison is decided. Fractions, not percentages."""
+class Rules(Thresholds):
+    """How a comparison with stored baseline runs is decided. Fractions, not percentages."""
 
-    delta: float
-    """Smallest relative change that matters: r <= 1 - delta can be a regression."""
     alpha: float = 0.01
     """One-sided significance level of both the sample test and the run-level test."""
     confidence: float = 0.95
@@ -110,8 +65,7 @@ class Rules:
     """Seed of the bootstrap, so a verdict is reproducible from the stored samples."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.delta < 1:
-            raise ValueError(f"delta must be a fraction in (0, 1), got {self.delta!r}")
+        Thresholds.__post_init__(self)  # zero-argument super() does not work in a slotted dataclass
         if not 0 < self.alpha < 0.5:
             raise ValueError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
         if not 0.5 < self.confidence < 1:
@@ -211,33 +165,44 @@ def summarize(samples: Sequence[float] | np.ndarray) -> Summary:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Comparison:
-    """The verdict on one metric and the figures behind it."""
+class Estimate:
+    """The figures of the current run against the baseline's runs: what a rule (core/verdict/stored.py) decides on."""
 
-    verdict: Verdict
-    ratio: float | None = None
+    ratio: float
     """median(current)/median(baseline), oriented so that < 1 is worse."""
-    ci_low: float | None = None
-    ci_high: float | None = None
-    p_worse: float | None = None
+    ci_low: float
+    ci_high: float
+    p_worse: float
     """p-value that the current run is worse: the larger of the sample test and the run-level test."""
-    p_better: float | None = None
-    run_noise: float | None = None
+    p_better: float
+    p_run_worse: float
+    """The run-level test's p-value alone (it carries the noise between runs; the job's level applies to it)."""
+    p_run_better: float
+    run_noise: float
     """Between-run relative standard deviation that was used (prior and baseline runs pooled)."""
-    sitting_noise: float | None = None
-    """The sd of the shift between sittings that was added (prior and the baseline's sittings pooled); None when
-    the measurement shares its baseline's sitting, or is an exact figure."""
-    sittings: int = 0
+    sitting_noise: float | None
+    """The sd of the shift between sittings that was added; None when none was."""
+    sittings: int
     """How many sittings the baseline's runs were recorded in (0: not told)."""
-    samples_can_decide: bool = True
-    """False when the shift between sittings alone keeps the interval wider than the threshold band: no number
-    of samples in this session can make the verdict PASS (sequential sampling stops extending)."""
-    baseline_runs: int = 0
-    reason: str = ""
+    sitting_groups: int
+    """How many sittings the runs were taken as (1 when not told)."""
+    samples_can_decide: bool
+    """False when the shift between sittings alone keeps the interval wider than the threshold band."""
+    baseline_runs: int
+    current_spread: float
+    """``Summary.spread`` of the current run."""
+    baseline_spread: float
+    """The median ``Summary.spread`` of the baseline's runs."""
+    exact: bool
+    """The metric's runs agree exactly (``exact_agreement``): its noise is its own, not the prior."""
+    samples: int
+    """How many samples the current run holds."""
+    baseline_samples: int
+    """How many samples the baseline's runs hold together."""
 
-    def as_dict(self) -> dict[str, object]:
+    def figures(self) -> dict[str, Any]:
+        """The figures a ``Comparison`` carries beside its verdict."""
         return {
-            "verdict": self.verdict.value,
             "ratio": self.ratio,
             "ci_low": self.ci_low,
             "ci_high": self.ci_high,
@@ -248,21 +213,20 @@ class Comparison:
             "sittings": self.sittings,
             "samples_can_decide": self.samples_can_decide,
             "baseline_runs": self.baseline_runs,
-            "reason": self.reason,
         }
 
 
-def compare(
+def estimate(
     current: Sequence[float],
     baseline_runs: Sequence[Sequence[float]],
     *,
     higher_is_better: bool,
     rules: Rules,
-    conditions: str | None = None,
     sittings: Sittings | None = None,
     across_machines: bool = False,
-) -> Comparison:
-    """Judge the current run's samples against the baseline's runs (each run a list of samples).
+) -> Estimate | None:
+    """The figures of the current run's samples against the baseline's runs (each run a list of samples); None
+    when the baseline holds no samples.
 
     ``across_machines``: the baseline's runs were recorded on another machine of this hardware key; the spread
     between machines (``Rules.machine_noise``, where measured) then adds to the noise like a shift between sittings.
@@ -271,15 +235,10 @@ def compare(
     (``sittings.group_sittings``, from the stored dates); without it every run is taken as one sitting with the
     current one, and no shift between sittings is added.
 
-    ``conditions`` says why the current run cannot support a verdict: the device's conditions made it
-    incomparable (it throttled, its clocks fell below the baseline's: ``telemetry.judge_clocks``), or the
-    metric itself says its samples are too thin (a p99 from fewer requests than a p99 needs). Then the verdict
-    is NOISY whatever the figures say, never REGRESSED, and the figures are still computed and kept for the
-    report.
     """
     runs = [_as_array(run, "baseline run") for run in baseline_runs if len(run) > 0]
     if not runs:
-        return Comparison(verdict=Verdict.NO_BASELINE, reason="no baseline for this test, metric and hardware")
+        return None
     now = _as_array(current, "current samples")
 
     now_spread = summarize(now).spread
@@ -329,104 +288,25 @@ def compare(
     else:
         extra_sd = math.hypot(run_sd, shift_scale)  # = run_sd without a shift: the same draws as before
         ci_low, ci_high = ratio_interval(now, runs, extra_sd, higher_is_better=higher_is_better, rules=rules)
-    figures: dict[str, Any] = {
-        "ratio": ratio,
-        "ci_low": ci_low,
-        "ci_high": ci_high,
-        "p_worse": p_worse,
-        "p_better": p_better,
-        "run_noise": run_sd,
-        "sitting_noise": shift_sd,
-        "sittings": len(groups) if sittings is not None else 0,
-        "samples_can_decide": float(scipy_stats.norm.ppf(0.5 + rules.confidence / 2)) * shift_scale <= rules.delta,
-        "baseline_runs": len(runs),
-    }
-
-    if conditions:
-        return Comparison(
-            verdict=Verdict.NOISY,
-            reason=f"{conditions}; not judged",
-            **figures,
-        )
-    if now_spread > rules.noise_limit or base_spread > rules.noise_limit:
-        side = "current run" if now_spread > rules.noise_limit else "baseline"
-        spread = max(now_spread, base_spread)
-        return Comparison(
-            verdict=Verdict.NOISY,
-            reason=f"{side} spread {spread:.1%} (log Q3/Q1) {OVER_NOISE_LIMIT} {rules.noise_limit:.1%}",
-            **figures,
-        )
-    # The tests and the interval must agree: a change whose interval still holds "no change" (a rate point of
-    # a few runs read [0.871, 1.015] beside p=0.0088) is not shown as REGRESSED or IMPROVED.
-    # The job's level applies to the run-level test, which carries the noise between runs; the sample test must
-    # agree at the metric's own level. A conjunction is no likelier than either part, so the job's rate holds, and
-    # a metric of six requests (whose Mann-Whitney p cannot go below 1/924) can still be decided among many.
-    decisive = rules.decisive_alpha
-    if p_worse < rules.alpha and ratio <= 1 - rules.delta and ci_high < 1:
-        change = f"worse by {1 - ratio:.1%} (threshold {rules.delta:.1%})"
-        if p_run_worse < decisive:
-            return Comparison(
-                verdict=Verdict.REGRESSED, reason=_decided(change, p_worse, p_run_worse, rules), **figures
-            )
-        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_run_worse, rules), **figures)
-    if p_better < rules.alpha and ratio >= 1 + rules.delta and ci_low > 1:
-        change = f"better by {ratio - 1:.1%} (threshold {rules.delta:.1%})"
-        if p_run_better < decisive:
-            return Comparison(
-                verdict=Verdict.IMPROVED, reason=_decided(change, p_better, p_run_better, rules), **figures
-            )
-        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, p_run_better, rules), **figures)
-    if 1 - rules.delta <= ci_low and ci_high <= 1 + rules.delta:
-        reason = f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.delta:.1%}"
-        if exact:
-            reason += " (an exact figure: its runs agree exactly, so its between-run noise is its own, not the prior)"
-        return Comparison(verdict=Verdict.PASS, reason=reason, **figures)
-    cure = "more repeats or more baseline runs would decide it"
-    if not figures["samples_can_decide"]:
-        cure = "no number of repeats in this session can decide it (below)"
-    reason = (
-        f"ratio {ratio:.3f}, {rules.confidence:.0%} interval [{ci_low:.3f}, {ci_high:.3f}] is not inside "
-        f"1 ± {rules.delta:.1%} and the evidence of a change is not significant: {cure}"
-    )
-    needed = samples_needed(rules, pooled.size)
-    if now.size < needed:
-        reason += f" ({now.size} samples against {pooled.size} cannot reach p < {rules.alpha}: take >= {needed})"
-    if shift_sd:
-        where = "its one sitting" if len(groups) == 1 else f"its {len(groups)} sittings"
-        reason += (
-            f" ({OTHER_SITTING}, {where}: the machine's shift between "
-            f"sittings, {shift_sd:.1%} sd, is in the noise; record baseline runs in several sittings, or let "
-            "`gpuperf ab` compare two stacks paired in one session)"
-        )
-    if not exact and rules.prior_noise > rules.run_noise:
-        reason += (
-            f" (between-run noise {run_sd:.1%}: this test's other parameters vary {rules.sibling_noise:.1%} "
-            f"between baseline runs on this machine, over {rules.sibling_dof:.0f} degrees of freedom, against the "
-            f"configured {rules.run_noise:.1%}; `gpuperf ab` compares two stacks paired, in one session)"
-        )
-    return Comparison(verdict=Verdict.AMBIGUOUS, reason=reason, **figures)
-
-
-OVER_NOISE_LIMIT = "exceeds the noise limit"
-OTHER_SITTING = "measured in another sitting than the baseline's runs"
-NOT_AMONG = "significant for this metric alone, not among the"
-"""How the reason of a change that the job's family-wise level did not decide begins its second part."""
-
-
-def _decided(change: str, p_value: float, p_run: float, rules: Rules) -> str:
-    if rules.decisive_alpha >= rules.alpha:  # one metric, or a job whose share is the metric's own level
-        return f"{change}, p={p_value:.2g} < {rules.alpha}"
-    return (
-        f"{change}, p={p_value:.2g} < {rules.alpha}, run-level p={p_run:.2g} < {rules.decisive_alpha:.2g} (the job's "
-        f"family-wise {rules.job_alpha:.2g} over {rules.family_size} metrics)"
-    )
-
-
-def _not_among(change: str, p_run: float, rules: Rules) -> str:
-    return (
-        f"{change}, run-level p={p_run:.2g}: {NOT_AMONG} {rules.family_size} metrics this job judges (family-wise "
-        f"{rules.job_alpha:.2g}: p < {rules.decisive_alpha:.2g} decides); a run on its own, or `gpuperf ab`, would "
-        "decide it"
+    return Estimate(
+        ratio=ratio,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        p_worse=p_worse,
+        p_better=p_better,
+        p_run_worse=p_run_worse,
+        p_run_better=p_run_better,
+        run_noise=run_sd,
+        sitting_noise=shift_sd,
+        sittings=len(groups) if sittings is not None else 0,
+        sitting_groups=len(groups),
+        samples_can_decide=float(scipy_stats.norm.ppf(0.5 + rules.confidence / 2)) * shift_scale <= rules.threshold,
+        baseline_runs=len(runs),
+        current_spread=now_spread,
+        baseline_spread=base_spread,
+        exact=exact,
+        samples=int(now.size),
+        baseline_samples=int(pooled.size),
     )
 
 

@@ -18,7 +18,7 @@ from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.schema import SchemaError
 
 if TYPE_CHECKING:  # stats needs numpy and scipy; the plugin imports this module before any test runs
-    from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
+    from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 
 SCHEMA_VERSION = 1
 FINGERPRINT_PROPERTY = "gpuperf.fingerprint"
@@ -94,7 +94,7 @@ class MetricResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricResult:
         """Back from ``as_dict`` (an xdist worker's results, in the controller)."""
-        from pytest_gpuperf.core.stats.unpaired import Comparison, Verdict
+        from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 
         comparison = dict(data["comparison"])
         comparison["verdict"] = Verdict(comparison["verdict"])

@@ -1,1 +1,1 @@
-"""The verdicts: what a comparison of figures decides, and the roll-up of many verdicts into a headline."""
+"""The verdicts: the one vocabulary, the rules that decide from the figures core/stats/ computes, the roll-up."""

@@ -1,23 +1,11 @@
-"""The one place that turns evidence into a Verdict.
+"""The one place that turns evidence into a metric's Verdict: ``judge``, ``judge_on_machine`` and ``rejudge``.
 
-A workload reports what it measured (``perf.record``: samples) and, where the figure has a rule of its own,
-which rule judges it (``perf.record(..., rule=StepsToTarget(...))``). Every metric then gets exactly one
-verdict, decided here:
-
-* no rule: the samples against the baseline's runs, by ``stats.compare`` (bootstrap interval of the ratio,
-  Mann-Whitney U, run-to-run noise: docs/verdicts.md);
-* ``StepsToTarget``: MLPerf's convergence-point check of steps to target over seeds (one-sided t-test,
-  ``convergence.compare_steps``);
-* ``CurveMatch``: the seeds' loss curves against the golden band of the stored reference seeds
-  (``convergence.check_curve``), and every seed reaching the target loss;
-* ``External``: a verdict another rule of the user's reached (``perf.judge_elsewhere``).
-
-A metric with a rule still gets the baseline comparison's figures (ratio, interval, p-value) for the report;
-only its verdict and reason come from the rule, so one figure never carries two verdicts that could disagree.
-Rules decide PASS, REGRESSED or NO_BASELINE; NOISY, AMBIGUOUS and IMPROVED are the timing comparison's own.
-
-``judge_on_machine`` adds the machine's state (machine/contention.py) to a timing comparison; the session and
-`gpuperf compare` both call it, so a row of `compare` reads what the session said of the same samples.
+Owns the rules a metric may carry (``External``, ``StepsToTarget``, ``CurveMatch``: they decide PASS, REGRESSED or
+NO_BASELINE and keep the comparison's figures for the report) and the order the evidence is read in: the
+not-comparable checks (checks.py), the stored-baseline rule (stored.py), the machine's state, the spread between
+machines. Invariant: the session, `gpuperf compare` (``rejudge``) and the report call these, so one figure never
+carries two verdicts. Imports core/stats/, core/verdict/ and machine/'s facts. Rationale:
+docs/design/one-verdict-per-metric.md.
 """
 
 from __future__ import annotations
@@ -27,9 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pytest_gpuperf.core.stats import convergence
+from pytest_gpuperf.core.stats.convergence import StepsOutcome
 from pytest_gpuperf.core.stats.sittings import Sittings
-from pytest_gpuperf.core.stats.unpaired import Comparison, Rules, Verdict, compare, exact_agreement
-from pytest_gpuperf.machine.contention import MachineCheck, MachineState, beyond_the_machine, judge_machine
+from pytest_gpuperf.core.stats.unpaired import Rules, exact_agreement
+from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, beyond_the_machine, not_comparable
+from pytest_gpuperf.core.verdict.stored import compare
+from pytest_gpuperf.core.verdict.vocabulary import CHANGES, MEASURED, Comparison, Decision, Verdict
+from pytest_gpuperf.machine.contention import MachineCheck, MachineState, judge_machine
 
 UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
 """Units of figures a busy machine does not change (memory, counts): the machine-state rule leaves them alone.
@@ -37,13 +29,14 @@ Everything else (times, rates, and figures derived from them such as MFU or scal
 
 RULE_VERDICTS = (Verdict.PASS, Verdict.REGRESSED, Verdict.NO_BASELINE)
 """What a rule of its own may decide."""
-CHANGES = (Verdict.REGRESSED, Verdict.IMPROVED)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Decision:
-    verdict: Verdict
-    reason: str
+STEPS_VERDICTS = {
+    StepsOutcome.PASS: Verdict.PASS,
+    StepsOutcome.NO_REFERENCE: Verdict.PASS,
+    StepsOutcome.SLOWER: Verdict.REGRESSED,
+    StepsOutcome.FASTER: Verdict.REGRESSED,  # the workload, data or loss changed: MLPerf rejects it too
+    StepsOutcome.NOT_CONVERGED: Verdict.REGRESSED,
+}
+"""The Verdict each steps-to-target outcome means (core/stats/convergence.py finds the outcome)."""
 
 
 class Rule(Protocol):
@@ -98,8 +91,7 @@ class StepsToTarget:
                 "--gpuperf-save",
             )
         check = convergence.compare_steps(self.current, self.reference)
-        verdicts = {convergence.StepsVerdict.PASS: Verdict.PASS, convergence.StepsVerdict.NO_REFERENCE: Verdict.PASS}
-        return Decision(verdict=verdicts.get(check.verdict, Verdict.REGRESSED), reason=check.message)
+        return Decision(verdict=STEPS_VERDICTS[check.outcome], reason=check.message)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,7 +127,7 @@ class CurveMatch:
         curve = convergence.check_curve(self.current, self.reference, warmup=self.warmup, window=self.window)
         if missed:
             steps = convergence.compare_steps(self.current_steps, self.reference_steps)
-            if steps.verdict is convergence.StepsVerdict.NOT_CONVERGED:
+            if steps.outcome is StepsOutcome.NOT_CONVERGED:
                 return Decision(verdict=Verdict.REGRESSED, reason=f"{steps.message}; {curve.message}")
         return Decision(verdict=Verdict.PASS if curve.passed else Verdict.REGRESSED, reason=curve.message)
 
@@ -279,7 +271,7 @@ def judge_on_machine(
             sittings=sittings,
             across_machines=across_machines,
         )
-        stands = beyond_the_machine(unmasked.verdict.value, unmasked.ci_low, unmasked.ci_high, check, rules.delta)
+        stands = beyond_the_machine(unmasked.verdict, unmasked.ci_low, unmasked.ci_high, check, rules.threshold)
         if stands is not None:
             comparison = replace(unmasked, reason=f"{unmasked.reason} ({stands}; {machine_conditions})")
     if across_machines and rules.machine_noise == 0 and rule is None and comparison.verdict in CHANGES:
@@ -298,3 +290,48 @@ def judge_on_machine(
             comparison, reason=f"{comparison.reason} (baseline run(s) {left_out} left out: recorded under contention)"
         )
     return MachineJudgement(comparison=comparison, check=check, runs=judged)
+
+
+def rejudge(
+    samples: Sequence[float],
+    runs: Sequence[Sequence[float]],
+    run_contexts: Sequence[Mapping[str, Any]],
+    *,
+    context: Mapping[str, Any],
+    unit: str,
+    higher_is_better: bool,
+    rules: Rules,
+    machine_check: bool = True,
+    sittings: Sittings | None = None,
+    across_machines: bool = False,
+    recorded_verdict: str | None = None,
+    recorded_reason: object = None,
+) -> Comparison:
+    """The session's verdict on samples it recorded, judged again from its results: the checks its ``context``
+    records (core/verdict/checks.py, in their order), the machine-state rule of ``judge_on_machine``, the session's
+    confirmation of a REGRESSED, and a verdict another rule gave (``judged_by``) kept as recorded, never re-judged
+    as a timing. `gpuperf compare` calls it, so its row is the session's verdict by construction."""
+    comparison = judge_on_machine(
+        samples,
+        runs,
+        run_contexts,
+        context=context,
+        unit=unit,
+        higher_is_better=higher_is_better,
+        rules=rules,
+        conditions=not_comparable(context),
+        machine_check=machine_check,
+        sittings=sittings,
+        across_machines=across_machines,
+    ).comparison
+    comparison = UNCONFIRMED.apply(comparison, context)
+    judged_by = context.get("judged_by")
+    if isinstance(judged_by, str) and recorded_verdict in MEASURED:
+        comparison = replace(
+            comparison,
+            verdict=Verdict(recorded_verdict),
+            reason=recorded_reason
+            if isinstance(recorded_reason, str) and recorded_reason
+            else f"{judged_by}: recorded verdict",
+        )
+    return comparison

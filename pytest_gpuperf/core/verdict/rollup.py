@@ -1,18 +1,11 @@
 """The headline a release engineer reads first, shared by the session summary, `gpuperf compare` and `report`.
 
-Three things live here, so the three outputs cannot say different things:
-
-* the roll-up: per suite (test module) the counts of REGRESSED / IMPROVED / PASS / undecided, the worst
-  regressions with their size and interval, and one line: "no regression found", "N regressions" or
-  "undecided: X of Y metrics could not be judged (why; what would decide them)";
-* the stack difference, stated once at the top (``stack_line``), never per metric;
-* what the evidence next to a metric supports (``evidence``): a change seen against a stored baseline "differs
-  from baseline"; where the runs carry the machine's state (the ``machine`` context the measurement records:
-  canary timings, steal, other cores' load) and it differed, that is said too. A component is never named as
-  the cause of a change seen only against a stored baseline: the stack is one of several things that differ.
-
-Pure (no pytest, standard library only): inputs are plain rows, so the CLI and the session build them from
-their own data.
+Owns the roll-up (per suite the counts of REGRESSED / IMPROVED / PASS / undecided, the worst regressions, one
+line), the stack difference stated once (``stack_line``), what the evidence beside a metric supports
+(``evidence``) and why an undecided metric was not decided (``undecided_because``). Invariants: pure, on plain
+rows, so the three outputs cannot say different things; a component is never named as the cause of a change seen
+only against a stored baseline. Imports core/stats/, core/verdict/ and machine/'s constants. Rationale:
+docs/design/the-headline.md.
 """
 
 from __future__ import annotations
@@ -23,8 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.core.stats.unpaired import NOT_AMONG, OTHER_SITTING, OVER_NOISE_LIMIT
 from pytest_gpuperf.core.verdict.judge import ACROSS_UNMEASURED, timed_on_device
+from pytest_gpuperf.core.verdict.stored import NOT_AMONG, OTHER_SITTING, OVER_NOISE_LIMIT
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.contention import CANARIES
 
 DECIDED = ("REGRESSED", "IMPROVED", "PASS")
@@ -71,7 +65,7 @@ UNDECIDED_WHY = {
         "session, paired)",
     ),
     "NO_BASELINE": ("no baseline on this hardware", "a baseline recorded with --gpuperf-save"),
-    "MISSING": ("in the baseline but not measured now", "running the test again"),
+    Verdict.MISSING.value: ("in the baseline but not measured now", "running the test again"),
 }
 """Per undecided verdict: why it could not be judged, and what would decide it."""
 CANARY_DIFFERS = 1.10
@@ -89,7 +83,7 @@ class Row:
     metric: str
     verdict: str
     ratio: float | None = None
-    """Oriented ratio (< 1 is worse), stats.compare's definition."""
+    """Oriented ratio (< 1 is worse), the stored-baseline comparison's definition (core/stats/unpaired.py)."""
     ci_low: float | None = None
     ci_high: float | None = None
     because: str | None = None
@@ -323,7 +317,7 @@ def _number(value: Any) -> float | None:
 
 
 def baseline_median(runs: Sequence[Sequence[float]]) -> float:
-    """The baseline figure the ratio is formed against: the median of the runs' medians (stats.compare), so a
+    """The baseline figure the ratio is formed against: the median of the runs' medians (core/stats/unpaired.py), so a
     printed ratio always matches the printed medians."""
     return float(statistics.median(statistics.median(run) for run in runs))
 

@@ -1,0 +1,140 @@
+"""The stored-baseline rule: what the figures of a run against its baseline's runs decide.
+
+Owns ``decide`` (an ``Estimate`` from core/stats/unpaired.py to a ``Comparison``) and ``compare`` (both steps).
+Invariants: REGRESSED needs the sample test, the run-level test at the job's level, the threshold and the
+interval to agree, so a verdict never contradicts the interval printed beside it; PASS needs the whole interval
+inside the threshold band; anything between is AMBIGUOUS. Imports core/stats/ and core/verdict/ only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_gpuperf.core.stats.sittings import Sittings
+from pytest_gpuperf.core.stats.unpaired import Estimate, Rules, estimate, samples_needed
+from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
+
+NO_BASELINE = "no baseline for this test, metric and hardware"
+OVER_NOISE_LIMIT = "exceeds the noise limit"
+OTHER_SITTING = "measured in another sitting than the baseline's runs"
+NOT_AMONG = "significant for this metric alone, not among the"
+"""How the reason of a change that the job's family-wise level did not decide begins its second part."""
+
+
+def compare(
+    current: Sequence[float],
+    baseline_runs: Sequence[Sequence[float]],
+    *,
+    higher_is_better: bool,
+    rules: Rules,
+    conditions: str | None = None,
+    sittings: Sittings | None = None,
+    across_machines: bool = False,
+) -> Comparison:
+    """Judge the current run's samples against the baseline's runs (each run a list of samples): the figures
+    (``unpaired.estimate``: sittings, machines and noise are its arguments), then the rule (``decide``)."""
+    figures = estimate(
+        current,
+        baseline_runs,
+        higher_is_better=higher_is_better,
+        rules=rules,
+        sittings=sittings,
+        across_machines=across_machines,
+    )
+    return decide(figures, rules=rules, conditions=conditions)
+
+
+def decide(figures: Estimate | None, *, rules: Rules, conditions: str | None = None) -> Comparison:
+    """The verdict the figures support under ``rules``; NO_BASELINE without figures.
+
+    ``conditions`` says why the current run cannot support a verdict (core/verdict/checks.py: the device's
+    clocks, the machine's state, a metric that calls its own samples too thin). Then the verdict is NOISY whatever
+    the figures say, never REGRESSED, and the figures are still kept for the report.
+    """
+    if figures is None:
+        return Comparison(verdict=Verdict.NO_BASELINE, reason=NO_BASELINE)
+    kept = figures.figures()
+    ratio, ci_low, ci_high = figures.ratio, figures.ci_low, figures.ci_high
+    if conditions:
+        return Comparison(verdict=Verdict.NOISY, reason=f"{conditions}; not judged", **kept)
+    if figures.current_spread > rules.noise_limit or figures.baseline_spread > rules.noise_limit:
+        side = "current run" if figures.current_spread > rules.noise_limit else "baseline"
+        spread = max(figures.current_spread, figures.baseline_spread)
+        return Comparison(
+            verdict=Verdict.NOISY,
+            reason=f"{side} spread {spread:.1%} (log Q3/Q1) {OVER_NOISE_LIMIT} {rules.noise_limit:.1%}",
+            **kept,
+        )
+    # The tests and the interval must agree: a change whose interval still holds "no change" is not shown as
+    # REGRESSED or IMPROVED. The job's level applies to the run-level test, which carries the noise between runs;
+    # the sample test must agree at the metric's own level. A conjunction is no likelier than either part, so the
+    # job's rate holds, and a metric of six requests (whose Mann-Whitney p cannot go below 1/924) can still be
+    # decided among many.
+    decisive = rules.decisive_alpha
+    if figures.p_worse < rules.alpha and ratio <= 1 - rules.threshold and ci_high < 1:
+        change = f"worse by {1 - ratio:.1%} (threshold {rules.threshold:.1%})"
+        if figures.p_run_worse < decisive:
+            reason = _decided(change, figures.p_worse, figures.p_run_worse, rules)
+            return Comparison(verdict=Verdict.REGRESSED, reason=reason, **kept)
+        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, figures.p_run_worse, rules), **kept)
+    if figures.p_better < rules.alpha and ratio >= 1 + rules.threshold and ci_low > 1:
+        change = f"better by {ratio - 1:.1%} (threshold {rules.threshold:.1%})"
+        if figures.p_run_better < decisive:
+            reason = _decided(change, figures.p_better, figures.p_run_better, rules)
+            return Comparison(verdict=Verdict.IMPROVED, reason=reason, **kept)
+        return Comparison(verdict=Verdict.AMBIGUOUS, reason=_not_among(change, figures.p_run_better, rules), **kept)
+    if 1 - rules.threshold <= ci_low and ci_high <= 1 + rules.threshold:
+        reason = f"{rules.confidence:.0%} interval of the ratio lies within 1 ± {rules.threshold:.1%}"
+        if figures.exact:
+            reason += " (an exact figure: its runs agree exactly, so its between-run noise is its own, not the prior)"
+        return Comparison(verdict=Verdict.PASS, reason=reason, **kept)
+    return Comparison(verdict=Verdict.AMBIGUOUS, reason=_undecided(figures, rules), **kept)
+
+
+def _undecided(figures: Estimate, rules: Rules) -> str:
+    """Why an AMBIGUOUS comparison is undecided, and what would decide it."""
+    cure = "more repeats or more baseline runs would decide it"
+    if not figures.samples_can_decide:
+        cure = "no number of repeats in this session can decide it (below)"
+    reason = (
+        f"ratio {figures.ratio:.3f}, {rules.confidence:.0%} interval [{figures.ci_low:.3f}, {figures.ci_high:.3f}] "
+        f"is not inside 1 ± {rules.threshold:.1%} and the evidence of a change is not significant: {cure}"
+    )
+    needed = samples_needed(rules, figures.baseline_samples)
+    if figures.samples < needed:
+        reason += (
+            f" ({figures.samples} samples against {figures.baseline_samples} cannot reach p < {rules.alpha}: "
+            f"take >= {needed})"
+        )
+    if figures.sitting_noise:
+        where = "its one sitting" if figures.sitting_groups == 1 else f"its {figures.sitting_groups} sittings"
+        reason += (
+            f" ({OTHER_SITTING}, {where}: the machine's shift between "
+            f"sittings, {figures.sitting_noise:.1%} sd, is in the noise; record baseline runs in several sittings, "
+            "or let `gpuperf ab` compare two stacks paired in one session)"
+        )
+    if not figures.exact and rules.prior_noise > rules.run_noise:
+        reason += (
+            f" (between-run noise {figures.run_noise:.1%}: this test's other parameters vary "
+            f"{rules.sibling_noise:.1%} between baseline runs on this machine, over {rules.sibling_dof:.0f} degrees "
+            f"of freedom, against the configured {rules.run_noise:.1%}; `gpuperf ab` compares two stacks paired, in "
+            "one session)"
+        )
+    return reason
+
+
+def _decided(change: str, p_value: float, p_run: float, rules: Rules) -> str:
+    if rules.decisive_alpha >= rules.alpha:  # one metric, or a job whose share is the metric's own level
+        return f"{change}, p={p_value:.2g} < {rules.alpha}"
+    return (
+        f"{change}, p={p_value:.2g} < {rules.alpha}, run-level p={p_run:.2g} < {rules.decisive_alpha:.2g} (the job's "
+        f"family-wise {rules.job_alpha:.2g} over {rules.family_size} metrics)"
+    )
+
+
+def _not_among(change: str, p_run: float, rules: Rules) -> str:
+    return (
+        f"{change}, run-level p={p_run:.2g}: {NOT_AMONG} {rules.family_size} metrics this job judges (family-wise "
+        f"{rules.job_alpha:.2g}: p < {rules.decisive_alpha:.2g} decides); a run on its own, or `gpuperf ab`, would "
+        "decide it"
+    )
