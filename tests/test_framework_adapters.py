@@ -1,6 +1,6 @@
 """The framework adapters' parsers, on text written as each framework's own format code writes it (the format calls
 below are copied from the file each adapter cites), and on real output where a run here produced some
-(tests/data/frameworks/README.md says where and how). No torch, no subprocess."""
+(tests/helpers/data/frameworks/README.md says where and how). No torch, no subprocess."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pytest_gpuperf.frameworks.megatron import ADAPTER as MEGATRON
 from pytest_gpuperf.frameworks.serving import SGLANG, VLLM, SglangBenchAdapter
 from pytest_gpuperf.frameworks.torchtitan import ADAPTER as TORCHTITAN
 
-DATA = Path(__file__).parent / "data" / "frameworks"
+DATA = Path(__file__).parent / "helpers" / "data" / "frameworks"
 
 
 # -- Megatron: megatron/training/training.py training_log, utils.py report_memory, arguments.py _print_args --------
@@ -350,7 +350,7 @@ def test_a_result_file_that_is_missing_or_not_json_is_an_output_error(tmp_path: 
 
 @pytest.mark.skipif(not (DATA / "vllm_bench_serve_cpu.json").exists(), reason="no captured vLLM result")
 def test_vllm_bench_real_result_captured_on_this_machine() -> None:
-    """A result file `vllm bench serve --save-result` wrote here (tests/data/frameworks/README.md)."""
+    """A result file `vllm bench serve --save-result` wrote here (tests/helpers/data/frameworks/README.md)."""
     reading = VLLM.read(RunOutput(log="", file=DATA / "vllm_bench_serve_cpu.json"))
     names = set(reading.figures)
     for metric in ("ttft_p50", "ttft_p99", "tpot_p50", "itl_p99", "output_tok_s", "total_tok_s", "requests_s"):
