@@ -33,7 +33,7 @@ operating characteristics of both). Two such sequences of intervals:
   called SAME in at most ``equivalence_alpha`` of runs.
 
 scipy.stats has no public null distribution of the signed-rank statistic nor a Walsh-average interval, so both
-are computed here (a small convolution and a sort); tests/test_paired.py checks the p-values against
+are computed here (a small convolution and a sort); tests/unit/test_paired_stats.py checks the p-values against
 ``scipy.stats.wilcoxon``.
 """
 

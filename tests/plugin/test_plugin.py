@@ -247,7 +247,7 @@ def test_env_and_ini_settings_and_where_they_came_from(
 
 def test_plugin_registers_only_prefixed_markers_and_a_project_registers_its_own(project: pytest.Pytester) -> None:
     # The plugin is in every run of an environment that installs it: generic markers are the project's to define
-    # (the shipped suites register theirs in their conftest.py; tests/test_isolation.py holds the whole contract).
+    # (the shipped suites register theirs in their conftest.py; plugin/test_isolation.py holds the whole contract).
     listed = project.runpytest("--markers").stdout.lines
     own = [line for line in listed if line.startswith("@pytest.mark.") and "pytest-gpuperf" in line]
     assert own and all(line.startswith("@pytest.mark.gpuperf_") for line in own), own

@@ -24,7 +24,7 @@ from pytest_gpuperf.core.store.baselines import (
     read_document,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KEY = {"device": "cpu", "accelerator": None, "cpu": {"model": "x", "cores": 2, "ram_gib": 4}, "nodes": 1}
 STACK = {"torch": "2.13.0"}
 

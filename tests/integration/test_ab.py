@@ -555,7 +555,7 @@ def test_a_over_a_is_same_and_a_crashed_session_drops_its_pair(
     workload: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The figures are fixed (test_fixed), so the verdict cannot depend on how loaded the machine is; timing noise
-    # is the statistics' business (tests/test_paired.py).
+    # is the statistics' business (tests/unit/test_paired_stats.py).
     marker = workload / "crashed"
     code = ab(
         "--a", PYTHON, "--b", f"env AB_TEST_CRASH_ONCE={marker} {PYTHON}",

@@ -149,7 +149,7 @@ SWEEP_TEST = """
 """
 
 
-SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_inference.py"
+SUITE = Path(__file__).resolve().parents[2] / "pytest_gpuperf" / "suites" / "test_inference.py"
 OPEN_LOOP = [
     # two rates of 8 Poisson arrivals, 3 runs (the fewest): ~3 s a round on the serial server
     "--gpuperf-request-rate=4,8",

@@ -26,7 +26,7 @@ import pytest
 from pytest_gpuperf.cli.main import main
 from pytest_gpuperf.cli.suites import pytest_arguments
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SELECTION = "test_memory_bandwidth and copy"  # one CPU-tier test of the micro suite: a few seconds
 SUITE_FILE = "pytest_gpuperf__suites__test_micro.json"
 OWN_SUITE = """

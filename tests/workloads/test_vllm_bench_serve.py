@@ -34,7 +34,7 @@ from pytest_gpuperf.inference.requests import Request  # noqa: E402
 from pytest_gpuperf.inference.servers import ServerPool  # noqa: E402
 from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 VLLM = find_program("vllm", "vllm")

@@ -110,7 +110,7 @@ def test_a_prompt_longer_than_the_served_context_is_a_counted_failure(served: Op
 
 
 HF_MODEL = "hf:qwen3-30b-a3b"
-SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_inference.py"
+SUITE = Path(__file__).resolve().parents[2] / "pytest_gpuperf" / "suites" / "test_inference.py"
 SERVED_HF_TEST = """
     from pytest_gpuperf.inference.engine import make_prompts
     from pytest_gpuperf.inference.hf_engine import HFEngine

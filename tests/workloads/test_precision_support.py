@@ -1,6 +1,6 @@
 """Which precisions a device can train in, and why not, without a GPU or torchao: the GPU check's machine has a
 Hopper GPU and no torchao, so what its fp8 tests do (skip, with the reason) and what MFU is computed against are
-decided here. Runs whether or not torchao is installed (tests/test_precision.py needs it)."""
+decided here. Runs whether or not torchao is installed (tests/workloads/test_precision.py needs it)."""
 
 from __future__ import annotations
 

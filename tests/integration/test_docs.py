@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NOT_CODE = {"text", "json", "ini"}  # outputs, data and configuration, not code
 MARK = re.compile(r"<!--\s*(not-run|run):\s*(.*?)\s*-->")

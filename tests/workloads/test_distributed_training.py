@@ -24,7 +24,7 @@ from pytest_gpuperf.distributed.training import (  # noqa: E402
     train_single,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def drop_gradient_all_reduce(prepared, mesh) -> None:

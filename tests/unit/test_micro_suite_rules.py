@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_micro.py"
+SUITE = Path(__file__).resolve().parents[2] / "pytest_gpuperf" / "suites" / "test_micro.py"
 
 
 def _load_suite() -> ModuleType:

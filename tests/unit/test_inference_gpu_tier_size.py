@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_inference.py"
+SUITE = Path(__file__).resolve().parents[2] / "pytest_gpuperf" / "suites" / "test_inference.py"
 CHECK_BOUND_S = 210.0
 """scripts/gpu_check.py, step "inference" (test_the_bound_is_the_gpu_checks keeps the two equal)."""
 OTHER_COSTS_S = 30.0

@@ -23,7 +23,7 @@ from fuzz_inputs import JUNIT, RESULTS, duplicate_key, utf16_dtd_bomb
 from pytest_gpuperf.cli import main as cli
 from pytest_gpuperf.cli.loading import InputError, read_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 

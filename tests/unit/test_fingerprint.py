@@ -13,11 +13,11 @@ import pytest
 from pytest_gpuperf.machine import fingerprint
 from pytest_gpuperf.machine.fingerprint import collect, cpu_type_slug, hardware_slug, parse_cpuinfo, stack_changes
 
-CPUINFO = Path(__file__).parent / "helpers" / "cpuinfo"
+CPUINFO = Path(__file__).parents[1] / "helpers" / "cpuinfo"
 """/proc/cpuinfo samples: amd-epyc-zen4-vm.txt is this project's CI machine, verbatim; the others are that file
 with what a Zen 3 (family 25, model 1) VM or a hypervisor that hides AVX-512 changes, and the first processor of
 a Sapphire Rapids host and a Graviton3 VM."""
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).parents[2]
 
 try:
     TORCH_INSTALLED = bool(importlib.metadata.version("torch"))

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 START_LIMIT_S = 240.0
 """4 pytest ranks and 2 agents starting on 2 loaded cores."""
 END_LIMIT_S = 120.0

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_training.py"
+SUITE = Path(__file__).resolve().parents[2] / "pytest_gpuperf" / "suites" / "test_training.py"
 SUITE_CONFTEST = SUITE.with_name("conftest.py")
 """The suites' fixtures (cpu_threads): a copy of the suite needs them, and a test's overrides are added to them."""
 

@@ -26,7 +26,7 @@ from pytest_gpuperf.distributed import (  # noqa: E402
     shutdown,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- functions run in the ranks -------------------------------------------------------------------------------

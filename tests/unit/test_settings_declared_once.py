@@ -91,7 +91,7 @@ def test_the_results_document_records_each_setting_its_readers_read() -> None:
 def test_each_environment_variable_the_package_names_is_declared() -> None:
     """Read with os.environ.get or passed by name to a helper that reads it: every GPUPERF_ name in the package's
     code is one a table declares (its parser, default and help)."""
-    package = Path(__file__).resolve().parent.parent / "pytest_gpuperf"
+    package = Path(__file__).resolve().parents[2] / "pytest_gpuperf"
     named = {
         name for path in package.rglob("*.py") for name in re.findall(r"GPUPERF_[A-Z][A-Z0-9_]*", path.read_text())
     }
@@ -102,7 +102,7 @@ def test_each_environment_variable_the_package_names_is_declared() -> None:
 def test_environment_only_settings_are_declared_once_and_documented() -> None:
     names = [spec.env for spec in (*OPTIONS, *ENVIRONMENT_ONLY)]
     assert len(names) == len(set(names)), "an environment variable declared twice"
-    text = (Path(__file__).resolve().parent.parent / "docs" / "settings.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
     missing = [spec.env for spec in ENVIRONMENT_ONLY if f"`{spec.env}" not in text]
     assert not missing, f"docs/settings.md does not list {missing}"
 

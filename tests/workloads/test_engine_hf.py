@@ -31,7 +31,7 @@ from pytest_gpuperf.inference.servers import EngineChoice, ServerPool, launch_co
 from pytest_gpuperf.models.hf import get_hf_spec  # noqa: E402
 
 MODEL = "hf:qwen3-30b-a3b"
-SUITE = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_inference.py"
+SUITE = Path(__file__).resolve().parents[2] / "pytest_gpuperf" / "suites" / "test_inference.py"
 
 SERVED_TESTS = '''
     import json

@@ -23,7 +23,7 @@ from pytest_gpuperf.micro import burnin
 from pytest_gpuperf.micro.acceptance import FLOORS, HEALTHY, judge_floor, local_devices
 from pytest_gpuperf.micro.burnin import Health, health_problems, judge_sag, windows
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "pytest_gpuperf" / "suites" / "test_acceptance.py"
 SBATCH = ROOT / "examples" / "slurm" / "acceptance.sbatch"
 KUBERNETES = sorted((ROOT / "examples" / "kubernetes").glob("*.yaml"))

@@ -29,7 +29,7 @@ from pytest_gpuperf.frameworks.megatron import ADAPTER as MEGATRON
 from pytest_gpuperf.frameworks.serving import SGLANG, VLLM, SglangBenchAdapter
 from pytest_gpuperf.frameworks.torchtitan import ADAPTER as TORCHTITAN
 
-DATA = Path(__file__).parent / "helpers" / "data" / "frameworks"
+DATA = Path(__file__).parents[1] / "helpers" / "data" / "frameworks"
 
 
 # -- Megatron: megatron/training/training.py training_log, utils.py report_memory, arguments.py _print_args --------

@@ -10,7 +10,7 @@ import pytest
 from pytest_gpuperf.machine import capability
 from pytest_gpuperf.machine.capability import Capability, GemmRate, plan_measure, plan_run
 
-SUITES = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites"
+SUITES = Path(__file__).resolve().parents[2] / "pytest_gpuperf" / "suites"
 
 
 def _machine(isa: str, **gflops: float) -> Capability:

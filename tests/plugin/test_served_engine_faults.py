@@ -533,7 +533,7 @@ def test_a_model_without_a_hugging_face_architecture_is_one_error(tmp_path: Path
 
 def test_the_suite_fails_once_and_clearly_on_an_unreachable_server(pytester: pytest.Pytester) -> None:
     pytest.importorskip("torch")
-    suite = Path(__file__).resolve().parent.parent / "pytest_gpuperf" / "suites" / "test_inference.py"
+    suite = Path(__file__).resolve().parents[2] / "pytest_gpuperf" / "suites" / "test_inference.py"
     url = f"http://127.0.0.1:{closed_port()}"
     result = pytester.runpytest_inprocess(
         str(suite),

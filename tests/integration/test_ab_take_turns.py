@@ -228,7 +228,7 @@ open(sys.argv[3], "w").write(repr(stamp))
         prefixes=prefixes,
         log_files=[tmp_path / "first.log", tmp_path / "second.log"],
         timeout=60,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         env=dict(os.environ),
     )
     assert [code for code, _ in ran] == [0, 0], [p.read_text() for p in tmp_path.glob("*.log")]

@@ -39,7 +39,7 @@ def new_metric(test: str, name: str, samples: list[float], stack: dict[str, str]
     ("nodeid", "expected"),
     [
         ("suites/test_micro.py::test_gemm[bf16]", r"suites__test_micro\.json"),
-        # paths the readable form changes keep it and add a hash of the exact path (injective, test_store_reliability)
+        # paths the readable form changes keep it and add a hash of the exact path (injective, test_store_failures)
         ("../../etc/passwd::t", r"etc__passwd~[0-9a-f]{16}\.json"),
         ("a/./b\\c d.py::t", r"a__b__c_d~[0-9a-f]{16}\.json"),
         ("/abs/x.py::t", r"abs__x~[0-9a-f]{16}\.json"),
