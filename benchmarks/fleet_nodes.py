@@ -8,7 +8,7 @@ does): node-1..node-4 unslowed, and node-4 again with ``GPUPERF_INJECT_SLOWDOWN=
 machine identity are one node). Folder "equal"
 holds the four unslowed nodes, folder "slowed" the first three and the slowed node-4; `gpuperf fleet --format
 json` judges each. A 10% effect over real timing on a shared 2-core VM is a benchmark's question, not a CI test's
-(tests/test_acceptance.py injects 99% there).
+(tests/workloads/test_acceptance_tier.py injects 99% there).
 
     python benchmarks/fleet_nodes.py --trials 5 --out benchmarks/data/fleet-nodes-10pct.jsonl
     python benchmarks/fleet_nodes.py --trials 4 --passes 3 --out benchmarks/data/fleet-nodes-10pct-3passes.jsonl

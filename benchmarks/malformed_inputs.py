@@ -3,8 +3,8 @@
     python benchmarks/malformed_inputs.py [--count N] [--cli-runs N] [--report-runs N] [--records N]
         [--sessions N] [--ab-cases N] [--signals N] [--timeout S] [--seed S] [--write]
 
-Part 1 parses ``--count`` damaged JSON/XML documents in this process (tests/fuzz_inputs.malformed). Part 2
-runs ``--cli-runs`` whole command lines (tests/fuzz_inputs.cli_case) over a pool of fair and hostile paths:
+Part 1 parses ``--count`` damaged JSON/XML documents in this process (tests/helpers/fuzz_inputs.malformed). Part 2
+runs ``--cli-runs`` whole command lines (tests/helpers/fuzz_inputs.cli_case) over a pool of fair and hostile paths:
 devices, FIFOs, unwritable and full outputs, markup and surrogates in names, UTF-16 XML with a DTD, duplicate
 keys, crafted slugs. Each command runs in a forked child (the CLI's imports are paid once) with its standard
 input closed, an address-space limit of 2 GiB over the parent's and ``--timeout`` seconds; a child still
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 import fuzz_inputs  # noqa: E402
 from fuzz_inputs import cli_case, hostile_pool, load, malformed  # noqa: E402
@@ -106,7 +106,8 @@ def main() -> int:
     total = sum(durations)
     parse_lines = [
         f"**Part 1, damaged results files.** {args.count} damaged results JSON and JUnit XML files (truncated, "
-        "bytes flipped or inserted, JSON nodes replaced or deleted, XML garbled; see tests/fuzz_inputs.py) parsed "
+        "bytes flipped or inserted, JSON nodes replaced or deleted, XML garbled; see tests/helpers/fuzz_inputs.py) "
+        "parsed "
         "by the `gpuperf` loaders in this process.",
         "",
         "| outcome | inputs |",
@@ -248,8 +249,9 @@ def command_lines(args: argparse.Namespace) -> tuple[list[str], int]:
     durations.sort()
     lines = [
         "",
-        f"**Part 2, hostile command lines.** {args.cli_runs} `gpuperf` command lines (tests/fuzz_inputs.cli_case, seed "
-        f"{args.seed}) over a pool of fair and hostile paths (tests/fuzz_inputs.hostile_pool: /dev/zero, "
+        f"**Part 2, hostile command lines.** {args.cli_runs} `gpuperf` command lines "
+        "(tests/helpers/fuzz_inputs.cli_case, seed "
+        f"{args.seed}) over a pool of fair and hostile paths (tests/helpers/fuzz_inputs.hostile_pool: /dev/zero, "
         "/dev/urandom, /proc/self/maps, FIFOs as inputs, outputs and keys, a folder or a path under a file or "
         "/dev/full or /proc/version as -o, dangling and looping links, TeX markup and lone surrogates in test "
         "names, UTF-16 XML with a DTD, duplicate keys, 1e999, samples at float range, a crafted hardware slug, "
@@ -337,7 +339,7 @@ Defects = list[str]
 
 
 def report_documents(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
-    """Part 3: `gpuperf report` on malformed ab.json / bisect.json (tests/fuzz_inputs.malformed_comparison)."""
+    """Part 3: `gpuperf report` on malformed ab.json / bisect.json (tests/helpers/fuzz_inputs.malformed_comparison)."""
     from pytest_gpuperf.cli import main as cli
 
     rng = random.Random(args.seed + 3)
@@ -362,7 +364,8 @@ def report_documents(args: argparse.Namespace) -> tuple[list[str], int, Defects]
     durations.sort()
     lines = [
         f"**Part 3, `gpuperf report` on hand-edited ab.json / bisect.json.** {args.report_runs} documents "
-        "(tests/fuzz_inputs.malformed_comparison: a node replaced by another JSON value or deleted, NaN, Infinity, "
+        "(tests/helpers/fuzz_inputs.malformed_comparison: a node replaced by another JSON value or deleted, NaN, "
+        "Infinity, "
         "1e999 or 400 digits for a number, a key twice, truncated, bytes flipped, 100,000-deep nesting, or whole), "
         f"each drawn in a forked child with a {args.timeout:g} s limit; median {median(durations) * 1e3:.0f} ms:",
         "",
@@ -390,8 +393,8 @@ def classify(status: str, err: str) -> str:
 
 
 def record_values(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
-    """Part 4: perf.record calls with a workload's odd values (tests/fuzz_inputs.hostile_record), and whatever is
-    accepted carried through the store (save, then the strict reader) and the results writer's JSON."""
+    """Part 4: perf.record calls with a workload's odd values (tests/helpers/fuzz_inputs.hostile_record), and whatever
+    is accepted carried through the store (save, then the strict reader) and the results writer's JSON."""
     import warnings
 
     from _pytest.outcomes import OutcomeException
@@ -463,7 +466,7 @@ def record_values(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
     seconds = time.perf_counter() - started
     lines = [
         f"**Part 4, what a workload passes to `perf.record`.** {args.records} calls in this process "
-        "(tests/fuzz_inputs.hostile_record: numpy and torch scalars, 0-d and n-d arrays and tensors, bfloat16, "
+        "(tests/helpers/fuzz_inputs.hostile_record: numpy and torch scalars, 0-d and n-d arrays and tensors, bfloat16, "
         "sets, objects, bytes, complex, Decimal, Fraction, 400-digit integers, NaN, lone surrogates, keys that are "
         "not text, 5,000-deep lists in a context, or set after the call; unit=5 / '' / bytes, higher_is_better=1, "
         "a name of 7, samples as arrays, tensors, strings or generators); each accepted one saved to a baselines "
@@ -488,8 +491,8 @@ def shorten_repr(call: dict[str, Any], late: Any) -> str:
 
 def pytest_sessions(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
     """Part 5: whole pytest sessions: a perf test recording an odd value between two fair ones
-    (tests/fuzz_inputs.record_module), or a baselines/<key>/ holding a FIFO, a device link, a loop, a folder or
-    garbage (tests/fuzz_inputs.plant_hazard). Each with --gpuperf-save and --gpuperf-results."""
+    (tests/helpers/fuzz_inputs.record_module), or a baselines/<key>/ holding a FIFO, a device link, a loop, a folder or
+    garbage (tests/helpers/fuzz_inputs.plant_hazard). Each with --gpuperf-save and --gpuperf-results."""
     rng = random.Random(args.seed + 5)
     outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
     defects: Defects = []
@@ -701,7 +704,7 @@ def fair_tests_kept(case: Path, keys: Path) -> list[str]:
 
 
 def ab_sides(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
-    """Part 6: `gpuperf ab` with hostile sides (tests/fuzz_inputs.AB_SIDE_CASES): wrapper scripts, FIFOs left at
+    """Part 6: `gpuperf ab` with hostile sides (tests/helpers/fuzz_inputs.AB_SIDE_CASES): wrapper scripts, FIFOs left at
     the results path, sleeping past --budget, malformed documents. Nothing of a side may outlive ab."""
     from pytest_gpuperf.core.store import schema
 
@@ -747,7 +750,8 @@ def ab_sides(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
             if problems:
                 defects.append(f"ab {name}: {'; '.join(problems)}\n{output[-1500:]}")
     lines = [
-        f"**Part 6, `gpuperf ab` with hostile sides.** {args.ab_cases} runs (tests/fuzz_inputs.AB_SIDE_CASES: a "
+        f"**Part 6, `gpuperf ab` with hostile sides.** {args.ab_cases} runs "
+        "(tests/helpers/fuzz_inputs.AB_SIDE_CASES: a "
         "side that is a wrapper script running the real Python as a grandchild, one that leaves a FIFO at its "
         "results path or does so and sleeps, one that sleeps past --budget, a fingerprint of 5, NaN samples; "
         "`--max-pairs 4`, taking turns and not); ab.json must be strict JSON and no side's process may outlive "
@@ -775,7 +779,7 @@ def running(pid: int) -> bool:
 
 def rank_signals(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
     """Part 7: SIGTERM and SIGHUP to a pytest (alone, not its group) whose 2 gloo ranks run, each with a child,
-    or are starting (tests/fuzz_inputs.RANKS_MODULE): no process and no gpuperf-ranks-* folder may be left."""
+    or are starting (tests/helpers/fuzz_inputs.RANKS_MODULE): no process and no gpuperf-ranks-* folder may be left."""
     outcomes: collections.Counter[str] = collections.Counter()
     defects: Defects = []
     with tempfile.TemporaryDirectory(prefix="gpuperf-fuzz-ranks-") as scratch:

@@ -1,8 +1,9 @@
 """Session set-up of the project's own tests, and which of them run without torch.
 
-The torch-free modules (statistics, store, settings, command line, launcher logic, ...) must pass in a venv with
-only pytest, numpy, scipy, junitparser, filelock and hypothesis; ``.ci/run`` runs them there. Where torch cannot
-be imported, the test modules not listed in TORCH_FREE are left out of collection, and the header says so.
+The tests are split by directory, and the directory decides whether a module may need torch: those in TORCH_FREE
+must pass in a venv with only pytest, numpy, scipy, junitparser, filelock, hypothesis and defusedxml (``.ci/run``
+runs them there); workloads/ and integration/ need the full development venv. Where torch cannot be imported, the
+other directories are left out of collection, and the header says so.
 """
 
 import importlib.util
@@ -11,70 +12,51 @@ from pathlib import Path
 
 import pytest
 
-TORCH_FREE = frozenset(
-    {
-        "test_bounded_reads.py",
-        "test_ab_hostile.py",
-        "test_changepoints.py",
-        "test_cli.py",
-        "test_cli_inputs.py",
-        "test_cli_outputs.py",
-        "test_convergence.py",
-        "test_distributed_env.py",
-        "test_distributed_mesh.py",
-        "test_docstrings.py",
-        "test_engine_faults.py",
-        "test_fingerprint.py",
-        "test_fleet.py",
-        "test_framework_adapters.py",
-        "test_gpu_check.py",
-        "test_inference_sizing.py",
-        "test_isolation.py",
-        "test_job_verdict.py",
-        "test_layout.py",
-        "test_micro_suite.py",
-        "test_peaks.py",
-        "test_plugin.py",
-        "test_report_inputs.py",
-        "test_record_values.py",
-        "test_run_command.py",
-        "test_settings_declared_once.py",
-        "test_stats.py",
-        "test_supervised.py",
-        "test_store.py",
-        "test_telemetry.py",
-        "test_telemetry_verdict.py",
-        "test_testid.py",
-        "test_training_plugin.py",
-        "test_training_tiers.py",
-    }
-)
-"""Test modules that pass without torch: they neither import it nor run code that needs it (tests of the plugin
-itself included: its runs record "torch: not installed" in the stack). A test in them that needs torch for one
-case skips that case with pytest.importorskip."""
+HERE = Path(__file__).parent
+
+TORCH_FREE = frozenset({"unit", "plugin", "cli"})
+"""The test directories whose modules pass without torch: they neither import it nor run code that needs it (tests
+of the plugin itself included: its runs record "torch: not installed" in the stack). A test in them that needs
+torch for one case skips that case with pytest.importorskip; a module that needs torch, or another package of the
+full venv (pytest-xdist, the report or sign extras), belongs in workloads/ or integration/."""
 
 
 def _torch_importable() -> bool:
     """Found without importing it (that costs seconds, and `pytest --help` must stay free of torch)."""
     try:
         return importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):  # a meta-path hook that refuses torch, as tests/test_isolation.py uses
+    except (ImportError, ValueError):  # a meta-path hook that refuses torch, as tests/plugin/test_isolation.py uses
         return False
 
 
 TORCH = _torch_importable()
 
 
+def _needs_torch(path: Path) -> bool:
+    """Whether ``path`` is, or lies in, a directory of tests/ outside TORCH_FREE (its first directory decides)."""
+    if not path.is_relative_to(HERE):
+        return False
+    parts = path.relative_to(HERE).parts
+    in_a_directory = len(parts) > 1 or (len(parts) == 1 and path.is_dir())
+    return in_a_directory and parts[0] not in TORCH_FREE
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if TORCH or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+    if TORCH:
         return None
-    return collection_path.name not in TORCH_FREE or None
+    return _needs_torch(collection_path) or None
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     if TORCH:
         return None
-    return f"torch is not importable: only the {len(TORCH_FREE)} torch-free test modules (tests/conftest.py) run"
+    left_out = sorted(
+        path.name for path in HERE.iterdir() if path.name not in TORCH_FREE and any(path.glob("test_*.py"))
+    )
+    return (
+        f"torch is not importable: {', '.join(f'{name}/' for name in left_out)} left out; only the torch-free "
+        f"test directories {', '.join(f'{name}/' for name in sorted(TORCH_FREE))} run (tests/conftest.py)"
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -92,8 +74,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _machine_state_not_judged() -> Iterator[None]:
     """The project's own tests feed known samples: the real machine's load (other jobs on a shared CI box) must not
     turn their verdicts NOISY. Tests of the machine-state rule ask for it with --gpuperf-machine-check on.
-    Session-scoped, so that module-scoped fixtures running real sessions (test_cli's runs) see it too: a
-    function-scoped one is set up after them.
+    Session-scoped, so that module-scoped fixtures running real sessions (cli/test_analysis_commands.py's runs) see
+    it too: a function-scoped one is set up after them.
 
     The inner pytest sessions (pytester) also run without CI and BUILD_NUMBER: pytest prints a failure's whole
     message in its short summary when they are set, so the same inner run would print differently on the CI box

@@ -23,7 +23,7 @@ ranks, sharded reductions in FSDP/ZeRO, TP's partial matmul sums). Over 16 AdamW
 nats the largest difference measured was 4.8e-7, one fp32 ulp at those values (2^-21), for DDP, FSDP2, TP,
 FSDP x TP and ZeRO 1-3 on 2 and 4 ranks. 1e-4 (200 ulp) leaves room for other CPUs' kernels and still sits
 10x below what a 1% skew of one rank's gradient does (1.2e-3) and 4000x below a dropped gradient all-reduce
-(0.43); tests/test_distributed_training.py proves both fail this check (``loss_mismatch``).
+(0.43); tests/workloads/test_distributed_training.py proves both fail this check (``loss_mismatch``).
 CUDA: cuBLAS picks kernels by shape (a shard's batch is not the global batch's), so differences per step are
 larger; 1e-3 is a first guess to be calibrated on a GPU run, not a measured figure.
 """

@@ -87,7 +87,7 @@ GPU_CONCURRENCIES = {(8192, 1024): (1, 64), (1024, 8192): (1, 64)}
 # - prefill: 64 x 8k measured 1.15 s, so the 8k/1k sweep's 3 x (1 + 64) + a 64 x 8k warm-up ~ 5 s, 1k/1k ~1 s;
 #   ~20 attention shapes (4 rounded key lengths per concurrency) at ~70 ms each ~1.5 s.
 # - three model builds (0.84 s measured) and parity ~5 s; process start, import and CUDA init ~15-20 s. In all
-#   ~110 s; a 1.5x slower decode step still ends by ~150 s (tests/test_inference_sizing.py checks this).
+#   ~110 s; a 1.5x slower decode step still ends by ~150 s (tests/unit/test_inference_gpu_tier_size.py checks this).
 GPU_DECODE_STEP_S = 5e-3
 """Wall time of one eager decode forward of the GPU tier's model on an H200: measured 2.8-4.6 ms (see above),
 rounded up for the 64-row 8k point that was not."""

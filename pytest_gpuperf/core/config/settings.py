@@ -562,7 +562,7 @@ class Settings:
     """The resolved `gpuperf` settings of one pytest session.
 
     Each field's default is its option's (``option_default``), so a settings object built by hand gets what a user who
-    sets nothing gets; tests/test_settings_declared_once.py checks they stay the same."""
+    sets nothing gets; tests/unit/test_settings_declared_once.py checks they stay the same."""
 
     baselines_dir: Path
     """Where baseline JSON files live."""

@@ -5,7 +5,7 @@ Hodges-Lehmann estimate and two Walsh-average intervals of Wilcoxon's signed-ran
 core/verdict/paired.py decides), ``needed_pairs`` and the sequential boundary, calibrated by simulation so that
 the chance of a wrong interval at any look stays at its target. Invariants: distribution-free for symmetric
 noise; the same inputs give the same boundary (seeded, cached). Imports only core/stats/; never a Verdict.
-Rationale: docs/design/paired-sequential-test.md; tests/test_paired.py checks the p-values against scipy.
+Rationale: docs/design/paired-sequential-test.md; tests/unit/test_paired_stats.py checks the p-values against scipy.
 """
 
 from __future__ import annotations
