@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,13 @@ class AbError(Exception):
         self.result = result
 
 
+def _paired_looks(name: str) -> int:
+    """The paired policy's first or last look, the plan's unless the command line says otherwise: one declaration."""
+    value = next(rule.default for rule in fields(PairedRules) if rule.name == name)
+    assert isinstance(value, int)
+    return value
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AbPlan:
     """One comparison: what to run and how to judge it."""
@@ -64,9 +71,10 @@ class AbPlan:
     sessions' own setting: their device's default)."""
     threshold: float | None = None
     """Used when rules is None; None: the sessions' own threshold setting."""
-    min_pairs: int = 4
-    max_pairs: int = 16
+    min_pairs: int = _paired_looks("min_pairs")
+    max_pairs: int = _paired_looks("max_pairs")
     alpha: float = 0.01
+    """The invocation's flag level, over all its metrics (each metric is judged at alpha / their number)."""
     budget_s: float | None = None
     seed: int = 0
     repeats: int | None = 10

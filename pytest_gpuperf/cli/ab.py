@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from pytest_gpuperf.ab.cpus import cpu_text
 from pytest_gpuperf.ab.engine import run_ab
@@ -39,6 +40,7 @@ from pytest_gpuperf.ab.model import (
 )
 from pytest_gpuperf.ab.turns import PINNED, UNPINNED, pinned_by_default, turns_by_default
 from pytest_gpuperf.cli.loading import InputError, junit_address
+from pytest_gpuperf.cli.option_defaults import given
 from pytest_gpuperf.cli.output import printable, write_text
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
@@ -87,8 +89,6 @@ def plan_from_args(
                 f"--{option.replace('_', '-')} {shown}: at most {MAX_PAIR_COUNT} pairs (a comparison of "
                 f"{MAX_PAIR_COUNT} pairs takes hours); give a smaller number, with --budget to bound the time"
             )
-    if args.min_pairs > args.max_pairs:
-        raise InputError(f"--min-pairs {args.min_pairs} is more than --max-pairs {args.max_pairs}")
     if args.budget is not None and not args.budget <= MAX_BUDGET_S:
         raise InputError(
             f"--budget of {args.budget:.3g} s: at most {MAX_BUDGET_S:.0f} s (a year); give a duration such as 15m "
@@ -111,26 +111,33 @@ def plan_from_args(
     elif take_turns and args.cpus == frozenset():
         turns_why = f"{turns_why}; {UNPINNED}"
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return AbPlan(
+    repeats: dict[str, Any] = {} if args.repeats is None else {"repeats": args.repeats or None}  # 0: the suite's own
+    plan = AbPlan(
         cmd_a=cmd_a,
         cmd_b=cmd_b,
         pytest_args=tuple(pytest_args),
         out_dir=Path(args.out) if args.out else Path(f"gpuperf-{command}") / stamp,
         threshold=args.threshold,
-        min_pairs=args.min_pairs,
-        max_pairs=args.max_pairs,
         max_left_out=args.max_left_out,
-        alpha=args.alpha,
         budget_s=args.budget,
-        seed=args.seed,
-        repeats=args.repeats or None,
-        max_dropped=args.max_dropped,
-        session_figure=args.session_figure,
+        **given(
+            args,
+            min_pairs="min_pairs",
+            max_pairs="max_pairs",
+            alpha="alpha",
+            seed="seed",
+            max_dropped="max_dropped",
+            session_figure="session_figure",
+        ),
+        **repeats,
         take_turns=take_turns,
         take_turns_why=turns_why,
         cpus=cpus,
         widen_cpus=widen,
     )
+    if plan.min_pairs > plan.max_pairs:
+        raise InputError(f"--min-pairs {plan.min_pairs} is more than --max-pairs {plan.max_pairs}")
+    return plan
 
 
 def run(args: argparse.Namespace) -> int:

@@ -68,8 +68,12 @@ def t_test(before: np.ndarray, after: np.ndarray) -> float:
     return 1.0 if math.isnan(p) else p
 
 
+MAX_PVALUE = 0.001
+"""The significance a split must reach to be kept (`gpuperf history --max-pvalue`)."""
+
+
 def change_points(
-    series: Sequence[float], *, max_pvalue: float = 0.001, split_pvalue: float = 0.05, min_size: int = 2
+    series: Sequence[float], *, max_pvalue: float = MAX_PVALUE, split_pvalue: float = 0.05, min_size: int = 2
 ) -> list[ChangePoint]:
     values = np.asarray(series, dtype=float)
     if values.ndim != 1 or not np.all(np.isfinite(values)):

@@ -32,6 +32,7 @@ from pytest_gpuperf.cli.loading import (
     read_bytes,
     walk_files,
 )
+from pytest_gpuperf.cli.option_defaults import given
 from pytest_gpuperf.cli.output import write_text
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
@@ -489,7 +490,7 @@ def spread_document(fleet: Fleet) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rules = FleetRules(tolerance=args.tolerance, z=args.z_threshold, alpha=args.alpha)
+    rules = FleetRules(**given(args, tolerance="tolerance", z="z_threshold", alpha="alpha"))
     nodes = build_nodes(read_node_runs([Path(path) for path in args.results]))
     fleet = judge_fleet(nodes, rules, args.spread_prior)
     if not fleet.judged:

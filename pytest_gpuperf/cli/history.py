@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
-from pytest_gpuperf.cli.changepoints import change_points
+from pytest_gpuperf.cli.changepoints import MAX_PVALUE, change_points
 from pytest_gpuperf.cli.loading import InputError, Run, decode_json, load_path, quote, read_bytes
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
@@ -205,7 +205,8 @@ def stack_switch_changes(
 def run(args: argparse.Namespace) -> int:
     runs = [run for path in args.paths for run in load_path(Path(path))]
     accepted = load_accepted(Path(args.accepted)) if args.accepted else []
-    if not 0 < args.max_pvalue < 1 or args.min_after < 1:
+    max_pvalue = MAX_PVALUE if args.max_pvalue is None else args.max_pvalue
+    if not 0 < max_pvalue < 1 or args.min_after < 1:
         raise InputError("--max-pvalue must be in (0, 1) and --min-after >= 1")
     stored = next((r.settings.get("threshold") for r in runs if r.settings.get("threshold")), None)
     threshold = (
@@ -219,13 +220,13 @@ def run(args: argparse.Namespace) -> int:
     rows, series = [], []
     for group in by_hardware.values():
         found, group_series = analyse(
-            group, threshold=threshold, max_pvalue=args.max_pvalue, min_after=args.min_after, accepted=accepted
+            group, threshold=threshold, max_pvalue=max_pvalue, min_after=args.min_after, accepted=accepted
         )
         rows += found
         series += group_series
     notes = [
         f"{len(runs)} run(s), {len(series)} series; change points by e-divisive split + Student t-test "
-        f"(p < {args.max_pvalue:g}) and merge, shown when |change| > {threshold:.1%} with >= {args.min_after} "
+        f"(p < {max_pvalue:g}) and merge, shown when |change| > {threshold:.1%} with >= {args.min_after} "
         "runs after",
         *[
             f"series {s['test']} {s['metric']} restarts at accepted run {s['reset_at']}"

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest_gpuperf.cli.option_defaults import declared, pct_text
 from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 
 
@@ -39,7 +40,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def _default_pct(name: str, device: str = "cpu") -> str:
     """A plugin default as help text quotes it: 'threshold' -> '2%%' (argparse's escape of %)."""
-    return f"{DEVICE_DEFAULTS[device][name] * 100:g}%%"
+    return pct_text(DEVICE_DEFAULTS[device][name])
 
 
 def percentage(text: str) -> float:
@@ -185,13 +186,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --trust: take REF as it is (your own results), checking only the submissions",
     )
-    variance.add_argument("--tolerance", type=percentage, default=0.01, metavar="PCT", help="default 1%%")
+    variance.add_argument(
+        "--tolerance",
+        type=percentage,
+        default=None,
+        metavar="PCT",
+        help=declared("cli.variance", "TOLERANCE", "default {default}", pct_text),
+    )
     variance.add_argument(
         "--run-noise",
         type=percentage,
         default=None,
         metavar="PCT",
-        help="between-run sd of a run's median (default: the reference's setting, else 0.5%%)",
+        help=declared(
+            "cli.variance",
+            "RUN_NOISE",
+            "between-run sd of a run's median (default: the reference's setting, else {default})",
+            pct_text,
+        ),
     )
     _add_format(variance)
     variance.set_defaults(run=lazy("variance"))
@@ -215,14 +227,18 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"smallest change reported (default: the runs' threshold setting, else {_default_pct('threshold')})",
     )
     history.add_argument(
-        "--max-pvalue", type=float, default=0.001, metavar="P", help="significance of a split (default 0.001)"
+        "--max-pvalue",
+        type=float,
+        default=None,
+        metavar="P",
+        help=declared("cli.changepoints", "MAX_PVALUE", "significance of a split (default {default})"),
     )
     history.add_argument(
         "--min-after",
         type=int,
         default=2,
         metavar="N",
-        help="runs needed after a change before it is reported (default 2)",
+        help="runs needed after a change before it is reported (default %(default)s)",
     )
     history.add_argument(
         "--accepted",
@@ -316,23 +332,37 @@ def _add_fleet(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fleet.add_argument(
         "--tolerance",
         type=percentage,
-        default=0.05,
+        default=None,
         metavar="PCT",
-        help="smallest deficit against the other units' median that lists a unit (default 5%%)",
+        help=declared(
+            "core.stats.fleet",
+            "FleetRules.tolerance",
+            "smallest deficit against the other units' median that lists a unit (default {default})",
+            pct_text,
+        ),
     )
     fleet.add_argument(
         "--z-threshold",
         type=_positive_number,
-        default=3.5,
+        default=None,
         metavar="Z",
-        help="smallest robust z (MADs of the other units, Iglewicz-Hoaglin modified z) that lists a unit (default 3.5)",
+        help=declared(
+            "core.stats.fleet",
+            "FleetRules.z",
+            "smallest robust z (MADs of the other units, Iglewicz-Hoaglin modified z) that lists a unit (default "
+            "{default})",
+        ),
     )
     fleet.add_argument(
         "--alpha",
         type=_fraction,
-        default=0.01,
+        default=None,
         metavar="P",
-        help="chance that a fleet of equal units lists one, over all units and metrics (default 0.01)",
+        help=declared(
+            "core.stats.fleet",
+            "FleetRules.alpha",
+            "chance that a fleet of equal units lists one, over all units and metrics (default {default})",
+        ),
     )
     fleet.add_argument(
         "--spread-prior",
@@ -427,7 +457,13 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
         help="smallest change that matters (default: the sessions' setting, "
         f"{_default_pct('threshold')} on CPU, {_default_pct('threshold', 'cuda')} on GPU)",
     )
-    ab.add_argument("--min-pairs", type=_count(1), default=4, metavar="N", help="first look (default 4)")
+    ab.add_argument(
+        "--min-pairs",
+        type=_count(1),
+        default=None,
+        metavar="N",
+        help=declared("ab.model", "AbPlan.min_pairs", "first look (default {default})"),
+    )
     ab.add_argument(
         "--take-turns",
         action=argparse.BooleanOptionalAction,
@@ -446,7 +482,13 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
         "pinned); default when taking turns: the first CPU this process may use, a session whose tests start their "
         "own ranks or servers widening to all of them",
     )
-    ab.add_argument("--max-pairs", type=_count(1), default=16, metavar="N", help="last look (default 16)")
+    ab.add_argument(
+        "--max-pairs",
+        type=_count(1),
+        default=None,
+        metavar="N",
+        help=declared("ab.model", "AbPlan.max_pairs", "last look (default {default})"),
+    )
     ab.add_argument(
         "--max-left-out",
         type=_count(0),
@@ -458,7 +500,7 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
     ab.add_argument(
         "--session-figure",
         choices=("best", "median"),
-        default="best",
+        default=None,
         help="each session's figure for a metric: its best sample (lowest time, highest rate; the default: noise on "
         "a shared machine only adds time) or its median (when a change that slows some calls only must count)",
     )
@@ -466,19 +508,36 @@ def _add_ab_options(ab: argparse.ArgumentParser) -> None:
     ab.add_argument(
         "--alpha",
         type=_fraction,
-        default=0.01,
+        default=None,
         metavar="P",
-        help="chance that an unchanged metric is flagged, over all looks (default 0.01)",
+        help=declared(
+            "ab.model", "AbPlan.alpha", "chance that an unchanged metric is flagged, over all looks (default {default})"
+        ),
     )
     ab.add_argument(
         "--repeats",
         type=_count(0),
-        default=10,
+        default=None,
         metavar="N",
-        help="timed repeats per measurement in each session (default 10; 0: the suite's own)",
+        help=declared(
+            "ab.model",
+            "AbPlan.repeats",
+            "timed repeats per measurement in each session (default {default}; 0: the suite's own)",
+        ),
     )
-    ab.add_argument("--max-dropped", type=_count(0), default=3, metavar="N", help="dropped pairs allowed (default 3)")
-    ab.add_argument("--seed", type=int, default=0, help="seed of the session order (default 0)")
+    ab.add_argument(
+        "--max-dropped",
+        type=_count(0),
+        default=None,
+        metavar="N",
+        help=declared("ab.model", "AbPlan.max_dropped", "dropped pairs allowed (default {default})"),
+    )
+    ab.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help=declared("ab.model", "AbPlan.seed", "seed of the session order (default {default})"),
+    )
 
 
 def cpu_list(text: str) -> frozenset[int]:
@@ -563,7 +622,7 @@ def _add_rules(parser: argparse.ArgumentParser) -> None:
 def _add_format(parser: argparse.ArgumentParser) -> None:
     from pytest_gpuperf.cli.tables import FORMATS
 
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default %(default)s)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
 
 

@@ -38,7 +38,10 @@ from pytest_gpuperf.core.verdict.vocabulary import Verdict
 MISSING = Verdict.MISSING.value
 """A workload the reference holds and the submission lacks."""
 CONFIDENCE = 0.90
-DEFAULT_RUN_NOISE = 0.005
+TOLERANCE = 0.01
+"""How far from the reference a submission may be and still be equivalent (`--tolerance`)."""
+RUN_NOISE = 0.005
+"""The between-run sd of a run's median where neither ``--run-noise`` nor the reference's settings give one."""
 
 COLUMNS = (
     ("submission", "submission"),
@@ -213,19 +216,18 @@ def run(args: argparse.Namespace) -> int:
     run_noise = (
         args.run_noise
         if args.run_noise is not None
-        else (float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else DEFAULT_RUN_NOISE)
+        else (float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else RUN_NOISE)
     )
-    rows = evaluate(reference, submissions, tolerance=args.tolerance, run_noise=run_noise)
+    tolerance = TOLERANCE if args.tolerance is None else args.tolerance
+    rows = evaluate(reference, submissions, tolerance=tolerance, run_noise=run_noise)
     for row in rows:
         signer = signers[row["submission"]]
         if signer is not None:
             row.update(signer=signer.label, signer_key=signer.path.name, signer_fingerprint=signer.fingerprint)
-    partners = [
-        partner_summary(side, rows, signers[str(side.source)], tolerance=args.tolerance) for side in submissions
-    ]
+    partners = [partner_summary(side, rows, signers[str(side.source)], tolerance=tolerance) for side in submissions]
     within = [partner["submission"] for partner in partners if partner["verdict"] == "PASS"]
     failing = any(partner["verdict"] == "FAIL" for partner in partners)
-    summary = f"{len(within)} of {len(submissions)} submissions within {_pct(args.tolerance)} on all workloads"
+    summary = f"{len(within)} of {len(submissions)} submissions within {_pct(tolerance)} on all workloads"
     notes = [
         f"reference {reference.source}: {len(reference.runs)} run(s) on {reference.hardware_slug}; "
         f"{len(reference.keys())} workload(s); between-run noise prior {run_noise:.2%}; ratio < 1 is worse",
@@ -239,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         summary,
     ]
     text = render(
-        title=f"gpuperf variance against {reference.source} (tolerance {_pct(args.tolerance)})",
+        title=f"gpuperf variance against {reference.source} (tolerance {_pct(tolerance)})",
         columns=COLUMNS if keys is None else (*COLUMNS[:1], ("signer", "signed by"), *COLUMNS[1:]),
         rows=rows,
         notes=notes,
@@ -247,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
         extra={
             "summary": summary,
             "within": within,
-            "tolerance": args.tolerance,
+            "tolerance": tolerance,
             "partners": partners,
             "signatures": "not checked" if keys is None else "verified",
             "trusted_keys": [{"key": key.path.name, "fingerprint": key.fingerprint} for key in keys or ()],
