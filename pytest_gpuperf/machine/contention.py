@@ -4,7 +4,7 @@ Around every measurement window it records: the hypervisor's **steal**; this pro
 **CPU time against wall time**; **other processes' load** (busy cores beyond this process and its children), plus
 the load average and CPU pressure for the report only; and **canaries** that touch nothing of the stack under test
 (a pure-Python loop, judged; a one-thread numpy GEMM, judged; a memory copy, recorded only). Parsing and the rule
-(``contention``, ``judge_machine``) are pure and tested on recorded ``/proc`` samples; ``read_snapshot`` is the only
+(``contention``, ``compare_machine``) are pure and tested on recorded ``/proc`` samples; ``read_snapshot`` is the only
 reader and leaves ``None`` where a file is missing. machine/ returns facts: core/verdict/ turns them into a
 verdict. What each signal caught and missed, and why own code: docs/design/contention-signals.md.
 """
@@ -40,7 +40,7 @@ __all__ = [
     "contention",
     "contention_reasons",
     "descendants_cpu_s",
-    "judge_machine",
+    "compare_machine",
     "others_limit",
     "parse_loadavg",
     "parse_pressure",
@@ -742,7 +742,7 @@ class MachineCheck:
         }
 
 
-def judge_machine(current: MachineState | None, baseline: Sequence[MachineState | None]) -> MachineCheck:
+def compare_machine(current: MachineState | None, baseline: Sequence[MachineState | None]) -> MachineCheck:
     """Whether a measurement and its baseline's runs were taken on a machine that was itself.
 
     * The current window contended (``contention``) -> ``current`` says why.

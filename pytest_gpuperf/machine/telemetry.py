@@ -30,7 +30,7 @@ __all__ = [
     "TelemetryUnavailable",
     "check_conditions",
     "decode_throttle_reasons",
-    "judge_clocks",
+    "compare_clocks",
     "stored_summary",
     "open_reader",
     "traces_summary",
@@ -219,7 +219,7 @@ class TelemetryTrace:
         )
 
 
-def judge_clocks(
+def compare_clocks(
     current: TelemetryTrace | TelemetrySummary,
     baseline: TelemetrySummary | None,
     *,
@@ -298,14 +298,14 @@ def stored_summary(data: Any) -> TelemetrySummary | None:
 def check_conditions(
     current: TelemetrySummary | Mapping[str, Any], baseline: TelemetrySummary | None, *, min_fraction: float = 0.9
 ) -> ClockCheck:
-    """The one clock check: ``judge_clocks`` on a live summary or one read back from a context; a stored summary
+    """The one clock check: ``compare_clocks`` on a live summary or one read back from a context; a stored summary
     that cannot be read is reported (comparable None), never an error."""
     if not isinstance(current, TelemetrySummary):
         try:
             current = TelemetrySummary.from_dict(current)
         except (ValueError, TypeError) as error:
             return ClockCheck(None, str(error))
-    comparable, detail = judge_clocks(current, baseline, min_fraction=min_fraction)
+    comparable, detail = compare_clocks(current, baseline, min_fraction=min_fraction)
     return ClockCheck(comparable, detail)
 
 

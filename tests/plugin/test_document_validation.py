@@ -167,4 +167,4 @@ def test_the_clock_check_has_one_owner() -> None:
     root = Path(__file__).resolve().parents[2] / "pytest_gpuperf"
     for name in ("core/record/perf.py", "core/session/session.py"):
         source = (root / name).read_text()
-        assert "judge_clocks(" not in source and "check_conditions" in source, name
+        assert "compare_clocks(" not in source and "check_conditions" in source, name

@@ -20,9 +20,9 @@ from pytest_gpuperf.machine.contention import (
     TurnWaits,
     canary_deviation,
     canary_points,
+    compare_machine,
     contention,
     descendants_cpu_s,
-    judge_machine,
     others_limit,
     parse_loadavg,
     parse_pressure,
@@ -194,47 +194,47 @@ def loaded(canary_ms: float) -> MachineState:
 
 
 def test_clean_measurement_against_clean_baseline_is_comparable() -> None:
-    check = judge_machine(clean(1.02), [clean(1.0), clean(1.03), clean(0.98)])
+    check = compare_machine(clean(1.02), [clean(1.0), clean(1.03), clean(0.98)])
     assert check.conditions is None and check.dropped == ()
     assert "canary +" in check.detail
 
 
 def test_a_baseline_recorded_under_load_is_not_judged_as_clean() -> None:
     """The issue's case: a baseline whose runs all ran on a loaded machine (canary 18.8 ms against ~1 ms now)."""
-    check = judge_machine(clean(1.0), [loaded(18.8), loaded(18.0)])
+    check = compare_machine(clean(1.0), [loaded(18.8), loaded(18.0)])
     assert check.current is None
     assert check.baseline is not None and "every baseline run was recorded on a contended machine" in check.baseline
 
 
 def test_a_baseline_with_a_slow_canary_reads_as_a_slower_machine() -> None:
-    check = judge_machine(clean(1.0), [clean(1.5), clean(1.52), clean(1.49)])
+    check = compare_machine(clean(1.0), [clean(1.5), clean(1.52), clean(1.49)])
     assert check.current is None
     assert check.baseline is not None and "baseline came from a slower or loaded machine" in check.baseline
-    slower_now = judge_machine(clean(1.5), [clean(1.0), clean(1.01), clean(0.99)])
+    slower_now = compare_machine(clean(1.5), [clean(1.0), clean(1.01), clean(0.99)])
     assert slower_now.baseline is None
     assert slower_now.current is not None and "the machine is slower now" in slower_now.current
 
 
 def test_one_contended_baseline_run_is_left_out_while_clean_ones_remain() -> None:
-    check = judge_machine(clean(1.0), [clean(1.0), loaded(3.0), clean(1.01), clean(2.0)])
+    check = compare_machine(clean(1.0), [clean(1.0), loaded(3.0), clean(1.01), clean(2.0)])
     assert check.dropped == (1, 3)  # the loaded run, and the run whose canary was twice the others'
     assert check.conditions is None
     assert "run 2: threads waited" in check.detail and "run 4: its canary was" in check.detail
 
 
 def test_a_contended_current_window_is_reported_and_other_canaries_are_not_compared() -> None:
-    check = judge_machine(loaded(1.0), [clean(1.0)])
+    check = compare_machine(loaded(1.0), [clean(1.0)])
     assert check.current is not None and "threads waited for a CPU 40.0%" in check.current
-    other_python = judge_machine(clean(5.0, python="3.99.0"), [clean(1.0)])
+    other_python = compare_machine(clean(5.0, python="3.99.0"), [clean(1.0)])
     assert other_python.conditions is None  # a canary under another interpreter measures the interpreter
     other_version = MachineState(**(clean(5.0).to_dict() | {"canary_version": CANARY_VERSION + "-next"}))
-    assert judge_machine(other_version, [clean(1.0)]).conditions is None
+    assert compare_machine(other_version, [clean(1.0)]).conditions is None
 
 
 def test_runs_without_a_stored_state_are_neither_dropped_nor_compared() -> None:
-    assert judge_machine(clean(1.0), [None, None]).conditions is None
-    assert judge_machine(None, [clean(1.0)]).conditions is None
-    check = judge_machine(clean(1.0), [None, loaded(5.0)])
+    assert compare_machine(clean(1.0), [None, None]).conditions is None
+    assert compare_machine(None, [clean(1.0)]).conditions is None
+    check = compare_machine(clean(1.0), [None, loaded(5.0)])
     assert check.dropped == (1,) and check.baseline is None  # the run without a state may still be clean
 
 
@@ -246,12 +246,12 @@ def with_kernels(state: MachineState, sgemm_ms: float, copy_ms: float, library: 
 def test_a_vector_unit_slower_now_is_seen_where_the_python_canary_is_not() -> None:
     """The drift this VM showed: GEMMs 10-18% apart over hours, the Python loop within 3%."""
     baseline = [with_kernels(clean(1.0), 1.1, 2.8), with_kernels(clean(1.01), 1.12, 2.9)]
-    same = judge_machine(with_kernels(clean(1.0), 1.11, 2.85), baseline)
+    same = compare_machine(with_kernels(clean(1.0), 1.11, 2.85), baseline)
     assert same.conditions is None and "sgemm canary" in same.detail
-    slower = judge_machine(with_kernels(clean(1.0), 1.45, 2.8), baseline)
+    slower = compare_machine(with_kernels(clean(1.0), 1.45, 2.8), baseline)
     assert slower.current is not None and "the vector-math canary (a 64x64 float32 product) ran" in slower.current
     assert slower.slower_now is not None and 1.28 < slower.slower_now < 1.33  # a REGRESSED must exceed its square
-    faster = judge_machine(with_kernels(clean(1.0), 0.8, 2.8), baseline)
+    faster = compare_machine(with_kernels(clean(1.0), 0.8, 2.8), baseline)
     assert faster.current is None and faster.baseline is not None and "vector-math canary" in faster.baseline
     assert faster.slower_then is not None and faster.slower_then > 1.3
 
@@ -259,17 +259,17 @@ def test_a_vector_unit_slower_now_is_seen_where_the_python_canary_is_not() -> No
 def test_the_copy_canary_is_recorded_not_judged() -> None:
     """Between sessions its median moved 20-45% with the workload unmoved: too noisy to decide on."""
     baseline = [with_kernels(clean(1.0), 1.1, 2.8), with_kernels(clean(1.0), 1.1, 2.8)]
-    assert judge_machine(with_kernels(clean(1.0), 1.1, 5.0), baseline).conditions is None
+    assert compare_machine(with_kernels(clean(1.0), 1.1, 5.0), baseline).conditions is None
 
 
 def test_canaries_that_disagree_bound_nothing_and_other_builds_are_not_compared() -> None:
     baseline = [with_kernels(clean(1.0), 1.1, 2.8), with_kernels(clean(1.0), 1.1, 2.8)]
-    mixed = judge_machine(with_kernels(clean(1.5), 0.7, 2.8), baseline)
+    mixed = compare_machine(with_kernels(clean(1.5), 0.7, 2.8), baseline)
     assert mixed.current is not None and mixed.baseline is not None
     assert mixed.slower_now is None and mixed.slower_then is None
-    other_build = judge_machine(with_kernels(clean(1.0), 0.5, 9.0, "numpy 2.5.0, scipy-openblas 0.3.32"), baseline)
+    other_build = compare_machine(with_kernels(clean(1.0), 0.5, 9.0, "numpy 2.5.0, scipy-openblas 0.3.32"), baseline)
     assert other_build.conditions is None and "sgemm canary" not in other_build.detail
-    before_kernels = judge_machine(with_kernels(clean(1.0), 0.5, 9.0), [clean(1.0), clean(1.0)])
+    before_kernels = compare_machine(with_kernels(clean(1.0), 0.5, 9.0), [clean(1.0), clean(1.0)])
     assert before_kernels.conditions is None  # baselines stored before the kernel canaries: only Python's compared
 
 
@@ -279,7 +279,7 @@ def test_a_baseline_run_whose_kernel_canary_was_slow_is_left_out() -> None:
         with_kernels(clean(1.0), 2.0, 2.8),
         with_kernels(clean(1.0), 1.12, 2.9),
     ]
-    check = judge_machine(with_kernels(clean(1.0), 1.1, 2.85), baseline)
+    check = compare_machine(with_kernels(clean(1.0), 1.1, 2.85), baseline)
     assert check.dropped == (1,) and check.conditions is None and "run 2: its sgemm canary was" in check.detail
 
 

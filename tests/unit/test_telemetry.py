@@ -21,8 +21,8 @@ from pytest_gpuperf.machine.telemetry import (
     TelemetrySummary,
     TelemetryTrace,
     TelemetryUnavailable,
+    compare_clocks,
     decode_throttle_reasons,
-    judge_clocks,
     open_reader,
     traces_summary,
 )
@@ -275,7 +275,7 @@ def test_unsupported_fields_are_listed_not_invented() -> None:
     summary = trace.summary()
     assert summary.energy_j is None
     assert not summary.throttle_known
-    ok, why = judge_clocks(summary, None)
+    ok, why = compare_clocks(summary, None)
     assert ok and "throttle reasons not reported" in why
 
 
@@ -315,21 +315,21 @@ BASELINE = _clock_trace([1980, 1980, 1965, 1980]).summary()
 
 
 def test_clocks_at_baseline_are_trustworthy() -> None:
-    ok, why = judge_clocks(_clock_trace([1980, 1965, 1980, 1950]), BASELINE)
+    ok, why = compare_clocks(_clock_trace([1980, 1965, 1980, 1950]), BASELINE)
     assert ok
     assert "SM clock" in why and "no throttling" in why
 
 
 def test_clock_below_90_percent_of_baseline_is_not_trustworthy() -> None:
-    ok, why = judge_clocks(_clock_trace([1410, 1410, 1425, 1410]), BASELINE)
+    ok, why = compare_clocks(_clock_trace([1410, 1410, 1425, 1410]), BASELINE)
     assert not ok
     assert why == "SM clock 1410 MHz < 90% of baseline 1980 MHz"
 
 
 def test_boundary_of_the_90_percent_rule() -> None:
-    assert judge_clocks(_clock_trace([1782.0] * 3), BASELINE)[0]  # exactly 90% of 1980
-    assert not judge_clocks(_clock_trace([1781.0] * 3), BASELINE)[0]
-    assert judge_clocks(_clock_trace([1600.0] * 3), BASELINE, min_fraction=0.8)[0]
+    assert compare_clocks(_clock_trace([1782.0] * 3), BASELINE)[0]  # exactly 90% of 1980
+    assert not compare_clocks(_clock_trace([1781.0] * 3), BASELINE)[0]
+    assert compare_clocks(_clock_trace([1600.0] * 3), BASELINE, min_fraction=0.8)[0]
 
 
 def test_memory_clock_drop_is_caught_too() -> None:
@@ -338,19 +338,19 @@ def test_memory_clock_drop_is_caught_too() -> None:
         backend="nvml",
         samples=tuple(TelemetrySample(t_s=i, sm_clock_mhz=1980, mem_clock_mhz=1593, throttle_mask=0) for i in range(3)),
     )
-    ok, why = judge_clocks(low_mem, BASELINE)
+    ok, why = compare_clocks(low_mem, BASELINE)
     assert not ok and why == "memory clock 1593 MHz < 90% of baseline 3201 MHz"
 
 
 def test_any_non_benign_throttle_reason_is_not_trustworthy_even_at_full_clock() -> None:
     trace = _clock_trace([1980, 1980, 1980], masks=[0, 0x40, 0])
-    ok, why = judge_clocks(trace, BASELINE)
+    ok, why = compare_clocks(trace, BASELINE)
     assert not ok and why == "throttled during the measurement (hw_thermal)"
 
 
 def test_throttle_and_low_clock_are_both_reported() -> None:
     trace = _clock_trace([1410, 1410, 1410], masks=[0x4, 0x4, 0x4])
-    ok, why = judge_clocks(trace, BASELINE)
+    ok, why = compare_clocks(trace, BASELINE)
     assert not ok
     assert why == ("throttled during the measurement (sw_power_cap); SM clock 1410 MHz < 90% of baseline 1980 MHz")
 
@@ -359,41 +359,41 @@ def test_power_cap_is_comparable_when_the_baseline_was_capped_too_or_there_is_no
     """An H200 GEMM runs at its 700 W cap: counting that as throttling would make every heavy GEMM NOISY forever."""
     capped = _clock_trace([1755, 1740, 1755], masks=[0x4, 0x4, 0x4])
     capped_baseline = _clock_trace([1755, 1755, 1740], masks=[0x4, 0x4, 0x4]).summary()
-    ok, why = judge_clocks(capped, capped_baseline)
+    ok, why = compare_clocks(capped, capped_baseline)
     assert (
         ok
         and why
         == "SM clock 1755 MHz vs baseline 1755 MHz; memory clock 3201 MHz vs baseline 3201 MHz; "
         "sw_power_cap under load, as in the baseline"
     )
-    ok, why = judge_clocks(capped, None)
+    ok, why = compare_clocks(capped, None)
     assert ok and why == "no baseline clocks to compare; sw_power_cap under load"
 
 
 def test_power_cap_still_fails_the_clock_floor_or_a_baseline_that_never_saw_it() -> None:
     capped_baseline = _clock_trace([1755] * 3, masks=[0x4] * 3).summary()
-    ok, why = judge_clocks(_clock_trace([1500] * 3, masks=[0x4] * 3), capped_baseline)
+    ok, why = compare_clocks(_clock_trace([1500] * 3, masks=[0x4] * 3), capped_baseline)
     assert not ok and why == "SM clock 1500 MHz < 90% of baseline 1755 MHz"  # a lowered power limit, say
-    ok, why = judge_clocks(_clock_trace([1980] * 3, masks=[0x4] * 3), BASELINE)
+    ok, why = compare_clocks(_clock_trace([1980] * 3, masks=[0x4] * 3), BASELINE)
     assert not ok and why == "throttled during the measurement (sw_power_cap)"
-    ok, why = judge_clocks(_clock_trace([1755] * 3, masks=[0x4 | 0x20] * 3), capped_baseline)
+    ok, why = compare_clocks(_clock_trace([1755] * 3, masks=[0x4 | 0x20] * 3), capped_baseline)
     assert not ok and why == "throttled during the measurement (sw_thermal)"  # thermal is never "under load"
 
 
 def test_idle_and_app_clock_reasons_alone_are_trustworthy() -> None:
     trace = _clock_trace([300, 1980, 1980, 300, 1975], masks=[0x1, 0x2, 0x2, 0x1, 0x0])
-    ok, _ = judge_clocks(trace, BASELINE)
+    ok, _ = compare_clocks(trace, BASELINE)
     assert ok
 
 
 def test_without_baseline_or_samples_only_what_can_be_checked_is_checked() -> None:
-    ok, why = judge_clocks(_clock_trace([1410, 1410]), None)
+    ok, why = compare_clocks(_clock_trace([1410, 1410]), None)
     assert ok and "no baseline clocks" in why
     empty = TelemetryTrace(device_name="NVIDIA H200", backend="nvml", samples=())
-    ok, why = judge_clocks(empty, BASELINE)
+    ok, why = compare_clocks(empty, BASELINE)
     assert ok and "no telemetry samples" in why
     with pytest.raises(ValueError, match="min_fraction"):
-        judge_clocks(empty, BASELINE, min_fraction=1.5)
+        compare_clocks(empty, BASELINE, min_fraction=1.5)
 
 
 # --- opening a reader, and the unavailable path ------------------------------------------------

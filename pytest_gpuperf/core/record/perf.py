@@ -24,7 +24,7 @@ from pytest_gpuperf.core.store.baselines import Curve, NotStorable
 from pytest_gpuperf.core.store.schema import SchemaError
 from pytest_gpuperf.core.verdict.judge import DEVICE_CLOCK, RULE_VERDICTS, External, Rule
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
-from pytest_gpuperf.machine.contention import MachineState, MachineWindow, TurnWaits, judge_machine
+from pytest_gpuperf.machine.contention import MachineState, MachineWindow, TurnWaits, compare_machine
 from pytest_gpuperf.machine.telemetry import DeviceReader, TelemetrySampler, TelemetrySummary, check_conditions
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class TelemetryWindow:
             if problem:
                 problems.append(problem)
         if self.machine is not None and baseline_machine is not None:
-            current = judge_machine(self.machine, baseline_machine).current
+            current = compare_machine(self.machine, baseline_machine).current
             if current:
                 problems.append(current)
         return "; ".join(problems) or None

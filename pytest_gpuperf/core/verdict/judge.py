@@ -21,7 +21,7 @@ from pytest_gpuperf.core.stats.unpaired import Rules, exact_agreement
 from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, beyond_the_machine, not_comparable
 from pytest_gpuperf.core.verdict.stored import compare
 from pytest_gpuperf.core.verdict.vocabulary import CHANGES, MEASURED, Comparison, Decision, Verdict
-from pytest_gpuperf.machine.contention import MachineCheck, MachineState, judge_machine
+from pytest_gpuperf.machine.contention import MachineCheck, MachineState, compare_machine
 
 UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
 """Units of figures a busy machine does not change (memory, counts): the machine-state rule leaves them alone.
@@ -244,7 +244,7 @@ def judge_on_machine(
     across_machines = across_machines and timing
     if judged and machine_check and host_timed and timing:
         # a size, a count or a figure that reproduces exactly is not a timing: the machine's load does not move it
-        check = judge_machine(machine_state(context), [machine_state(c) for c in run_contexts])
+        check = compare_machine(machine_state(context), [machine_state(c) for c in run_contexts])
         machine_conditions = check.conditions
         if check.dropped:
             judged = [run for i, run in enumerate(judged) if i not in check.dropped]
