@@ -127,10 +127,8 @@ class Supervised:
         for sig, grace in steps:
             if not self.running(until_reaped=plan.until_reaped):
                 return True
+            # the leader is in the group for good (a session leader cannot move), so it gets each signal once
             signal_group(group, sig)
-            if self.process.poll() is None:  # a leader that left its group (setpgid of its own) still gets it
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    self.process.send_signal(sig)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline:
                 if not self.running(until_reaped=plan.until_reaped):
