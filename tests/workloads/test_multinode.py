@@ -28,6 +28,8 @@ START_LIMIT_S = 240.0
 """4 pytest ranks and 2 agents starting on 2 loaded cores."""
 END_LIMIT_S = 120.0
 """How long the surviving node may take to end after the other is lost (the process-group timeout is 30 s here)."""
+PEER_GONE = "lost: a peer rank is gone (its process or its node died)"
+"""What launch() says on a surviving rank whose peer's process or node died (distributed/launch.py)."""
 
 PROJECT = textwrap.dedent(
     """
@@ -269,13 +271,13 @@ def test_losing_a_node_mid_run_ends_the_other_in_bounded_time_with_a_clear_error
         # The surviving ranks' test fails with the launcher's error, which names what happened. (Not always both
         # ranks' reports: torchrun's agent stops the second rank as soon as the first has exited.)
         assert "FAILED test_two_nodes.py::test_a_node_is_lost" in output, output
-        assert "lost: a peer rank is gone (its process or its node died)" in output, output
+        assert PEER_GONE in output, output
         assert "by peer" in output, output  # gloo's own words: "Connection closed/reset by peer"
     else:
         # The rendezvous store went with the node. Two clear endings race, and either may come first: torchrun's
         # agent finds its store gone and says so, or the surviving ranks find their gloo peers gone and fail the
         # test with the launcher's error (seen in CI on 2026-12-06, the agent then only reports a failed child).
         store_gone = "The connection to the C10d store has failed" in output
-        peers_gone = "lost: a peer rank is gone (its process or its node died)" in output
+        peers_gone = PEER_GONE in output
         assert store_gone or peers_gone, output
     assert _all_gone(ranks), f"ranks {ranks} outlived the job"
