@@ -79,6 +79,29 @@ def test_a_child_that_ignores_sigint_and_sigterm_is_killed_after_each_grace(tmp_
     assert 1.0 <= took < 5.0, took  # SIGINT's and SIGTERM's grace, then SIGKILL at once
 
 
+def test_each_stop_signal_reaches_the_child_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Counted where they are sent, not where they are handled: a signal sent twice is handled twice only when the
+    # first was handled before the second came, which depends on the machine's load.
+    child, _ = _recorder(tmp_path, Stopping(grace=0.2))
+    sent: list[int] = []
+    killpg, kill = os.killpg, os.kill
+
+    def to_group(group: int, sig: int) -> None:
+        if group == child.pid:
+            sent.append(sig)
+        killpg(group, sig)
+
+    def to_process(pid: int, sig: int) -> None:
+        if pid == child.pid and sig != 0:  # 0 asks whether it is alive
+            sent.append(sig)
+        kill(pid, sig)
+
+    monkeypatch.setattr(os, "killpg", to_group)
+    monkeypatch.setattr(os, "kill", to_process)
+    assert child.stop()
+    assert sent == [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
+
+
 def test_a_server_style_stop_starts_at_sigterm_with_its_own_kill_grace(tmp_path: Path) -> None:
     stopping = Stopping(first=signal.SIGTERM, grace=0.5, kill_grace=2.0, poll_s=0.1)
     assert stopping.steps() == ((signal.SIGTERM, 0.5), (signal.SIGKILL, 2.0))
