@@ -242,6 +242,16 @@ COLUMNS = (("test", 28), ("metric", 14), ("A median", 9), ("B median", 9), ("rat
            ("pairs", 5), ("verdict", 9), ("components", 0))  # fmt: skip
 
 
+
+def level(confidence: float) -> str:
+    """A confidence level as a percentage that never rounds up to 100%: 0.99 -> '99%', 1 - 0.01/6 -> '99.83%'."""
+    for digits in range(7):
+        shown = f"{confidence * 100:.{digits}f}"
+        if float(shown) < 100 and abs(float(shown) - confidence * 100) < 0.005:
+            return shown + "%"
+    return "> 99.999999%"
+
+
 def table(result: AbResult) -> list[str]:
     rules = result.rules
     rows = [[terminal_text(cell) for cell in _row(metric)] for metric in result.judged()]  # widths as printed
@@ -267,8 +277,8 @@ def table(result: AbResult) -> list[str]:
     if rules is not None:
         notes.append(
             f"threshold {rules.threshold:.1%}; ratio = B's performance / A's (< 1 is worse); interval: "
-            f"{1 - rules.alpha:.0%} sequential for REGRESSED/IMPROVED, {1 - 2 * rules.equivalence_alpha:.0%} for "
-            "PASS/AMBIGUOUS"
+            f"{level(1 - rules.alpha)} sequential for REGRESSED/IMPROVED, {level(1 - 2 * rules.equivalence_alpha)} "
+            "for PASS/AMBIGUOUS"
         )
     notes.append(", ".join(f"{n} {name}" for name, n in sorted(counts.items())) or "no metrics compared")
     for pair in result.dropped_pairs:
