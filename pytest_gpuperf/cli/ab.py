@@ -242,7 +242,6 @@ COLUMNS = (("test", 28), ("metric", 14), ("A median", 9), ("B median", 9), ("rat
            ("pairs", 5), ("verdict", 9), ("components", 0))  # fmt: skip
 
 
-
 def level(confidence: float) -> str:
     """A confidence level as a percentage that never rounds up to 100%: 0.99 -> '99%', 1 - 0.01/6 -> '99.83%'."""
     for digits in range(7):
