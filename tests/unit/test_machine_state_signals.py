@@ -133,6 +133,27 @@ def test_busy_neighbours_count_and_the_tests_own_processes_do_not() -> None:
     assert others_limit(2) == 0.25 and others_limit(64) == pytest.approx(6.4)
 
 
+def test_the_run_queue_wait_is_judged_only_where_this_process_did_a_share_of_the_work() -> None:
+    """A second in which this process ran 0.03 s and its threads waited 0.02 s for a CPU (40%), both cores busy:
+    while the processes it started (a benchmark client and its server) did 1.97 s of that, the wait is behind the
+    workload itself and is recorded, not judged; while it did the work itself (or the tree is not known) it is."""
+    before = snapshot(10.0, 5.0, STAT_BEFORE, (0, 0), 0)
+    after = snapshot(11.0, 5.03, STAT_AFTER, (30_000_000, 20_000_000), 0)
+    served = state_between(replace(before, tree_cpu_s=3.0), replace(after, tree_cpu_s=4.97))
+    assert served.runqueue_share == pytest.approx(0.4) and served.tree_cpu_per_wall == pytest.approx(1.97)
+    assert served.others_cores == pytest.approx(0.0, abs=1e-9)
+    assert contention(served) is None
+    # the same wait with the work done here: judged
+    alone = state_between(replace(before, tree_cpu_s=3.0), replace(after, process_cpu_s=6.0, tree_cpu_s=3.0))
+    assert alone.tree_cpu_per_wall == 0.0 and "threads waited for a CPU" in (contention(alone) or "")
+    # a quarter of the tree's work here is enough for the wait to count
+    quarter = replace(served, cpu_per_wall=0.5, tree_cpu_per_wall=1.5)
+    assert "threads waited for a CPU" in (contention(quarter) or "")
+    # no tree known (a kernel that lists no children, a state stored before the field): judged, as before
+    assert "threads waited for a CPU" in (contention(replace(served, tree_cpu_per_wall=None)) or "")
+    assert MachineState.from_dict({**served.to_dict(), "tree_cpu_per_wall": None}).tree_cpu_per_wall is None
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
 def test_a_child_process_s_cpu_time_is_counted_as_the_tests_own() -> None:
     """A child that burns 0.5 s of CPU (its own clock, so a loaded machine only makes it take longer) shows up
