@@ -5,8 +5,9 @@ inference suite (inference/sweep.py): ``c{N}.`` or ``rate{R}.`` per load point, 
 ``e2e_p50`` ... in seconds and ``output_tok_s``, ``total_tok_s``, ``requests_s``. A percentile from fewer samples
 than inference/metrics.py ``min_samples`` asks is judged NOISY, and a run with a failed request is not judged, as
 the suite does for its own. Read from vllm-project/vllm vllm/benchmarks/serve.py (v0.32.0) and sgl-project/sglang
-python/sglang/bench_serving.py (commit 0033168f); SGLang counts no failures, so a run is checked against
-``expected_requests``. The formats as read: docs/design/adapters-read-the-writers-code.md.
+python/sglang/benchmark/serving.py ``benchmark`` (0.5.23; ``sglang.bench_serving`` is its old name and still runs
+it); SGLang counts no failures, so a run is checked against ``expected_requests``. The formats as read:
+docs/design/adapters-read-the-writers-code.md.
 """
 
 from __future__ import annotations
@@ -87,15 +88,15 @@ def figures(document: dict[str, Any], *, e2e_key: str) -> dict[str, Figure]:
         )
         found[f"{prefix}{metric}_p{p:g}"] = Figure(value=value / 1000.0, unit="s", higher_is_better=False,
                                                    unjudgeable=reason)  # fmt: skip
-    for name, key, unit in (
-        ("output_tok_s", "output_throughput", "tok/s"),
-        ("total_tok_s", "total_token_throughput", "tok/s"),
-        ("requests_s", "request_throughput", "req/s"),
+    for name, keys, unit in (
+        ("output_tok_s", ("output_throughput",), "tok/s"),
+        ("total_tok_s", ("total_token_throughput", "total_throughput"), "tok/s"),  # vLLM's name, SGLang's
+        ("requests_s", ("request_throughput",), "req/s"),
     ):
-        value = _number(document.get(key))
+        value = next((v for v in (_number(document.get(key)) for key in keys) if v is not None), None)
         if value is not None and value > 0:
             found[prefix + name] = Figure(value=value, unit=unit, higher_is_better=True)
-    if prefix + "total_tok_s" not in found:  # SGLang writes input and output throughput, not their sum
+    if prefix + "total_tok_s" not in found:  # SGLang before 0.5 wrote input and output throughput, not their sum
         parts = [_number(document.get(k)) for k in ("input_throughput", "output_throughput")]
         if all(p is not None for p in parts) and sum(p for p in parts if p is not None) > 0:
             found[prefix + "total_tok_s"] = Figure(

@@ -1,11 +1,13 @@
-"""Running a serving benchmark client (vLLM's ``vllm bench serve``) against a server on loopback: where its
-program is, the command that runs it on PyPI's CPU build too, and a loopback proxy in front of the server that
-can slow it for a test that must catch a slower server. Shared by the frameworks suite and its tests."""
+"""Running a serving benchmark client (vLLM's ``vllm bench serve``, SGLang's ``bench_serving``) against a server
+on loopback: where its program is, the command that runs it on a CPU too, and a loopback proxy in front of the
+server that can slow it for a test that must catch a slower server. Shared by the frameworks suite and its
+tests."""
 
 from __future__ import annotations
 
 import http.client
 import http.server
+import importlib.util
 import json
 import shutil
 import sys
@@ -27,6 +29,25 @@ def find_program(name: str, setting: str) -> str | None:
         return str(beside)
     checkout = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / name
     return str(checkout) if checkout.exists() else shutil.which(name)
+
+
+def sglang_python() -> str | None:
+    """A Python that runs SGLang's benchmark client: the environment-only setting ``sglang-python``, else this
+    Python if it has sglang, else .venv-sglang's (scripts/sglang_bench_venv.sh makes it)."""
+    given: str | None = environment_setting("sglang-python")
+    if given:
+        return given
+    if importlib.util.find_spec("sglang") is not None:
+        return sys.executable
+    checkout = Path(__file__).resolve().parents[2] / ".venv-sglang" / "bin" / "python"
+    return str(checkout) if checkout.exists() else None
+
+
+def sglang_command(python: str) -> list[str]:
+    """SGLang's benchmark client as its users run it (``python -m sglang.bench_serving``), warnings of its import
+    chain silenced: SGLang's server modules warn on import that a CPU has no AWQ or GGUF kernels, and 0.5.23 that
+    the module moved to ``sglang.benchmark.serving`` (the old name is the one its documentation and users call)."""
+    return [python, "-W", "ignore", "-m", "sglang.bench_serving"]
 
 
 VLLM_CLI = """
@@ -61,11 +82,12 @@ def vllm_command(program: str) -> list[str]:
 
 
 def neutral_fields_dropped(body: bytes) -> bytes:
-    """The request without the two fields transformers serve refuses (422 "Unexpected fields in the request")
-    that change nothing here: vLLM's openai client sends ``"repetition_penalty": 1.0`` in every completion
-    request (vllm/benchmarks/lib/endpoint_request_func.py), a no-op, and ``"ignore_eos": true`` for the random
-    dataset, which the tiny model's tokenizer (no EOS token: inference/model_folder.py) makes a no-op too: each
-    request still gets exactly ``max_tokens`` tokens."""
+    """The request without the fields transformers serve refuses (422 "Unexpected fields in the request") that
+    change nothing here: vLLM's openai client sends ``"repetition_penalty": 1.0`` in every completion request
+    (vllm/benchmarks/lib/endpoint_request_func.py) and SGLang's ``"best_of": 1``
+    (python/sglang/benchmark/serving.py ``async_request_openai_completions``), both no-ops, and both send
+    ``"ignore_eos": true``, which the tiny model's tokenizer (no EOS token: inference/model_folder.py) makes a
+    no-op too: each request still gets exactly ``max_tokens`` tokens."""
     try:
         document = json.loads(body)
     except ValueError:
@@ -76,11 +98,11 @@ def neutral_fields_dropped(body: bytes) -> bytes:
     return json.dumps(dropped).encode() if len(dropped) != len(document) else body
 
 
-NEUTRAL: dict[str, object] = {"repetition_penalty": 1.0, "ignore_eos": True}
+NEUTRAL: dict[str, object] = {"repetition_penalty": 1.0, "ignore_eos": True, "best_of": 1}
 
 
 class ServingProxy:
-    """A loopback HTTP proxy to one upstream server. It drops the two no-op fields transformers serve refuses
+    """A loopback HTTP proxy to one upstream server. It drops the no-op fields transformers serve refuses
     (``neutral_fields_dropped``), and with ``delay_s`` it holds each server-sent event (each streamed chunk) that
     long before forwarding it: the server keeps generating meanwhile, so the client sees chunks no closer than
     ``delay_s`` apart (a slowed server, for a test that must catch one)."""

@@ -2,9 +2,10 @@
 ``perf.run_command`` with that framework's adapter. Marked ``frameworks``, not ``perf``: ``pytest -m frameworks``
 runs them, and a test skips with the exact reason where its framework or its device is absent.
 
-vLLM's ``bench serve``, SGLang's ``bench_serving``, Megatron-LM (a checkout in ``GPUPERF_MEGATRON_LM``),
-TorchTitan (a checkout in ``GPUPERF_TORCHTITAN``) and MaxText (``GPUPERF_MAXTEXT_PYTHON``). What each needs, and
-which have run where: docs/frameworks.md.
+vLLM's ``bench serve`` (``.venv-vllm`` on a CPU), SGLang's ``bench_serving`` (``.venv-sglang`` on a CPU, both
+against ``transformers serve``), Megatron-LM (a checkout in ``GPUPERF_MEGATRON_LM``), TorchTitan (a checkout in
+``GPUPERF_TORCHTITAN``) and MaxText (``GPUPERF_MAXTEXT_PYTHON``). What each needs, and which have run where:
+docs/frameworks.md.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from typing import Any
 import pytest
 
 from pytest_gpuperf.core.config.settings import environment_setting, environment_spec
-from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program, vllm_command
+from pytest_gpuperf.suites.serving_clients import (
+    ServingProxy,
+    find_program,
+    sglang_command,
+    sglang_python,
+    vllm_command,
+)
 
 pytestmark = pytest.mark.frameworks
 
@@ -78,7 +85,7 @@ def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -
             )
     on_gpu = perf.device == "cuda" and importlib.util.find_spec("vllm") is not None
     pool, engine, folder = _serve("vllm" if on_gpu else "transformers", tmp_path_factory, perf.device)
-    # transformers serve refuses two no-op fields vLLM's client sends: the proxy drops them (ServingProxy)
+    # transformers serve refuses no-op fields vLLM's client sends: the proxy drops them (ServingProxy)
     proxy = None if on_gpu else ServingProxy(engine.url)
     try:
         perf.run_command(
@@ -97,23 +104,35 @@ def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def test_sglang_bench_serving(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    if importlib.util.find_spec("sglang") is None:
-        pytest.skip("sglang is not installed (pip install sglang on a GPU machine)")
-    if perf.device != "cuda":
-        pytest.skip("SGLang has no CPU build published: its server needs a GPU (--gpuperf-device cuda)")
+    python = sglang_python()
+    if python is None:
+        pytest.skip("SGLang's benchmark client is not installed: scripts/sglang_bench_venv.sh makes .venv-sglang (CPU)")
+    on_gpu = perf.device == "cuda" and importlib.util.find_spec("sglang") is not None
+    if not on_gpu:
+        for module in ("transformers", "fastapi", "uvicorn"):
+            if importlib.util.find_spec(module) is None:
+                pytest.skip(
+                    f"{module} is not installed: the CPU server is transformers serve (pip install "
+                    "transformers[serving]); SGLang's own server needs a GPU"
+                )
     from pytest_gpuperf.frameworks.serving import SglangBenchAdapter
 
-    pool, engine, folder = _serve("sglang", tmp_path_factory, perf.device)
+    pool, engine, folder = _serve("sglang" if on_gpu else "transformers", tmp_path_factory, perf.device)
+    # transformers serve refuses no-op fields SGLang's client sends: the proxy drops them (ServingProxy)
+    proxy = None if on_gpu else ServingProxy(engine.url)
     try:
         perf.run_command(
-            [sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang-oai", "--base-url", engine.url,
-             "--model", engine.model, "--tokenizer", folder, "--dataset-name", "random", "--random-input-len", "16",
-             "--random-output-len", "8", "--num-prompts", "12", "--max-concurrency", "2", "--seed", "0",
-             "--output-file", "{output}"],
-            adapter=SglangBenchAdapter(expected_requests=12),
+            [*sglang_command(python), "--backend", "sglang-oai",
+             "--base-url", proxy.url if proxy is not None else engine.url, "--model", engine.model,
+             "--tokenizer", folder, "--dataset-name", "random-ids", "--random-input-len", "16",
+             "--random-output-len", "32", "--random-range-ratio", "1.0", "--num-prompts", "96",
+             "--max-concurrency", "2", "--seed", "0", "--warmup-requests", "4", "--output-file", "{output}"],
+            adapter=SglangBenchAdapter(expected_requests=96),
             timeout=600,
         )  # fmt: skip
     finally:
+        if proxy is not None:
+            proxy.close()
         pool.close()
 
 

@@ -348,14 +348,34 @@ def test_a_result_file_that_is_missing_or_not_json_is_an_output_error(tmp_path: 
         VLLM.read(RunOutput(log="", file=tmp_path / "bad.json"))
 
 
-@pytest.mark.skipif(not (DATA / "vllm_bench_serve_cpu.json").exists(), reason="no captured vLLM result")
-def test_vllm_bench_real_result_captured_on_this_machine() -> None:
-    """A result file `vllm bench serve --save-result` wrote here (tests/helpers/data/frameworks/README.md)."""
-    reading = VLLM.read(RunOutput(log="", file=DATA / "vllm_bench_serve_cpu.json"))
+@pytest.mark.parametrize(
+    ("adapter", "captured"),
+    [(VLLM, "vllm_bench_serve_cpu.json"), (SglangBenchAdapter(expected_requests=96), "sglang_bench_serving_cpu.jsonl")],
+    ids=["vllm", "sglang"],
+)
+def test_serving_bench_real_result_captured_on_this_machine(adapter: Adapter, captured: str) -> None:
+    """A result file the real client wrote here (tests/helpers/data/frameworks/README.md says when and how)."""
+    reading = adapter.read(RunOutput(log="", file=DATA / captured))
     names = set(reading.figures)
     for metric in ("ttft_p50", "ttft_p99", "tpot_p50", "itl_p99", "output_tok_s", "total_tok_s", "requests_s"):
-        assert any(name.endswith(metric) for name in names), (metric, sorted(names))
+        assert f"c2.{metric}" in names, (metric, sorted(names))
     assert all(f.value > 0 and math.isfinite(f.value) for f in reading.figures.values())
+    # the p99 of one run's requests is recorded, judged NOISY (too few requests for its interval)
+    assert reading.figures["c2.ttft_p99"].unjudgeable and not reading.figures["c2.ttft_p50"].unjudgeable
+    assert reading.figures["c2.total_tok_s"].value > reading.figures["c2.output_tok_s"].value
+    assert reading.context["max_concurrency"] == 2 and reading.context["completed"] > 0
+
+
+def test_sglang_bench_real_result_holds_every_percentile_it_wrote() -> None:
+    """SGLang 0.5.23 writes p90, p95 and p99 of each latency and the end-to-end latency (vLLM's default writes
+    p99 only): each becomes a figure, its total throughput read from its own key."""
+    reading = SGLANG.read(RunOutput(log="", file=DATA / "sglang_bench_serving_cpu.jsonl"))
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        for p in (50, 90, 95, 99):
+            assert f"c2.{metric}_p{p}" in reading.figures, (metric, p, sorted(reading.figures))
+    written = json.loads((DATA / "sglang_bench_serving_cpu.jsonl").read_text())
+    assert reading.figures["c2.total_tok_s"].value == written["total_throughput"]
+    assert reading.context["request_rate"] == "inf"
 
 
 # -- the generic adapters and the warm-up rule ---------------------------------------------------------------------

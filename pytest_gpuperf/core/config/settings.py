@@ -507,6 +507,14 @@ ENVIRONMENT_ONLY: tuple[OptionSpec[Any], ...] = (
         metavar="PROGRAM",
     ),
     OptionSpec(
+        name="sglang-python",
+        help="a Python that has SGLang's benchmark client, for the frameworks suite's SGLang test (default: this "
+        "one if it has sglang, else .venv-sglang's)",
+        parse=parse_text,
+        default=None,
+        metavar="PYTHON",
+    ),
+    OptionSpec(
         name="megatron-lm",
         help="a Megatron-LM checkout holding pretrain_gpt.py, for the frameworks suite's Megatron test (default: "
         "none, the test skips)",
