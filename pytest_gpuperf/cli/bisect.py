@@ -19,7 +19,7 @@ from pytest_gpuperf.ab.bisect_search import Outcome, SearchResult, verdict_line
 from pytest_gpuperf.ab.bisection import Bisection, bisect, bisect_document, summary
 from pytest_gpuperf.ab.builders import CachedBuilder, Stack, TemplateError, canonical, pins_text
 from pytest_gpuperf.ab.model import AbError, AbResult, document_text
-from pytest_gpuperf.cli.ab import plan_from_args, terminal_text
+from pytest_gpuperf.cli.ab import EXIT_NOTHING_COMPARED, nothing_compared, plan_from_args, terminal_text
 from pytest_gpuperf.cli.loading import InputError
 from pytest_gpuperf.cli.output import write_text
 
@@ -86,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{builder.built} build(s), {len(bisection.runs)} ab run(s), {bisection.sessions} session(s)")
     if not searches:
         print(terminal_text(f"nothing to bisect: the bad stack against the good one: {summary(whole)}"))
+        nothing = nothing_compared(whole)
+        if nothing:  # not a pass: no metric was judged, so no regression could have been seen
+            say(f"gpuperf bisect: nothing compared: {nothing}")
+            return EXIT_NOTHING_COMPARED
     for (test, metric), result in searches.items():
         print(terminal_text(verdict_line(f"{test} {metric}", result, good, bad)))
     return 1 if whole.regressed() else 0

@@ -76,6 +76,25 @@ def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) ->
     assert "give TEST::METRIC" in capsys.readouterr().err
 
 
+def test_a_good_vs_bad_comparison_that_compared_nothing_exits_3_not_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No pair completed (every session failed, say): nothing was judged, so it is not a pass (exit 3, as
+    `gpuperf ab`), and the reason is said."""
+    from pytest_gpuperf.ab.model import AbPlan, AbResult
+    from pytest_gpuperf.cli import bisect as bisect_cli
+
+    def nothing(bisection: object, chosen: object) -> tuple[AbResult, dict]:
+        plan = AbPlan(cmd_a=("a",), cmd_b=("b",), pytest_args=("x.py",), out_dir=tmp_path / "out")
+        return AbResult(plan=plan, stopped="max dropped"), {}
+
+    monkeypatch.setattr(bisect_cli, "bisect", nothing)
+    code = cli.main(["bisect", "--good", "a==1", "--bad", "a==2", "--out", str(tmp_path / "out"), "--", "x.py"])
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    assert "nothing to bisect" in out and "nothing compared: no pair completed (stopped: max dropped)" in err
+
+
 # -- the proof: real builds, real sessions ---------------------------------------------------------------------
 
 
