@@ -43,7 +43,9 @@ COLUMNS = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Thresholds:
+class GivenRules:
+    """The rules the command line gave (None: not given; `rules_for` fills them from BASE, then the CPU defaults)."""
+
     threshold: float | None = None
     noise_limit: float | None = None
     run_noise: float | None = None
@@ -52,7 +54,7 @@ class Thresholds:
     job_alpha: float | None = None
 
 
-def rules_for(base: Side, given: Thresholds) -> Rules:
+def rules_for(base: Side, given: GivenRules) -> Rules:
     """The command line's values, else what BASE's runs were judged with, else the CPU defaults."""
     settings = next((run.settings for run in base.runs if run.settings), {})
 
@@ -181,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     base, new = load_side(Path(args.base)), load_side(Path(args.new))
     rules = rules_for(
         base,
-        Thresholds(
+        GivenRules(
             threshold=args.threshold,
             noise_limit=args.noise_limit,
             run_noise=args.run_noise,
