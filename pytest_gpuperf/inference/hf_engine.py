@@ -2,7 +2,7 @@
 own KV cache, as ``model.generate`` would run it, timed token by token.
 
 It batches in waves (static batching, as ``model.generate`` does): the next ``concurrency`` requests are
-left-padded, prefilled in one forward and decoded together through the model's ``past_key_values``; the next
+left-padded, prefilled in one forward and decoded together through the model's KV cache; the next
 wave starts when this one is done. Continuous batching (engine.py) needs cache rows at different positions,
 which transformers' cache is not. Decoding runs for exactly ``max_new_tokens``; a token's time is taken when it
 reaches the host. ``HFLogits`` makes ``model(tokens)`` return logits, the interface parity.py calls.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,15 @@ def HFLogits(model: nn.Module) -> nn.Module:  # noqa: N802 - a class, built lazi
     return module
 
 
+def cache_name(model: Any) -> str:
+    """``cache`` where the model's forward takes it (transformers 5.20 and later), else ``past_key_values``."""
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class HFEngine:
     """Greedy generation of a transformers causal LM in waves of ``concurrency`` requests (module docstring).
 
@@ -70,6 +80,9 @@ class HFEngine:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.model: Any = model.model if isinstance(model, _logits_module()) else model
+        self.cache_name = cache_name(self.model)
+        """The forward's key-value cache argument and output field: ``cache`` (transformers 5.20 on, where
+        ``past_key_values`` is deprecated, to be removed in 5.40), else ``past_key_values``."""
         self.max_len = max_len
         self.devices = devices
         self._autocast = autocast
@@ -167,7 +180,7 @@ class HFEngine:
                 input_ids=following.unsqueeze(-1),
                 attention_mask=mask,
                 position_ids=positions,
-                past_key_values=out.past_key_values,
+                **{self.cache_name: getattr(out, self.cache_name)},
                 use_cache=True,
             )
             self.decode_steps += 1
