@@ -4,6 +4,8 @@ figures (so nothing here depends on this machine's speed), a regex log, nothing,
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -201,8 +203,56 @@ def test_the_test_budget_stops_the_command_too(project: pytest.Pytester) -> None
     result = run(project, "-k", "budget")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*exceeded its 3 s budget*"])
-    pids = [int(pid) for pid in (project.path / "budget_pids.txt").read_text().split()]
+    written = project.path / "budget_pids.txt"
+    assert written.exists(), f"the command wrote no pids before the budget ran out:\n{result.stdout.str()[-4000:]}"
+    pids = [int(pid) for pid in written.read_text().split()]
     assert not any(children.alive(pid) for pid in pids), pids
+
+
+STUBBORN = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+with open(sys.argv[1], "w") as out:
+    out.write(str(os.getpid()))
+time.sleep(600)
+"""
+
+
+def test_a_stop_interrupted_again_kills_the_group_instead_of_leaving_it(tmp_path: Path) -> None:
+    """A command that ignores SIGINT keeps a stop waiting 5 s for it; an interruption stops the wait, a second
+    one comes half a second into the stop (as the budget's watchdog raises again after its grace): the group is
+    killed then, not left running while the interruption goes on."""
+    from pytest_gpuperf.core.record.children import alive
+    from pytest_gpuperf.core.record.command import run_once
+
+    class Interrupted(Exception):
+        pass
+
+    raised: list[float] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        raised.append(time.monotonic())
+        if len(raised) == 2:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        raise Interrupted
+
+    (tmp_path / "stubborn.py").write_text(STUBBORN)
+    pid_file = tmp_path / "pid"
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 2.0, 0.5)  # the first after the command has started, the second mid-stop
+    try:
+        with pytest.raises(Interrupted):
+            run_once([sys.executable, str(tmp_path / "stubborn.py"), str(pid_file)], log_path=tmp_path / "run.log",
+                     cwd=None, env=dict(os.environ), timeout=None)  # fmt: skip
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(raised) == 2, raised
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid), f"the command {pid} outlived a stop interrupted {raised[1] - raised[0]:.1f} s in"
 
 
 def test_misuse_is_a_clear_error(project: pytest.Pytester) -> None:
