@@ -120,22 +120,28 @@ class Supervised:
     def stop(self, stopping: Stopping | None = None) -> bool:
         """Stop the leader and everything in its group, one signal after another (``stopping``, else the one it was
         started with); returns once the group is gone, or after the SIGKILL's grace and the leader's wait: True
-        when the leader was reaped."""
+        when the leader was reaped. Interrupted while it waits out a grace (a test's budget raising again, a second
+        Ctrl-C), it kills the group at once and lets the interruption go on: an abandoned stop left running what
+        ignored the signals sent so far."""
         plan = self.stopping if stopping is None else stopping
         group = self.pid
         steps = plan.steps()
-        for sig, grace in steps:
-            if not self.running(until_reaped=plan.until_reaped):
-                return True
-            # the leader is in the group for good (a session leader cannot move), so it gets each signal once
-            signal_group(group, sig)
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline:
+        try:
+            for sig, grace in steps:
                 if not self.running(until_reaped=plan.until_reaped):
                     return True
-                time.sleep(plan.poll_s)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=steps[-1][1])
+                # the leader is in the group for good (a session leader cannot move), so it gets each signal once
+                signal_group(group, sig)
+                deadline = time.monotonic() + grace
+                while time.monotonic() < deadline:
+                    if not self.running(until_reaped=plan.until_reaped):
+                        return True
+                    time.sleep(plan.poll_s)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=steps[-1][1])
+        except BaseException:
+            signal_group(group, signal.SIGKILL)
+            raise
         return self.process.returncode is not None
 
     def end_strays(self, *, grace: float | None = None) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,9 +47,6 @@ LOSS_CURVE = "loss"
 VERSION_TIMEOUT_S = 60.0
 STOPPING = Stopping()
 """A run stopped at its timeout, the test's budget or Ctrl-C: SIGINT, SIGTERM, SIGKILL to its group, 5 s each."""
-KILL_NOW = Stopping(first=signal.SIGKILL)
-"""A stop interrupted in its turn (the budget's watchdog raising again after its grace, a second Ctrl-C): the group
-is killed at once, not left running while the interruption propagates."""
 PER_RUN_DEFAULT = 5
 """Runs of an adapter that reads one figure per run (a serving benchmark), unless the test says: 5 against a
 baseline of 5 is the smallest Mann-Whitney test that can reach p < 0.01, so fewer can never read REGRESSED."""
@@ -79,17 +75,6 @@ class CommandRun:
         return f"  last lines of {self.log_path}:\n" + "\n".join(f"  | {line}" for line in last)
 
 
-def stop(child: Supervised) -> None:
-    """Stop ``child``'s group with STOPPING; interrupted while it waits out a grace, kill the group at once and let
-    the interruption go on. The budget raises again after its grace (a tenth of the budget, at least 2 s), and a
-    command that ignores SIGINT keeps a stop waiting 5 s: on a short budget the second raise comes mid-stop."""
-    try:
-        child.stop()
-    except BaseException:
-        child.stop(KILL_NOW)
-        raise
-
-
 def run_once(
     argv: Sequence[str], *, log_path: Path, cwd: Path | None, env: Mapping[str, str], timeout: float | None
 ) -> CommandRun:
@@ -107,10 +92,10 @@ def run_once(
         try:
             returncode: int | None = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            stop(child)
+            child.stop()
             returncode = None
         except BaseException:  # the budget's BudgetExceeded, Ctrl-C: nothing of the command may outlive the test
-            stop(child)
+            child.stop()
             raise
     child.end_strays()
     return CommandRun(
