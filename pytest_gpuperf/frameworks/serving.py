@@ -88,15 +88,16 @@ def figures(document: dict[str, Any], *, e2e_key: str) -> dict[str, Figure]:
         )
         found[f"{prefix}{metric}_p{p:g}"] = Figure(value=value / 1000.0, unit="s", higher_is_better=False,
                                                    unjudgeable=reason)  # fmt: skip
-    for name, keys, unit in (
-        ("output_tok_s", ("output_throughput",), "tok/s"),
-        ("total_tok_s", ("total_token_throughput", "total_throughput"), "tok/s"),  # vLLM's name, SGLang's
-        ("requests_s", ("request_throughput",), "req/s"),
+    for name, key, unit in (
+        ("output_tok_s", "output_throughput", "tok/s"),
+        ("total_tok_s", "total_token_throughput", "tok/s"),  # vLLM's name
+        ("total_tok_s", "total_throughput", "tok/s"),  # SGLang 0.5.23's
+        ("requests_s", "request_throughput", "req/s"),
     ):
-        value = next((v for v in (_number(document.get(key)) for key in keys) if v is not None), None)
+        value = _number(document.get(key))
         if value is not None and value > 0:
             found[prefix + name] = Figure(value=value, unit=unit, higher_is_better=True)
-    if prefix + "total_tok_s" not in found:  # SGLang before 0.5 wrote input and output throughput, not their sum
+    if prefix + "total_tok_s" not in found:  # older SGLang (commit 0033168f) wrote input and output throughput only
         parts = [_number(document.get(k)) for k in ("input_throughput", "output_throughput")]
         if all(p is not None for p in parts) and sum(p for p in parts if p is not None) > 0:
             found[prefix + "total_tok_s"] = Figure(

@@ -52,7 +52,8 @@ def HFLogits(model: nn.Module) -> nn.Module:  # noqa: N802 - a class, built lazi
 
 
 def cache_name(model: Any) -> str:
-    """``cache`` where the model's forward takes it (transformers 5.20 and later), else ``past_key_values``."""
+    """``cache`` where the model's forward takes it (newer transformers, where ``past_key_values`` is deprecated),
+    else ``past_key_values``."""
     try:
         parameters = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -81,8 +82,7 @@ class HFEngine:
     ) -> None:
         self.model: Any = model.model if isinstance(model, _logits_module()) else model
         self.cache_name = cache_name(self.model)
-        """The forward's key-value cache argument and output field: ``cache`` (transformers 5.20 on, where
-        ``past_key_values`` is deprecated, to be removed in 5.40), else ``past_key_values``."""
+        """The forward's key-value cache argument and output field (``cache_name``)."""
         self.max_len = max_len
         self.devices = devices
         self._autocast = autocast

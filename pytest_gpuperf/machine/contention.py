@@ -71,11 +71,9 @@ RUNQUEUE_LIMIT = 0.05
 """A window in which this process's threads waited for a CPU >= 5% of their runnable time shared its cores."""
 RUNQUEUE_OWN_SHARE = 0.25
 """The run-queue wait is read only where this process did at least this share of the CPU work of itself and the
-processes it started. Where they did nearly all of it (a benchmark client and the server it measures, run by
-``perf.run_command``), this process's few threads wait behind the workload itself: on a 2-core VM the frameworks
-suite's SGLang client, its transformers server and the test's proxy kept its threads waiting 35-38% of the time
-with no other process busy (0.006 cores), and every metric read NOISY. Work outside the tree is what ``others``
-reads, and the host's is ``steal``."""
+processes it started: where they did nearly all of it (a command run by ``perf.run_command`` and the server it
+measures), this process's few threads wait behind the workload itself. Work outside the tree is what ``others``
+reads, and the host's is ``steal``. What it was measured on: docs/machine-state.md."""
 CANARY_CPU_LIMIT = 0.90
 """The canary is one thread that never sleeps: CPU time < 90% of its wall time means it was descheduled."""
 OTHERS_LIMIT_CORES = 0.25
