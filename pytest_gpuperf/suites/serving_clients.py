@@ -27,8 +27,14 @@ def find_program(name: str, setting: str) -> str | None:
     beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
-    checkout = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / name
-    return str(checkout) if checkout.exists() else shutil.which(name)
+    return _in_checkout_venv(".venv-vllm", name) or shutil.which(name)
+
+
+def _in_checkout_venv(venv: str, name: str) -> str | None:
+    """``name`` in the bin/ of the git-ignored venv ``venv`` at this checkout's root (a script in scripts/ makes
+    it), or None."""
+    path = Path(__file__).resolve().parents[2] / venv / "bin" / name
+    return str(path) if path.exists() else None
 
 
 def sglang_python() -> str | None:
@@ -39,8 +45,7 @@ def sglang_python() -> str | None:
         return given
     if importlib.util.find_spec("sglang") is not None:
         return sys.executable
-    checkout = Path(__file__).resolve().parents[2] / ".venv-sglang" / "bin" / "python"
-    return str(checkout) if checkout.exists() else None
+    return _in_checkout_venv(".venv-sglang", "python")
 
 
 def sglang_command(python: str) -> list[str]:

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,60 +75,57 @@ def _serve(kind: str, tmp_path_factory: pytest.TempPathFactory, device: str) -> 
     return pool, engine, folder
 
 
-def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    vllm = find_program("vllm", "vllm")
-    if vllm is None:
-        pytest.skip("vllm bench serve is not installed: scripts/vllm_cpu_venv.sh makes .venv-vllm (CPU)")
-    for module in ("transformers", "fastapi", "uvicorn"):
+REQUESTS = 96
+"""Prompts of each serving benchmark run (the clients' commands: suites/serving_clients.py)."""
+
+
+def _bench_served_model(
+    perf: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    engine: str,
+    command: Callable[..., list[str]],
+    program: str,
+    adapter: Any,
+) -> None:
+    """Run a serving benchmark client against the tiny Llama: on a GPU with ``engine`` installed its own server,
+    else transformers serve behind a ServingProxy (it refuses no-op fields the clients send; the proxy drops
+    them)."""
+    on_gpu = perf.device == "cuda" and importlib.util.find_spec(engine) is not None
+    for module in ("transformers",) if on_gpu else ("transformers", "fastapi", "uvicorn"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(
-                f"{module} is not installed: the CPU server is transformers serve (pip install transformers[serving])"
+                f"{module} is not installed: the model folder and the CPU server (transformers serve) need it "
+                "(pip install transformers[serving])"
             )
-    on_gpu = perf.device == "cuda" and importlib.util.find_spec("vllm") is not None
-    pool, engine, folder = _serve("vllm" if on_gpu else "transformers", tmp_path_factory, perf.device)
-    # transformers serve refuses no-op fields vLLM's client sends: the proxy drops them (ServingProxy)
-    proxy = None if on_gpu else ServingProxy(engine.url)
+    pool, served, folder = _serve(engine if on_gpu else "transformers", tmp_path_factory, perf.device)
+    proxy = None if on_gpu else ServingProxy(served.url)
     try:
-        perf.run_command(
-            vllm_bench_serve(vllm, url=proxy.url if proxy is not None else engine.url, model=engine.model,
-                             tokenizer=folder, requests=96),  # fmt: skip
-            adapter="vllm-bench",
-            timeout=600,
-        )  # fmt: skip
+        url = proxy.url if proxy is not None else served.url
+        argv = command(program, url=url, model=served.model, tokenizer=folder, requests=REQUESTS)
+        perf.run_command(argv, adapter=adapter, timeout=600)
     finally:
         if proxy is not None:
             proxy.close()
         pool.close()
+
+
+def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    vllm = find_program("vllm", "vllm")
+    if vllm is None:
+        pytest.skip("vllm bench serve is not installed: scripts/vllm_cpu_venv.sh makes .venv-vllm (CPU)")
+    _bench_served_model(perf, tmp_path_factory, engine="vllm", command=vllm_bench_serve, program=vllm,
+                        adapter="vllm-bench")  # fmt: skip
 
 
 def test_sglang_bench_serving(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     python = sglang_python()
     if python is None:
         pytest.skip("SGLang's benchmark client is not installed: scripts/sglang_bench_venv.sh makes .venv-sglang (CPU)")
-    on_gpu = perf.device == "cuda" and importlib.util.find_spec("sglang") is not None
-    if not on_gpu:
-        for module in ("transformers", "fastapi", "uvicorn"):
-            if importlib.util.find_spec(module) is None:
-                pytest.skip(
-                    f"{module} is not installed: the CPU server is transformers serve (pip install "
-                    "transformers[serving]); SGLang's own server needs a GPU"
-                )
     from pytest_gpuperf.frameworks.serving import SglangBenchAdapter
 
-    pool, engine, folder = _serve("sglang" if on_gpu else "transformers", tmp_path_factory, perf.device)
-    # transformers serve refuses no-op fields SGLang's client sends: the proxy drops them (ServingProxy)
-    proxy = None if on_gpu else ServingProxy(engine.url)
-    try:
-        perf.run_command(
-            sglang_bench_serving(python, url=proxy.url if proxy is not None else engine.url, model=engine.model,
-                                 tokenizer=folder, requests=96),  # fmt: skip
-            adapter=SglangBenchAdapter(expected_requests=96),
-            timeout=600,
-        )  # fmt: skip
-    finally:
-        if proxy is not None:
-            proxy.close()
-        pool.close()
+    _bench_served_model(perf, tmp_path_factory, engine="sglang", command=sglang_bench_serving, program=python,
+                        adapter=SglangBenchAdapter(expected_requests=REQUESTS))  # fmt: skip
 
 
 def test_megatron_pretrain_gpt_mock_data(perf: Any) -> None:
