@@ -9,6 +9,7 @@ with a distribution-free 95% interval) is reported but judged NOISY, as MLPerf L
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -98,13 +99,21 @@ def e2e_of(completion: Completion) -> float:
 
 
 def tpot_of(completion: Completion) -> float | None:
+    """None where no token came after the first one's stream event: there is no decode time to divide."""
     n = completion.output_tokens
-    return None if n < 2 else (e2e_of(completion) - ttft_of(completion)) / (n - 1)
+    decode = e2e_of(completion) - ttft_of(completion)
+    return None if n < 2 or decode <= 0 else decode / (n - 1)
 
 
 def itls_of(completion: Completion) -> list[float]:
-    times = completion.token_times
-    return [later - earlier for earlier, later in zip(times, times[1:])]
+    """One inter-token latency per token after the first stream event: each event's gap since the one before,
+    spread evenly over the tokens it carried (tokens stamped at one instant came in one event).
+
+    A server that streams two tokens in one event did not make the second 0 s after the first: a 0 gap is no
+    latency, and no ratio can judge it. Tokens that came with the first belong to the TTFT, so the gaps sum to
+    E2E - TTFT, the TPOT's numerator."""
+    events = [(time, len(list(tokens))) for time, tokens in itertools.groupby(completion.token_times)]
+    return [(time - before) / count for (before, _), (time, count) in zip(events, events[1:]) for _ in range(count)]
 
 
 def min_samples(q: float, confidence: float = CONFIDENCE) -> int:

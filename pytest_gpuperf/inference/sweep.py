@@ -398,7 +398,13 @@ def record_sweep(
         if point not in sweep.peak_memory_bytes:
             context["peak_memory"] = "not measured: the device has no allocator peak counter (CPU)"
         for name in ("ttft", "tpot", "itl", "e2e"):
-            if name not in runs[0].latency:
+            lacking = sum(name not in run.latency for run in runs)
+            if lacking:
+                if sweep.osl > 1:  # one-token outputs have no decode to time: nothing to say
+                    problems.append(
+                        f"{prefix}{name} left out: {lacking} of {len(runs)} run(s) had no sample of it (every "
+                        "request's tokens came in its first stream event, so there was no decode gap to time)"
+                    )
                 continue
             for p in PERCENTILES:
                 perf.record(
@@ -415,7 +421,7 @@ def record_sweep(
             "requests_s": ([r.requests_s for r in runs], "req/s"),
             "tok_s_per_device": ([r.tok_s_per_device for r in runs], "tok/s/device"),
         }
-        if "tpot" in runs[0].latency:
+        if all("tpot" in run.latency for run in runs):
             rates["interactivity"] = ([r.interactivity for r in runs], "tok/s/user")
         for name, (values, unit) in rates.items():
             perf.record(prefix + name, values, unit=unit, higher_is_better=True, context=context, unjudgeable=lagged)
@@ -481,7 +487,7 @@ def fresh_targets(fronts: Sequence[Sequence[OperatingPoint]], fractions: Sequenc
 def _record_pareto(
     perf: Any, sweep: SweepResult, fractions: Sequence[float], chosen: Sequence[float] | None = None
 ) -> list[str]:
-    points = sorted(c for c, runs in sweep.runs.items() if "tpot" in runs[0].latency)
+    points = sorted(c for c, runs in sweep.runs.items() if all("tpot" in run.latency for run in runs))
     if len(points) < 2:
         return []
     n_runs = min(len(sweep.runs[c]) for c in points)

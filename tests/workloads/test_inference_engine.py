@@ -8,12 +8,24 @@ import http.server
 import json
 import math
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 from virtual_clock import VIRTUAL_CLOCK
 
-from pytest_gpuperf.inference.metrics import SLO, RunFailed, check_completions, min_samples, percentile, run_metrics
+from pytest_gpuperf.inference.metrics import (
+    SLO,
+    RunFailed,
+    check_completions,
+    e2e_of,
+    itls_of,
+    min_samples,
+    percentile,
+    run_metrics,
+    tpot_of,
+    ttft_of,
+)
 from pytest_gpuperf.inference.openai import OpenAIEngine
 from pytest_gpuperf.inference.pareto import OperatingPoint, interactivity_targets, pareto_front, throughput_at
 from pytest_gpuperf.inference.requests import Completion, Request
@@ -53,6 +65,21 @@ def test_metrics_of_synthetic_timestamps() -> None:
     assert metrics.interactivity == pytest.approx(1000 / 20)  # 1000 / p50(TPOT in ms)
     assert metrics.good_requests == 1  # request 1's TTFT 0.2 s misses the 0.15 s SLO
     assert metrics.goodput == pytest.approx(1 / 0.31)
+
+
+def test_tokens_of_one_stream_event_share_its_gap() -> None:
+    # Events at 0.10 (1 token), 0.12 (2 tokens), 0.15 (1 token): the 0.02 s gap is 0.01 per token it brought,
+    # never a 0 s gap between two tokens of one event; the gaps sum to E2E - TTFT.
+    done = [completion(0, 0.0, [0.10, 0.12, 0.12, 0.15])]
+    assert itls_of(done[0]) == pytest.approx([0.01, 0.01, 0.03])
+    assert sum(itls_of(done[0])) == pytest.approx(e2e_of(done[0]) - ttft_of(done[0]))
+    # Tokens that came with the first are part of the TTFT.
+    assert itls_of(completion(1, 0.0, [0.1, 0.1, 0.2])) == pytest.approx([0.1])
+    # All tokens in one event: no decode gap, so no ITL and no TPOT (not a TPOT of 0).
+    together = completion(2, 0.0, [0.1, 0.1, 0.1])
+    assert itls_of(together) == [] and tpot_of(together) is None
+    latency = run_metrics([together]).latency
+    assert "itl" not in latency and "tpot" not in latency and latency["e2e"][50].value == pytest.approx(0.1)
 
 
 def test_interactivity_is_not_output_rate_per_user() -> None:
@@ -272,6 +299,8 @@ def test_a_flipped_greedy_token_fails_unless_it_is_a_near_tie(tiny: object) -> N
 
 
 class _StreamingHandler(http.server.BaseHTTPRequestHandler):
+    tokens_per_event = 1
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if body["prompt"][0] == 0:
@@ -281,19 +310,28 @@ class _StreamingHandler(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        for i in range(body["max_tokens"]):
-            chunk = {"choices": [{"text": f"t{i}", "logprobs": {"tokens": [f"t{i}"], "token_ids": [i]}}]}
+        for first in range(0, body["max_tokens"], self.tokens_per_event):
+            ids = list(range(first, min(first + self.tokens_per_event, body["max_tokens"])))
+            texts = [f"t{i}" for i in ids]
+            chunk = {"choices": [{"text": "".join(texts), "logprobs": {"tokens": texts, "token_ids": ids}}]}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
+            time.sleep(0.001)
         self.wfile.write(b"data: [DONE]\n\n")
 
     def log_message(self, *args: object) -> None:
         pass
 
 
-@pytest.fixture
-def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StreamingHandler)
+class _PairedHandler(_StreamingHandler):
+    """Streams two tokens per event, as a batching server (transformers serve under load) can."""
+
+    tokens_per_event = 2
+
+
+@pytest.fixture(params=[_StreamingHandler, _PairedHandler], ids=["token-per-event", "two-tokens-per-event"])
+def server(request: pytest.FixtureRequest) -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), request.param)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
@@ -313,6 +351,10 @@ def test_openai_adapter_streams_token_times_from_a_local_server(server: str) -> 
         assert len(result.token_times) == request.max_new_tokens and result.token_times[0] >= result.sent
     metrics = run_metrics(done[1:])
     assert metrics.output_tokens == 5 + 6 + 7
+    # Every latency is a positive time the verdict can take a ratio of, however the tokens were grouped.
+    assert all(p.value > 0 for series in metrics.latency.values() for p in series.values())
+    for result in done[1:]:
+        assert sum(itls_of(result)) == pytest.approx(e2e_of(result) - ttft_of(result))
 
 
 def test_bad_endpoint_option_is_a_usage_error(pytester: pytest.Pytester) -> None:

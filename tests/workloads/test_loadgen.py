@@ -464,3 +464,25 @@ def test_a_chosen_interactivity_point_is_recorded_or_left_out_naming_the_short_f
     assert len(problems) == 1 and "pareto.tok_s_per_device@100_tok_s_user" in perf.metrics
     assert perf.metrics["pareto.interactivity"]["steps"] == [1000, 4000]  # rates in milli-requests/s
     assert "rate1.ttft_p50" in perf.metrics and "rate4.interactivity" in perf.metrics
+
+
+def test_a_run_without_decode_gaps_leaves_its_latencies_out_by_name() -> None:
+    from pytest_gpuperf.inference.sweep import record_sweep
+
+    def run(times: list[float]) -> object:
+        done = [
+            Completion(id=i, prompt_tokens=1, requested_tokens=len(times), sent=0.0, token_times=list(times))
+            for i in range(6)
+        ]
+        return run_metrics(done)
+
+    # Run 2 got every token in its first stream event: it has no TPOT or ITL, so neither is recorded from two
+    # runs of three, and the rate's interactivity (1 / TPOT) goes with them; TTFT, E2E and the rates stay.
+    streamed, together = run([0.01, 0.02, 0.03]), run([0.03, 0.03, 0.03])
+    sweep = SweepResult(isl=1, osl=3, axis="rate", runs={1.0: [streamed, together, streamed]})  # type: ignore[arg-type]
+    perf = _Recorder()
+    with pytest.warns(UserWarning, match=r"left out: 1 of 3 run\(s\) had no sample of it \(every request"):
+        problems = record_sweep(perf, sweep)
+    assert [p.split(" left out")[0] for p in problems] == ["rate1.tpot", "rate1.itl"]
+    assert "rate1.ttft_p50" in perf.metrics and "rate1.output_tok_s" in perf.metrics
+    assert not any(name.startswith(("rate1.tpot", "rate1.itl", "rate1.interactivity")) for name in perf.metrics)
