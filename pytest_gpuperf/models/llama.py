@@ -164,11 +164,10 @@ class KVCache:
     ``key_multiple``: a forward onto an existing cache (a decode step, or a prefill that continues one) attends
     over the keys up to its ``end`` rounded up to this multiple (at most ``max_len``); the mask hides the extra
     keys, so the outputs are those of the exact length. The decode's key length otherwise grows by one every
-    step, and on a GPU each new shape may cost the attention kernel a new plan: on an H200 (torch 2.11,
-    llama3-8b@2 in bf16, 2026-12-04) a decode step over 8 or 64 rows took ~70 ms while its lengths were new and
-    4.6 ms (64 rows, 1k prompt) once they had all been seen, so a rounded length keeps a whole decode at a
-    handful of shapes. ``for_model`` takes :data:`GPU_KEY_MULTIPLE` on accelerators and 1 (exact lengths) on a
-    CPU, where a step is host-bound and the stored baselines were recorded at exact lengths.
+    step, and on a GPU each new shape may cost the attention kernel a new plan (docs/inference.md has what that
+    cost on an H200); a rounded length keeps a whole decode at a handful of shapes. ``for_model`` takes
+    :data:`GPU_KEY_MULTIPLE` on accelerators and 1 (exact lengths) on a CPU, where a step is host-bound and the
+    stored baselines were recorded at exact lengths.
     """
 
     def __init__(
@@ -218,9 +217,6 @@ class KVCache:
             dtype=dtype or param.dtype,
             key_multiple=key_multiple,
         )
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
 
     def rows(self, start: int, stop: int) -> KVCache:
         """A cache over rows ``start:stop`` sharing this cache's storage: a continuous-batching engine

@@ -261,7 +261,7 @@ def test_training_step(perf: Any, target: Target, cpu_threads: None) -> None:
         optimizer.zero_grad(set_to_none=True)
         return loss
 
-    first = float(step())
+    first = step().item()
     assert math.isfinite(first), f"the first training step's loss is {first}"
     sync = torch.cuda.synchronize if target.gpu else None
     perf.measure("tokens_per_s", step, unit="tok/s", work=batch * seq, sync=sync)
