@@ -13,9 +13,12 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_gpuperf.core.config.settings import environment_setting
+from pytest_gpuperf.frameworks.serving import SglangBenchAdapter
 
 
 def find_program(name: str, setting: str) -> str | None:
@@ -103,6 +106,40 @@ def sglang_bench_serving(python: str, *, url: str, model: str, tokenizer: str, r
             tokenizer, "--dataset-name", "random-ids", "--random-input-len", "16", "--random-output-len", "32",
             "--random-range-ratio", "1.0", "--num-prompts", str(requests), "--max-concurrency", "2", "--seed", "0",
             "--warmup-requests", "4", "--output-file", "{output}"]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchClient:
+    """One serving benchmark client as the suite runs it: ``name`` is also the framework's name in the recorded
+    stack and the engine that serves it on a GPU."""
+
+    name: str
+    find: Callable[[], str | None]
+    """Its program (vLLM's ``vllm``) or a Python that has it (SGLang's), or None where it is absent."""
+    missing: str
+    """Why a test skips where ``find`` finds nothing, and what makes it."""
+    command: Callable[..., list[str]]
+    """``vllm_bench_serve`` or ``sglang_bench_serving``: (program, *, url, model, tokenizer, requests) -> argv."""
+    adapter: Callable[[int], object]
+    """What ``perf.run_command`` reads a run of that many requests with."""
+
+
+BENCH_CLIENTS = {
+    "vllm": BenchClient(
+        name="vllm",
+        find=lambda: find_program("vllm", "vllm"),
+        missing="vllm bench serve is not installed: scripts/vllm_cpu_venv.sh makes .venv-vllm (CPU)",
+        command=vllm_bench_serve,
+        adapter=lambda requests: "vllm-bench",
+    ),
+    "sglang": BenchClient(
+        name="sglang",
+        find=sglang_python,
+        missing="SGLang's benchmark client is not installed: scripts/sglang_bench_venv.sh makes .venv-sglang (CPU)",
+        command=sglang_bench_serving,
+        adapter=lambda requests: SglangBenchAdapter(expected_requests=requests),  # it counts no failures
+    ),
+}
 
 
 def neutral_fields_dropped(body: bytes) -> bytes:

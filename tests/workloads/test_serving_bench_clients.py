@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
@@ -34,19 +33,7 @@ from served_engines import MODEL, module_pool, session_flags  # noqa: E402
 from pytest_gpuperf.inference.openai import OpenAIEngine  # noqa: E402
 from pytest_gpuperf.inference.requests import Request  # noqa: E402
 from pytest_gpuperf.inference.servers import ServerPool  # noqa: E402
-from pytest_gpuperf.suites.serving_clients import ServingProxy, find_program, sglang_python  # noqa: E402
-
-
-@dataclass(frozen=True)
-class Client:
-    name: str
-    program: str | None
-    """What the test file's ``CLIENT_PROGRAM`` is: the vllm program, or a Python with sglang."""
-    missing: str
-    """Why the case skips where ``program`` is None."""
-    framework: str
-    """The framework's name in the recorded stack."""
-
+from pytest_gpuperf.suites.serving_clients import BENCH_CLIENTS, BenchClient, ServingProxy  # noqa: E402
 
 REQUESTS = 96  # shorter runs varied beyond the noise limit here and left even a 7x slowdown NOISY
 
@@ -55,40 +42,25 @@ import os
 
 import pytest
 
-from pytest_gpuperf.frameworks.serving import SglangBenchAdapter
-from pytest_gpuperf.suites import serving_clients
+from pytest_gpuperf.suites.serving_clients import BENCH_CLIENTS
 
 REQUESTS = int(os.environ["REQUESTS"])
-RUNS = {
-    "vllm": (serving_clients.vllm_bench_serve, "vllm-bench", {"VLLM_LOGGING_LEVEL": "WARNING"}),
-    "sglang": (serving_clients.sglang_bench_serving, SglangBenchAdapter(expected_requests=REQUESTS), {}),
-}
+QUIET = {"vllm": {"VLLM_LOGGING_LEVEL": "WARNING"}}
 
 
 @pytest.mark.perf
 def test_client(perf):
-    command, adapter, env = RUNS[os.environ["CLIENT"]]
+    client = BENCH_CLIENTS[os.environ["CLIENT"]]
     folder = os.environ["SERVED_FOLDER"]
-    argv = command(os.environ["CLIENT_PROGRAM"], url=os.environ["SERVED_URL"], model=folder, tokenizer=folder,
-                   requests=REQUESTS)
-    perf.run_command(argv, adapter=adapter, timeout=300, env=env, log_dir=os.environ["RUN_LOGS"])
+    argv = client.command(os.environ["CLIENT_PROGRAM"], url=os.environ["SERVED_URL"], model=folder,
+                          tokenizer=folder, requests=REQUESTS)
+    perf.run_command(argv, adapter=client.adapter(REQUESTS), timeout=300, env=QUIET.get(client.name, {}),
+                     log_dir=os.environ["RUN_LOGS"])
 """
 """The inner session's one perf test: the client named by ``CLIENT``, run as the shipped suite runs it."""
 
-CLIENTS = [
-    Client(
-        name="vllm",
-        program=find_program("vllm", "vllm"),
-        missing="opt-in: needs vLLM's benchmark client (scripts/vllm_cpu_venv.sh makes .venv-vllm)",
-        framework="vllm",
-    ),
-    Client(
-        name="sglang",
-        program=sglang_python(),
-        missing="opt-in: needs SGLang's benchmark client (scripts/sglang_bench_venv.sh makes .venv-sglang)",
-        framework="sglang",
-    ),
-]
+PROGRAMS = {name: client.find() for name, client in BENCH_CLIENTS.items()}
+"""Each client's program (or a Python with it), looked up once at collection; None where its venv is absent."""
 
 
 @pytest.fixture(scope="module")
@@ -117,20 +89,24 @@ def proxy(served: OpenAIEngine) -> Iterator[ServingProxy]:
 @pytest.mark.parametrize(
     "client",
     # skipped at collection, so that no server starts for a client that is absent
-    [pytest.param(c, id=c.name, marks=pytest.mark.skipif(c.program is None, reason=c.missing)) for c in CLIENTS],
+    [
+        pytest.param(client, id=name, marks=pytest.mark.skipif(PROGRAMS[name] is None, reason=client.missing))
+        for name, client in BENCH_CLIENTS.items()
+    ],
 )
 def test_client_judged_then_a_slowed_server_caught_regressed(
     pytester: pytest.Pytester,
-    client: Client,
+    client: BenchClient,
     served: OpenAIEngine,
     proxy: ServingProxy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert client.program is not None
+    program = PROGRAMS[client.name]
+    assert program is not None
     pytester.makepyfile(test_bench=TEST)
     pytester.makeini("[pytest]\nmarkers =\n    perf: a perf test\n")
     monkeypatch.setenv("CLIENT", client.name)
-    monkeypatch.setenv("CLIENT_PROGRAM", client.program)
+    monkeypatch.setenv("CLIENT_PROGRAM", program)
     monkeypatch.setenv("REQUESTS", str(REQUESTS))
     monkeypatch.setenv("SERVED_URL", proxy.url)
     monkeypatch.setenv("SERVED_FOLDER", served.model)
@@ -150,7 +126,7 @@ def test_client_judged_then_a_slowed_server_caught_regressed(
     itl = normal["c2.itl_p50"]
     assert len(itl["samples"]) == 5 and all(s > 0 for s in itl["samples"])
     # the version the command's own Python holds
-    assert itl["context"]["framework"][client.framework].startswith("0."), itl["context"]["framework"]
+    assert itl["context"]["framework"][client.name].startswith("0."), itl["context"]["framework"]
     assert normal["c2.ttft_p99"]["context"]["unjudgeable"].startswith(f"p99 from {REQUESTS} requests")
 
     again, judged = session("again")
