@@ -72,7 +72,8 @@ def rules_for(base: Side, given: GivenRules) -> Rules:
         noise_limit=pick(given.noise_limit, "noise_limit", CPU_DEFAULTS["noise_limit"]),
         run_noise=pick(given.run_noise, "run_noise", CPU_DEFAULTS["run_noise"]),
         sitting_noise=pick(given.sitting_noise, "sitting_noise", CPU_DEFAULTS["sitting_noise"], zero=True),
-        machine_noise=pick(given.machine_noise, "machine_noise", 0.0, zero=True),
+        # 0 recorded by a session before the device prior existed meant "not measured": the prior, as now
+        machine_noise=pick(given.machine_noise, "machine_noise", CPU_DEFAULTS["machine_noise"]),
         job_alpha=pick(given.job_alpha, "job_alpha", JOB_ALPHA),
     )
 
@@ -151,7 +152,8 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
         row.update(result.as_dict())
         row["comparison"] = ANOTHER_MACHINE if across else THIS_SITTING if sittings.joined else ANOTHER_SITTING
         row["verdict"] = result.verdict.value
-        row["because"] = rollup.undecided_because(result.verdict.value, result.reason, latest.context)
+        judged_context = {**latest.context, "comparison": row["comparison"]}
+        row["because"] = rollup.undecided_because(result.verdict.value, result.reason, judged_context)
         if result.ci_low is not None:
             row["ci"] = f"[{result.ci_low:.4f}, {result.ci_high:.4f}]"
         note = rollup.machine_note(latest.context, [run.context for run in base_runs])

@@ -678,8 +678,15 @@ class Canary:
     """Prior between-session sd (log scale) of its median."""
 
     def median(self, state: MachineState) -> float | None:
-        values = state.canary_s if self.name == "python" else state.kernel_canary_s.get(self.name)
+        values = self.samples(state)
         return statistics.median(values) if values else None
+
+    def fastest(self, state: MachineState) -> float | None:
+        values = self.samples(state)
+        return min(values) if values else None
+
+    def samples(self, state: MachineState) -> list[float]:
+        return list(state.canary_s if self.name == "python" else state.kernel_canary_s.get(self.name) or [])
 
     def build(self, state: MachineState | Mapping[str, Any]) -> tuple[Any, Any]:
         """What two states must share for their timings of this canary to be compared: its version (the workload,
@@ -746,6 +753,10 @@ class MachineCheck:
     slower_then: float | None = None
     """When the canary alone says the baseline's machine was slower: by what factor (> 1). It can make the
     current run look better by up to its CANARY_EXPLAINS_POWER, never worse."""
+    explains_worse: float = 1.0
+    """The largest factor by which the current window's state can make a metric look worse (``explains``)."""
+    explains_better: float = 1.0
+    """The largest factor by which the baseline runs' state can make the current run look better."""
 
     @property
     def conditions(self) -> str | None:
@@ -758,7 +769,55 @@ class MachineCheck:
             "baseline": self.baseline,
             "dropped_baseline_runs": list(self.dropped),
             "detail": self.detail,
+            "explains_worse": self.explains_worse if math.isfinite(self.explains_worse) else None,
+            "explains_better": self.explains_better if math.isfinite(self.explains_better) else None,
         }
+
+
+def time_share(state: MachineState) -> float:
+    """How much longer than on a machine of its own a window's work may have taken for want of a CPU: 1 / (1 - w)
+    for the share w of the window's wall time its threads spent waiting in the run queue (the canary's wait where
+    theirs was not read, or was another process's work), times 1 / (1 - s) for the share s stolen by the
+    hypervisor. A workload that mostly sleeps waits little of its wall time, however long each wake-up waits."""
+    wait = None
+    if state.runqueue_share is not None and own_work(state) and state.runqueue_share < 1:
+        per_wall = state.runqueue_share / (1 - state.runqueue_share) * state.cpu_per_wall  # wait / wall
+        wait = min(state.runqueue_share, per_wall)
+    elif state.canary_cpu_per_wall is not None:
+        wait = 1 - min(1.0, state.canary_cpu_per_wall)
+    factor = 1.0
+    for share in (wait, state.steal_share):
+        if share is not None and share > 0:
+            factor = factor / (1 - share) if share < 1 else math.inf
+    return factor
+
+
+def canary_factor(now: MachineState, then: Sequence[MachineState], canary: Canary) -> float | None:
+    """By what factor ``canary`` ran slower per CPU second in ``now`` than in ``then`` (> 1: slower), or None: its
+    fastest sample now over the median of its fastest samples then. A wait for a CPU only adds to a sample, so the
+    fastest is the one that ran uninterrupted; the wait is ``time_share``'s, not counted twice."""
+    fastest = [f for state in then if canary.comparable(now, state) and (f := canary.fastest(state))]
+    current = canary.fastest(now)
+    if not fastest or current is None:
+        return None
+    return current / statistics.median(fastest)
+
+
+def explains(current: MachineState | None, baseline: Sequence[MachineState]) -> tuple[float, float]:
+    """The largest factors (worse, better) by which the machine's state can have moved a timing: the current
+    window's time share (``time_share``) times the square of the largest slowdown per CPU second any canary shows
+    now (CANARY_EXPLAINS_POWER) can make it look worse; the baseline runs' largest time share times the square
+    of the largest slowdown their canaries showed then can make it look better. Contention only slows."""
+    worse = better = 1.0
+    if current is not None:
+        worse = time_share(current)
+        factors = [f for canary in CANARIES if (f := canary_factor(current, baseline, canary)) is not None]
+        if factors:
+            worse *= max(1.0, max(factors)) ** CANARY_EXPLAINS_POWER
+            better *= max(1.0, 1 / min(factors)) ** CANARY_EXPLAINS_POWER
+    if baseline:
+        better *= max(time_share(state) for state in baseline)
+    return worse, better
 
 
 def compare_machine(current: MachineState | None, baseline: Sequence[MachineState | None]) -> MachineCheck:
@@ -838,6 +897,8 @@ def compare_machine(current: MachineState | None, baseline: Sequence[MachineStat
                 slower_then = None if contended_now else max(f for f, _ in faster)
     if current is None:
         details.append("no machine state recorded with this measurement")
+    judged = [state for i, state in known if i not in dropped]
+    worse, better = explains(current, judged)
     return MachineCheck(
         current=current_why,
         baseline=baseline_why,
@@ -845,4 +906,6 @@ def compare_machine(current: MachineState | None, baseline: Sequence[MachineStat
         detail="; ".join(details),
         slower_now=slower_now,
         slower_then=slower_then,
+        explains_worse=worse,
+        explains_better=better,
     )

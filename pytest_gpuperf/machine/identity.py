@@ -1,10 +1,10 @@
 """Which machine a run was taken on: an identity kept apart from the hardware key.
 
 The hardware key groups machines that may share baselines; the identity tells two of them apart, so a verdict can
-say which comparison it made (this machine, or another machine of the same key) and judge with that comparison's
-noise. Private identifiers (machine-id, DMI serials, GPU UUIDs, boot id) are hashed; the hostname is kept in clear
-for people. On a virtual machine the boot id joins the identity: a VM restarted may run on another host, and
-nothing inside it can tell. What cannot be read is left out and named in ``parts``.
+say which comparison it made and judge with that comparison's noise. A machine with GPUs is its GPUs (their UUIDs
+hold across reboots, VMs and containers); one without is its machine-id and DMI serials, plus its boot id on a
+VM (restarted, it may run on another host). The hostname, random per container, is used only when nothing else
+can be read. Values are hashed; ``parts`` names what was used.
 """
 
 from __future__ import annotations
@@ -41,19 +41,21 @@ class MachineIdentity:
 def read_identity(*, gpu_uuids: list[str] | None = None, root: str = "/") -> MachineIdentity:
     """This machine's identity. ``gpu_uuids`` are the accelerators' UUIDs where the caller read them; ``root``
     lets tests point the readers at a fake file system."""
-    values: dict[str, str] = {"hostname": socket.gethostname()}
-    for name, path in _FILES.items():
-        text = _read(root, path)
-        if text and text.lower() not in {"none", "0", "not specified", "to be filled by o.e.m."}:
-            values[name] = text
-    if _is_virtual(root):
-        boot = _read(root, _BOOT_ID)
-        if boot:
-            values["boot-id"] = boot
-    for index, uuid in enumerate(gpu_uuids or []):
-        values[f"gpu{index}-uuid"] = uuid
+    host = socket.gethostname()
+    values: dict[str, str] = {f"gpu{index}-uuid": uuid for index, uuid in enumerate(gpu_uuids or [])}
+    if not values:
+        for name, path in _FILES.items():
+            text = _read(root, path)
+            if text and text.lower() not in {"none", "0", "not specified", "to be filled by o.e.m."}:
+                values[name] = text
+        if values and _is_virtual(root):
+            boot = _read(root, _BOOT_ID)
+            if boot:
+                values["boot-id"] = boot
+    if not values:
+        values["hostname"] = host
     digest = hashlib.sha256("\n".join(f"{k}={v}" for k, v in sorted(values.items())).encode()).hexdigest()
-    return MachineIdentity(id=digest[:16], host=values["hostname"], parts=tuple(sorted(values)))
+    return MachineIdentity(id=digest[:16], host=host, parts=tuple(sorted(values)))
 
 
 def named_identity(name: str) -> MachineIdentity:

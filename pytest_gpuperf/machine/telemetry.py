@@ -274,6 +274,9 @@ class ClockCheck:
     comparable: bool | None
     """False: incomparable conditions (the verdict is NOISY); None: the stored summary could not be read."""
     detail: str
+    clock_factor: float | None = None
+    """Where only the clocks fell (no throttle reason seen): the largest baseline/current ratio of the SM and memory
+    clocks' medians, what the lower clocks can explain (core/verdict/checks.py ``DeviceClocks``); None otherwise."""
 
     @property
     def problem(self) -> str | None:
@@ -281,7 +284,7 @@ class ClockCheck:
         return self.detail if self.comparable is False else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"comparable": self.comparable, "detail": self.detail}
+        return {"comparable": self.comparable, "detail": self.detail, "clock_factor": self.clock_factor}
 
 
 def stored_summary(data: Any) -> TelemetrySummary | None:
@@ -306,7 +309,23 @@ def check_conditions(
         except (ValueError, TypeError) as error:
             return ClockCheck(None, str(error))
     comparable, detail = compare_clocks(current, baseline, min_fraction=min_fraction)
-    return ClockCheck(comparable, detail)
+    return ClockCheck(comparable, detail, None if comparable else clock_factor(current, baseline))
+
+
+def clock_factor(current: TelemetrySummary, baseline: TelemetrySummary | None) -> float | None:
+    """How much slower the device's clocks ran than the baseline's (the larger of the SM and memory clocks'
+    ratios of medians), or None where a throttle reason was seen or a clock was not read on both sides."""
+    if baseline is None or current.throttle_reasons:
+        return None
+    ratios = []
+    for now, then in (
+        (current.sm_clock_mhz_median, baseline.sm_clock_mhz_median),
+        (current.mem_clock_mhz_median, baseline.mem_clock_mhz_median),
+    ):
+        if now is None or then is None or now <= 0:
+            return None
+        ratios.append(then / now)
+    return max(1.0, *ratios)
 
 
 # --- readers ----------------------------------------------------------------------------------

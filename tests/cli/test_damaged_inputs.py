@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pytest_gpuperf.cli import variance
 from pytest_gpuperf.cli.compare import compare_sides
 from pytest_gpuperf.cli.loading import InputError, MetricData, Run, Side, junit_address, parse_junit_xml
+from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats.unpaired import Rules
 
 JSON_VALUES = st.recursive(
@@ -119,18 +120,23 @@ def test_compare_applies_the_sessions_confirmation_rule() -> None:
 
 
 def test_compare_judges_another_machines_base_as_a_session_would() -> None:
-    """BASE recorded on another machine: compare says so and, the spread between machines unmeasured, a timing
-    1.5x slower is AMBIGUOUS there as in a session; BASE's runs on NEW's machine are the comparison where any."""
+    """BASE recorded on another machine: compare says so and, with the CPU's prior spread between machines (no
+    fleet measured one), a timing 1.3x slower is AMBIGUOUS there as in a session; BASE's runs on NEW's machine are
+    the comparison where any."""
     shape = [1.0, 1.01, 0.99, 1.02, 0.98, 1.005, 0.995, 1.015, 0.985, 1.0]
     runs = tuple(replace(_run(f"b{i}", [v * (1 + i / 500) for v in shape], {}), machine_id="node-a") for i in range(3))
-    new = Side(source=Path("new"), runs=(replace(_run("new", [v * 1.5 for v in shape], {}), machine_id="node-b"),))
-    (row,) = compare_sides(Side(source=Path("base"), runs=runs), new, QUICK)
+    new = Side(source=Path("new"), runs=(replace(_run("new", [v * 1.3 for v in shape], {}), machine_id="node-b"),))
+    prior = replace(QUICK, machine_noise=DEVICE_DEFAULTS["cpu"]["machine_noise"])
+    (row,) = compare_sides(Side(source=Path("base"), runs=runs), new, prior)
     assert row["verdict"] == "AMBIGUOUS" and row["comparison"] == "another machine of this hardware key"
     assert row["because"] == "another machine"
     mixed = (*runs, replace(runs[0], source=Path("b9"), machine_id="node-b"), replace(runs[1], machine_id="node-b"))
-    (row,) = compare_sides(Side(source=Path("base"), runs=mixed), new, QUICK)
+    (row,) = compare_sides(Side(source=Path("base"), runs=mixed), new, prior)
     assert row["base_runs"] == 2 and row["comparison"] != "another machine of this hardware key"
     assert row["verdict"] == "REGRESSED"
+    twice = Side(source=Path("new"), runs=(replace(_run("new", [v * 2 for v in shape], {}), machine_id="node-b"),))
+    (row,) = compare_sides(Side(source=Path("base"), runs=runs), twice, prior)
+    assert row["verdict"] == "REGRESSED" and row["comparison"] == "another machine of this hardware key"
 
 
 def _side(name: str, runs: list[dict[str, list[float]]]) -> Side:

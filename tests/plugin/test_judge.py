@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pytest_gpuperf.core.stats.unpaired import Rules
+from pytest_gpuperf.core.verdict.checks import Doubt
 from pytest_gpuperf.core.verdict.judge import CurveMatch, External, StepsToTarget, judge
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
@@ -114,7 +115,7 @@ def test_the_figures_and_the_rule_are_two_steps_whose_composition_is_compare() -
         assert figures is not None and not hasattr(figures, "verdict")  # an estimator returns figures only
         decided = decide(figures, rules=RULES)
         assert decided == compare(current, [samples, samples], higher_is_better=False, rules=RULES)
-        assert decide(figures, rules=RULES, conditions="clocks fell").verdict is Verdict.NOISY
+        assert decide(figures, rules=RULES, doubt=Doubt(reason="clocks fell")).verdict is Verdict.NOISY
     assert estimate(samples, [], higher_is_better=False, rules=RULES) is None
     assert decide(None, rules=RULES).verdict is Verdict.NO_BASELINE
 

@@ -14,6 +14,7 @@ from pytest_gpuperf.core.stats.unpaired import (
     sibling_run_noise,
     summarize,
 )
+from pytest_gpuperf.core.verdict.checks import Doubt
 from pytest_gpuperf.core.verdict.stored import compare
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
@@ -150,7 +151,7 @@ def test_device_conditions_make_a_regression_noisy_and_keep_the_figures() -> Non
         baseline,
         higher_is_better=False,
         rules=RULES,
-        conditions="SM clock 1500 MHz < 90% of baseline 1980 MHz",
+        doubt=Doubt(reason="SM clock 1500 MHz < 90% of baseline 1980 MHz"),
     )
     assert result.verdict is Verdict.NOISY
     assert "SM clock 1500 MHz" in result.reason
@@ -158,7 +159,7 @@ def test_device_conditions_make_a_regression_noisy_and_keep_the_figures() -> Non
 
 
 def test_device_conditions_do_not_invent_a_baseline() -> None:
-    result = compare([1.0, 1.1, 0.9], [], higher_is_better=False, rules=RULES, conditions="throttled")
+    result = compare([1.0, 1.1, 0.9], [], higher_is_better=False, rules=RULES, doubt=Doubt(reason="throttled"))
     assert result.verdict is Verdict.NO_BASELINE
 
 

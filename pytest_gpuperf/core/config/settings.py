@@ -52,7 +52,8 @@ def parse_percentage_or_zero(text: str) -> float:
 
 
 def parse_machine_noise(text: str) -> float | MachineSpread:
-    """A percentage (0: not measured), or the path of a spread file ``gpuperf fleet --save-spread`` wrote."""
+    """A percentage (0: the machines of the key do not differ), or the path of a spread file ``gpuperf fleet
+    --save-spread`` wrote."""
     try:
         return parse_percentage_or_zero(text)
     except SettingError:
@@ -291,6 +292,14 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         flag=True,
     ),
     OptionSpec(
+        name="machine-id",
+        help="a name for this machine (a runner's or node's own): baseline runs saved under another name are "
+        "another machine's; default: read from the system (its GPUs' UUIDs where it has GPUs)",
+        parse=parse_text,
+        default=None,
+        metavar="NAME",
+    ),
+    OptionSpec(
         name="results",
         help="write a JSON document of the run: fingerprint, raw samples, baselines used, verdicts",
         parse=parse_text,
@@ -358,10 +367,10 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         name="machine-noise",
         help="standard deviation between machines of one hardware key, in percent, as a fleet of them measured it, "
         "or the spread file `gpuperf fleet --save-spread` wrote (each metric's own figure, else the fleet's pooled "
-        "one; refused for another hardware key): a baseline recorded on another machine is then judged with it; 0 "
-        "(default): not measured, and such a baseline cannot fail a timing",
+        "one; refused for another hardware key): a baseline recorded on another machine is judged with it added; "
+        "default: the device's prior (docs/verdicts.md); 0: machines of the key do not differ",
         parse=parse_machine_noise,
-        default=0.0,
+        default=None,
         metavar="PCT|FILE",
     ),
     OptionSpec(
@@ -580,6 +589,8 @@ class Settings:
     """Store REGRESSED measurements too (--gpuperf-accept); without it a save never absorbs a regression."""
     results_path: Path | None = option_default("results")
     """Where the run's JSON document goes, if anywhere."""
+    machine_id: str | None = option_default("machine-id")
+    """This machine's name as the runner gives it; None: the identity read from the system (or a hook's)."""
     device_request: str = option_default("device")
     """auto, cpu or cuda as asked; the device used is resolved lazily (it needs torch)."""
     threshold: float | None = option_default("threshold")
@@ -590,9 +601,9 @@ class Settings:
     """Prior between-run sd (fraction); None: the device's default."""
     sitting_noise: float | None = option_default("sitting-noise")
     """Prior sd of the shift between sittings (fraction); None: the device's default."""
-    machine_noise: float = option_default("machine-noise")
-    """Sd between machines of one hardware key (fraction); 0: not measured (another machine's baseline cannot fail
-    a timing). With a spread file, its pooled figure."""
+    machine_noise: float | None = option_default("machine-noise")
+    """Sd between machines of one hardware key (fraction); None: the device's prior. With a spread file, its pooled
+    figure."""
     machine_spread: MachineSpread | None = None
     """The fleet's spread file given as --gpuperf-machine-noise: a figure per test and metric (``noise_for``)."""
     job_alpha: float = option_default("job-alpha")
@@ -629,9 +640,12 @@ class Settings:
         """Whether a verdict may fail a test: not while recording baselines, not in a measure-only session."""
         return not (self.save or self.measure_only)
 
-    def noise_for(self, test: str, metric: str) -> float:
-        """The spread between machines for one test's metric: the spread file's figure, else ``machine_noise``."""
-        return self.machine_spread.lookup(test, metric) if self.machine_spread else self.machine_noise
+    def noise_for(self, test: str, metric: str, device: str) -> float:
+        """The spread between machines for one test's metric: the spread file's figure, else ``machine_noise``
+        (the device's prior where none was given)."""
+        if self.machine_spread:
+            return self.machine_spread.lookup(test, metric)
+        return self.for_device(device, "machine_noise")
 
     def slowdown(self, suite: str) -> float:
         """The fraction of extra work injected into ``suite``'s workloads (0: none)."""
@@ -672,7 +686,6 @@ def build_settings(config: pytest.Config) -> Settings:
 
 
 RECORDED_AS_SET = (
-    "machine_noise",
     "job_alpha",
     "repeats",
     "warmup",

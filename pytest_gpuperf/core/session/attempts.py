@@ -3,8 +3,9 @@
 ``settle`` runs up to ``--gpuperf-confirm`` confirmation attempts, each a new pytest session that runs only this
 test with this session's options, measuring only (``fresh_session_argv``); its samples are judged here, against
 the same baselines under the same rules, and ``session.confirm`` keeps REGRESSED only where every attempt
-regressed. Invariant: a regression never fails a test unconfirmed; a confirmation that cannot run leaves the
-metric AMBIGUOUS with the reason. Why a fresh process: docs/design/confirmation-in-a-fresh-process.md.
+regressed. Invariant: a change a transient could explain never fails a test unconfirmed; where no confirmation
+can run, one beyond that fails, saying so (core/verdict/checks.py ``Unconfirmed``). Why a fresh process:
+docs/design/confirmation-in-a-fresh-process.md.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ def settle(item: pytest.Item, session: GpuperfSession, results: list[MetricResul
         latest = fresh_attempt(item, session, results)
         attempt += 1
         if isinstance(latest, str):
-            results = unconfirmable(results, latest, attempt)
+            results = unconfirmable(results, latest, attempt, session.rules().threshold)
             _progress(item, f"not confirmed: {latest}")
             break
         results = confirm(results, latest, attempt)
@@ -165,19 +165,21 @@ def _judge_again(
     return latest
 
 
-def unconfirmable(results: list[MetricResult], why: str, attempt: int) -> list[MetricResult]:
-    """The results when no confirmation could be made: a REGRESSED metric is AMBIGUOUS, saying why."""
+def unconfirmable(results: list[MetricResult], why: str, attempt: int, threshold: float) -> list[MetricResult]:
+    """The results when no confirmation could be made: the confirmation rule (core/verdict/checks.py
+    ``UNCONFIRMED``) keeps a REGRESSED beyond what a transient explains and makes the others AMBIGUOUS, saying why."""
     from pytest_gpuperf.core.verdict.checks import UNCONFIRMED
     from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
     for result in results:
         if result.verdict is Verdict.REGRESSED:
-            result.context = {**result.context, "unconfirmed_regression": attempt - 1, "attempts": attempt}
-            result.comparison = replace(
-                result.comparison,
-                verdict=Verdict.AMBIGUOUS,
-                reason=f"{UNCONFIRMED.not_confirmable(attempt, why)}; {result.comparison.reason}",
-            )
+            result.context = {
+                **result.context,
+                "unconfirmed_regression": attempt - 1,
+                "attempts": attempt,
+                "unconfirmable": why,
+            }
+            result.comparison = UNCONFIRMED.apply(result.comparison, result.context, threshold)
     return results
 
 

@@ -26,7 +26,6 @@ from pytest_gpuperf.core.session.turns import TakingTurns, Turns
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import (
     Rules,
-    exact_agreement,
     smallest_decided_change,
     summarize,
     with_siblings,
@@ -46,7 +45,7 @@ from pytest_gpuperf.core.store.baselines import (
 )
 from pytest_gpuperf.core.store.results import MetricResult
 from pytest_gpuperf.core.store.schema import SchemaError, non_finite
-from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, not_comparable
+from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, doubt_before
 from pytest_gpuperf.core.verdict.judge import (
     ANOTHER_MACHINE,
     ANOTHER_SITTING,
@@ -190,7 +189,7 @@ class GpuperfSession:
             noise_limit=self.settings.for_device(self.device, "noise_limit"),
             run_noise=self.settings.for_device(self.device, "run_noise"),
             sitting_noise=self.settings.for_device(self.device, "sitting_noise"),
-            machine_noise=self.settings.machine_noise,
+            machine_noise=self.settings.for_device(self.device, "machine_noise"),
             job_alpha=self.settings.job_alpha,
             family_size=self.family_size(),
         )
@@ -208,8 +207,8 @@ class GpuperfSession:
 
     def decidable(self, nodeid: str, name: str) -> bool:
         """Whether a stored metric can be decided whatever is measured now: not when its baseline's spread is past
-        the noise limit (NOISY whatever the run), nor when it is a timing recorded only on other machines and the
-        spread between machines is not measured (AMBIGUOUS whatever the run: core/verdict/judge.py)."""
+        the noise limit (NOISY whatever the run, unless the change is beyond what that spread explains: such a
+        change is too large for the job's level to matter)."""
         baseline = self.store.metric(nodeid, name)
         if baseline is None or not baseline.runs:
             return False
@@ -218,10 +217,7 @@ class GpuperfSession:
             self.device, "noise_limit"
         ):
             return False
-        across = runs_of_this_machine(self.fingerprint.machine_id, [run.context for run in baseline.runs]) is None
-        exact = exact_agreement(runs[0], runs[1:]) if len(runs) > 1 else min(runs[0]) == max(runs[0])
-        timing = baseline.unit not in UNMOVED_BY_LOAD and not exact
-        return not (across and timing and self.settings.noise_for(nodeid, name) == 0)
+        return True
 
     def sibling_rules(self, nodeid: str, name: str) -> Rules:
         """The rules for one metric: the device's, with the between-run noise its sibling baselines show here."""
@@ -229,7 +225,7 @@ class GpuperfSession:
         if key not in self._sibling_rules:
             rules = with_siblings(self.rules(), self.store.sibling_runs(nodeid, name))
             if self.settings.machine_spread is not None:  # the fleet's figure for this metric, not its pooled one
-                rules = replace(rules, machine_noise=self.settings.noise_for(nodeid, name))
+                rules = replace(rules, machine_noise=self.settings.noise_for(nodeid, name, self.device))
             self._sibling_rules[key] = rules
         return self._sibling_rules[key]
 
@@ -272,7 +268,7 @@ class GpuperfSession:
         runs = [run.samples for run in stored]
         context = self._check_conditions(nodeid, metric.name, metric.context, bool(runs))
         # the checks read the context the results keep, so `gpuperf compare` reading them finds the same reasons
-        conditions = not_comparable({**context, "unjudgeable": metric.unjudgeable})
+        doubt = doubt_before({**context, "unjudgeable": metric.unjudgeable})
         sittings = group_sittings(
             [run.date for run in stored], dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         )
@@ -285,7 +281,7 @@ class GpuperfSession:
             unit=metric.unit,
             higher_is_better=metric.higher_is_better,
             rules=rules,
-            conditions=conditions,
+            doubt=doubt,
             rule=metric.rule,
             machine_check=self.settings.machine_check == "on",
             across_machines=across,

@@ -33,7 +33,8 @@ def gpuperf_session(config: pytest.Config) -> GpuperfSession:
         extra: dict[str, str] = {}
         for found in config.hook.pytest_gpuperf_stack(config=config):
             extra.update({str(k): str(v) for k, v in (found or {}).items()})
-        machine = config.hook.pytest_gpuperf_machine(config=config)
+        # the runner's own name for itself first, then a conftest's (a scheduler's node name), then the system's
+        machine = get_settings(config).machine_id or config.hook.pytest_gpuperf_machine(config=config)
         session = GpuperfSession(
             get_settings(config),
             extra_stack=extra,

@@ -52,8 +52,7 @@ class Rules(Thresholds):
     measurement in another sitting than its baseline's runs may move with nothing changed (0: no such shift)."""
     machine_noise: float = 0.0
     """Sd (log scale) of the spread between machines of one hardware key, for a baseline recorded on another
-    machine than this one; 0: not measured, and such a comparison cannot decide a change of a timing
-    (core/verdict/judge.py says so instead)."""
+    machine than this one: a fleet's figure, else the device's prior (core/config/device_defaults.py)."""
     family_size: int = 1
     """How many metrics the job judges: a change is decided only at ``job_alpha / family_size`` (Bonferroni over
     the job), so the job, not each metric, holds the false-failure rate."""
@@ -229,7 +228,7 @@ def estimate(
     when the baseline holds no samples.
 
     ``across_machines``: the baseline's runs were recorded on another machine of this hardware key; the spread
-    between machines (``Rules.machine_noise``, where measured) then adds to the noise like a shift between sittings.
+    between machines (``Rules.machine_noise``) then adds to the noise like a shift between sittings.
 
     ``sittings`` groups the baseline's runs by sitting and says whether the current run shares theirs
     (``sittings.group_sittings``, from the stored dates); without it every run is taken as one sitting with the

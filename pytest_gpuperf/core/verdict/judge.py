@@ -10,6 +10,7 @@ docs/design/one-verdict-per-metric.md.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -18,9 +19,9 @@ from pytest_gpuperf.core.stats import convergence
 from pytest_gpuperf.core.stats.convergence import StepsOutcome
 from pytest_gpuperf.core.stats.sittings import Sittings
 from pytest_gpuperf.core.stats.unpaired import Rules, exact_agreement
-from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, beyond_the_machine, not_comparable
+from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, Doubt, combined, doubt_before, machine_doubt
 from pytest_gpuperf.core.verdict.stored import compare
-from pytest_gpuperf.core.verdict.vocabulary import CHANGES, MEASURED, Comparison, Decision, Verdict
+from pytest_gpuperf.core.verdict.vocabulary import MEASURED, Comparison, Decision, Verdict
 from pytest_gpuperf.machine.contention import MachineCheck, MachineState, compare_machine
 
 UNMOVED_BY_LOAD = frozenset({"B", "KiB", "MiB", "GiB", "bytes", "steps", "tokens", "count"})
@@ -140,7 +141,8 @@ paired". Each is judged with its own noise: the runs' spread, plus the shift bet
 between machines."""
 
 ACROSS_UNMEASURED = "baseline recorded on another machine of this hardware key"
-"""How the reason of a timing that another machine's baseline could not decide begins."""
+"""How the reason of a timing that another machine's baseline could not decide began in results written before
+the spread between machines had a prior per device (2026-12-07); read by the roll-up of such documents."""
 
 
 def runs_of_this_machine(machine_id: str | None, run_contexts: Sequence[Mapping[str, Any]]) -> list[int] | None:
@@ -159,7 +161,7 @@ def judge(
     *,
     higher_is_better: bool,
     rules: Rules,
-    conditions: str | None = None,
+    doubt: Doubt | None = None,
     rule: Rule | None = None,
     sittings: Sittings | None = None,
     across_machines: bool = False,
@@ -171,7 +173,7 @@ def judge(
         baseline_runs,
         higher_is_better=higher_is_better,
         rules=rules,
-        conditions=conditions,
+        doubt=doubt,
         sittings=sittings,
         across_machines=across_machines,
     )
@@ -214,6 +216,24 @@ class MachineJudgement:
     """The baseline runs judged against: contended runs are left out while clean ones remain."""
 
 
+OPEN_LOOP = "offered_req_s"
+"""The context key of a figure measured at a fixed arrival rate (an open-loop sweep point, core/inference)."""
+
+
+def queued(doubt: Doubt | None, context: Mapping[str, Any]) -> Doubt | None:
+    """The machine's doubt about a figure measured at a fixed arrival rate: a server slowed by a factor f runs at
+    f times the utilisation, and its queueing delay grows as 1 / (1 - utilisation), so no factor bounds what a
+    busy machine does to such a latency (a load of 7 on 2 cores made one TTFT p50 38x worse)."""
+    if doubt is None or context.get(OPEN_LOOP) is None:
+        return doubt
+    return replace(
+        doubt,
+        reason=f"{doubt.reason} (at a fixed arrival rate, where queueing amplifies it)",
+        worse=math.inf,
+        better=math.inf,
+    )
+
+
 def judge_on_machine(
     samples: Sequence[float],
     runs: Sequence[Sequence[float]],
@@ -223,29 +243,28 @@ def judge_on_machine(
     unit: str,
     higher_is_better: bool,
     rules: Rules,
-    conditions: str | None = None,
+    doubt: Doubt | None = None,
     rule: Rule | None = None,
     machine_check: bool = True,
     sittings: Sittings | None = None,
     across_machines: bool = False,
 ) -> MachineJudgement:
-    """``judge`` with the machine's state: a contended measurement or baseline is NOISY with the reason, unless
-    the verdict is one the machine's canary-measured factor cannot explain (``beyond_the_machine``). A
-    measurement timed on the device (``timed_on_device``) is judged without the host's state.
+    """``judge`` with the machine's state: a contended measurement or baseline is a doubt that explains at most
+    what its figures bound (machine/contention.py ``explains``), so a change beyond that is decided and anything
+    else is NOISY with the reason. A measurement timed on the device (``timed_on_device``) is judged without the
+    host's state.
 
     ``across_machines``: the runs were recorded on another machine of this hardware key. A timing is then judged
-    with the spread between machines (``Rules.machine_noise``); where that is not measured, a change it shows is
-    AMBIGUOUS with what would decide it, never REGRESSED at a threshold meant for one machine."""
+    with the spread between machines (``Rules.machine_noise``: a fleet's figure, else the device's prior)."""
     judged = [list(run) for run in runs]
     check: MachineCheck | None = None
-    machine_conditions = None
     host_timed = not timed_on_device(context)
     timing = bool(judged) and unit not in UNMOVED_BY_LOAD and not exact_agreement(samples, judged)
     across_machines = across_machines and timing
     if judged and machine_check and host_timed and timing:
         # a size, a count or a figure that reproduces exactly is not a timing: the machine's load does not move it
         check = compare_machine(machine_state(context), [machine_state(c) for c in run_contexts])
-        machine_conditions = check.conditions
+        doubt = combined((doubt, queued(machine_doubt(check), context)))
         if check.dropped:
             judged = [run for i, run in enumerate(judged) if i not in check.dropped]
             sittings = sittings.without(check.dropped) if sittings is not None else None
@@ -254,36 +273,11 @@ def judge_on_machine(
         judged,
         higher_is_better=higher_is_better,
         rules=rules,
-        conditions="; ".join(filter(None, (conditions, machine_conditions))) or None,
+        doubt=doubt,
         rule=rule,
         sittings=sittings,
         across_machines=across_machines,
     )
-    if check is not None and machine_conditions and rule is None:
-        # A machine the canary shows slower can hide nothing in one direction: judge without its conditions and
-        # keep a verdict the machine's factor cannot explain, saying so; anything else stays NOISY.
-        unmasked = judge(
-            samples,
-            judged,
-            higher_is_better=higher_is_better,
-            rules=rules,
-            conditions=conditions,
-            sittings=sittings,
-            across_machines=across_machines,
-        )
-        stands = beyond_the_machine(unmasked.verdict, unmasked.ci_low, unmasked.ci_high, check, rules.threshold)
-        if stands is not None:
-            comparison = replace(unmasked, reason=f"{unmasked.reason} ({stands}; {machine_conditions})")
-    if across_machines and rules.machine_noise == 0 and rule is None and comparison.verdict in CHANGES:
-        comparison = replace(
-            comparison,
-            verdict=Verdict.AMBIGUOUS,
-            reason=f"{ACROSS_UNMEASURED}, and the spread between machines of this key is not measured, so "
-            f"it cannot decide a change at a threshold meant for one machine ({comparison.verdict.value} against "
-            "it: "
-            f"{comparison.reason}); decided by a baseline recorded on this machine (--gpuperf-save), by `gpuperf "
-            "ab` comparing two stacks here, or by the spread a fleet of this key measured (--gpuperf-machine-noise)",
-        )
     if check is not None and check.dropped:
         left_out = ", ".join(str(i + 1) for i in check.dropped)
         comparison = replace(
@@ -319,12 +313,12 @@ def rejudge(
         unit=unit,
         higher_is_better=higher_is_better,
         rules=rules,
-        conditions=not_comparable(context),
+        doubt=doubt_before(context),
         machine_check=machine_check,
         sittings=sittings,
         across_machines=across_machines,
     ).comparison
-    comparison = UNCONFIRMED.apply(comparison, context)
+    comparison = UNCONFIRMED.apply(comparison, context, rules.threshold)
     judged_by = context.get("judged_by")
     if isinstance(judged_by, str) and recorded_verdict in MEASURED:
         comparison = replace(

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.core.verdict.judge import ACROSS_UNMEASURED, timed_on_device
+from pytest_gpuperf.core.verdict.judge import ACROSS_UNMEASURED, ANOTHER_MACHINE, timed_on_device
 from pytest_gpuperf.core.verdict.stored import NOT_AMONG, OTHER_SITTING, OVER_NOISE_LIMIT
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.contention import CANARIES
@@ -24,7 +24,7 @@ from pytest_gpuperf.machine.contention import CANARIES
 DECIDED = ("REGRESSED", "IMPROVED", "PASS")
 UNDECIDED_BECAUSE = {
     "another machine": (
-        "baseline recorded on another machine of this hardware key, the spread between machines not measured",
+        "baseline recorded on another machine of this hardware key: the spread between machines is in the noise",
         "a baseline recorded on this machine (--gpuperf-save), `gpuperf ab`, or a fleet's --gpuperf-machine-noise",
     ),
     "not among the job's metrics": (
@@ -99,7 +99,7 @@ def undecided_because(verdict: str, reason: str, context: Mapping[str, Any]) -> 
     or one whose verdict alone says why (NO_BASELINE, MISSING, a plain AMBIGUOUS)."""
     if verdict in DECIDED:
         return None
-    if reason.startswith(ACROSS_UNMEASURED):
+    if reason.startswith(ACROSS_UNMEASURED):  # results written before the device's prior spread
         return "another machine"
     if context.get("unconfirmed_regression") is not None:
         return "not confirmed"
@@ -111,6 +111,8 @@ def undecided_because(verdict: str, reason: str, context: Mapping[str, Any]) -> 
         if OVER_NOISE_LIMIT in reason:
             return "too noisy"
         return "machine conditions"
+    if verdict == "AMBIGUOUS" and context.get("comparison") == ANOTHER_MACHINE:
+        return "another machine"
     if verdict == "AMBIGUOUS" and OTHER_SITTING in reason:
         return "another sitting"
     return None

@@ -3,21 +3,30 @@
 Owns ``decide`` (an ``Estimate`` from core/stats/unpaired.py to a ``Comparison``) and ``compare`` (both steps).
 Invariants: REGRESSED needs the sample test, the run-level test at the job's level, the threshold and the
 interval to agree, so a verdict never contradicts the interval printed beside it; PASS needs the whole interval
-inside the threshold band; anything between is AMBIGUOUS. Imports core/stats/ and core/verdict/ only.
+inside the threshold band; anything between is AMBIGUOUS. A doubt (a wide spread, a condition of checks.py) keeps
+a change undecided only as far as it explains it. Imports core/stats/ and core/verdict/ only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pytest_gpuperf.core.stats.sittings import Sittings
 from pytest_gpuperf.core.stats.unpaired import Estimate, Rules, estimate, samples_needed
+from pytest_gpuperf.core.verdict.checks import Doubt, combined
 from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 
 NO_BASELINE = "no baseline for this test, metric and hardware"
 OVER_NOISE_LIMIT = "exceeds the noise limit"
 OTHER_SITTING = "measured in another sitting than the baseline's runs"
 NOT_AMONG = "significant for this metric alone, not among the"
+SPREAD_EXPLAINS = 1.0
+"""A side whose samples spread s (log Q3/Q1) past the noise limit may be two populations (a bimodal step time, a
+cache that comes and goes): its median can land anywhere between its quartiles, so each such side explains a
+ratio up to exp(SPREAD_EXPLAINS * s) either way, the two sides together the product, and a change beyond that
+is decided."""
 """How the reason of a change that the job's family-wise level did not decide begins its second part."""
 
 
@@ -27,7 +36,7 @@ def compare(
     *,
     higher_is_better: bool,
     rules: Rules,
-    conditions: str | None = None,
+    doubt: Doubt | None = None,
     sittings: Sittings | None = None,
     across_machines: bool = False,
 ) -> Comparison:
@@ -41,30 +50,46 @@ def compare(
         sittings=sittings,
         across_machines=across_machines,
     )
-    return decide(figures, rules=rules, conditions=conditions)
+    return decide(figures, rules=rules, doubt=doubt)
 
 
-def decide(figures: Estimate | None, *, rules: Rules, conditions: str | None = None) -> Comparison:
+def decide(figures: Estimate | None, *, rules: Rules, doubt: Doubt | None = None) -> Comparison:
     """The verdict the figures support under ``rules``; NO_BASELINE without figures.
 
-    ``conditions`` says why the current run cannot support a verdict (core/verdict/checks.py: the device's
-    clocks, the machine's state, a metric that calls its own samples too thin). Then the verdict is NOISY whatever
-    the figures say, never REGRESSED, and the figures are still kept for the report.
+    ``doubt`` says why the current run may not be comparable (core/verdict/checks.py: the device's clocks, the
+    machine's state, a metric that calls its own samples too thin) and how much it explains; a spread past the
+    noise limit is one more. A change whose whole interval lies beyond what they explain stands, saying both
+    figures; anything else they touch is NOISY, with the figures still kept for the report.
     """
     if figures is None:
         return Comparison(verdict=Verdict.NO_BASELINE, reason=NO_BASELINE)
+    doubts = combined((doubt, _spread_doubt(figures, rules)))
+    judged = _ladder(figures, rules)
+    if doubts is None:
+        return judged
+    stands = doubts.stands(judged, rules.threshold)
+    if stands is not None:
+        return replace(judged, reason=f"{judged.reason} ({stands})")
+    return replace(judged, verdict=Verdict.NOISY, reason=f"{doubts.reason}; not judged ({doubts.bound()})")
+
+
+def _spread_doubt(figures: Estimate, rules: Rules) -> Doubt | None:
+    over = [
+        (side, spread)
+        for side, spread in (("current run", figures.current_spread), ("baseline", figures.baseline_spread))
+        if spread > rules.noise_limit
+    ]
+    if not over:
+        return None
+    factor = math.exp(SPREAD_EXPLAINS * sum(spread for _, spread in over))
+    words = " and ".join(f"{side} spread {spread:.1%}" for side, spread in over)
+    return Doubt(reason=f"{words} (log Q3/Q1) {OVER_NOISE_LIMIT} {rules.noise_limit:.1%}", worse=factor, better=factor)
+
+
+def _ladder(figures: Estimate, rules: Rules) -> Comparison:
+    """The verdict of the figures alone: the tests, the threshold and the interval."""
     kept = figures.figures()
     ratio, ci_low, ci_high = figures.ratio, figures.ci_low, figures.ci_high
-    if conditions:
-        return Comparison(verdict=Verdict.NOISY, reason=f"{conditions}; not judged", **kept)
-    if figures.current_spread > rules.noise_limit or figures.baseline_spread > rules.noise_limit:
-        side = "current run" if figures.current_spread > rules.noise_limit else "baseline"
-        spread = max(figures.current_spread, figures.baseline_spread)
-        return Comparison(
-            verdict=Verdict.NOISY,
-            reason=f"{side} spread {spread:.1%} (log Q3/Q1) {OVER_NOISE_LIMIT} {rules.noise_limit:.1%}",
-            **kept,
-        )
     # The tests and the interval must agree: a change whose interval still holds "no change" is not shown as
     # REGRESSED or IMPROVED. The job's level applies to the run-level test, which carries the noise between runs;
     # the sample test must agree at the metric's own level. A conjunction is no likelier than either part, so the
