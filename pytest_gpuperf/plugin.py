@@ -212,6 +212,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif state is not None and state.end_failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    elif state is not None and state.coverage_shortfalls() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the gate could not have caught what it was asked to
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -240,6 +242,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"hardware: {fingerprint.slug}" + (f" ({cpu_name})" if cpu_name else ""))
         for line in summary_table(state.results, width=120):
             terminalreporter.write_line(line)
+    short = state.coverage_shortfalls()
+    if short and state.settings.require_coverage is not None:
+        from pytest_gpuperf.core.session.report import shortfall_lines
+
+        for line in shortfall_lines(short, state.settings.require_coverage, len(state.coverage().suites), width=120):
+            terminalreporter.write_line(line, red=True)
     if state.save_interrupted:
         terminalreporter.write_line("gpuperf: interrupted while saving baselines (Ctrl-C)", red=True)
     for path in sorted(set(state.saved_files)):
