@@ -44,7 +44,7 @@ def test_the_figure_is_in_the_summary_the_results_and_junit(recorded: pytest.Pyt
     assert result.ret == pytest.ExitCode.OK  # the figure is reported; without the policy it fails nothing
     result.stdout.fnmatch_lines(
         [
-            "coverage: the smallest change that would have read REGRESSED in any metric*",
+            "coverage: the smallest change for the worse each suite could have caught in any metric*",
             "coverage: suite * any metric * half of them * nothing below 2x",
             "test_steady.py * [0-9].[0-9]% * [0-9].[0-9]% * 0 of 1",
             "test_wild.py * nothing * nothing * 1 of 1",

@@ -174,8 +174,8 @@ def coverage_lines(figures: coverage.Coverage, *, width: int = 120) -> list[str]
         [suite, catch_text(f.smallest), catch_text(f.half), f"{f.beyond_twice} of {f.metrics}"] for suite, f in named
     ]
     lines = textwrap.wrap(
-        "coverage: the smallest change that would have read REGRESSED in any metric, and in at least half of them, "
-        "at their noise and the job's level (docs/verdicts.md#coverage)",
+        "coverage: the smallest change for the worse each suite could have caught in any metric, and in at least half "
+        "of them, at their noise and the job's level (docs/verdicts.md#coverage)",
         width,
         subsequent_indent="  ",
     )
