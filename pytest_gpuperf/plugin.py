@@ -228,7 +228,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(session_key, None)
     if not reporting(config) or state is None:
         return
-    if not (state.results or state.saved_files or state.telemetry_note or state.end_failed):
+    short = state.coverage_shortfalls()
+    if not (state.results or state.saved_files or state.telemetry_note or state.end_failed or short):
         return
     from pytest_gpuperf.core.session.report import summary_table
     from pytest_gpuperf.core.verdict.rollup import shorten
@@ -242,7 +243,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"hardware: {fingerprint.slug}" + (f" ({cpu_name})" if cpu_name else ""))
         for line in summary_table(state.results, width=120):
             terminalreporter.write_line(line)
-    short = state.coverage_shortfalls()
     if short and state.settings.require_coverage is not None:
         from pytest_gpuperf.core.session.report import shortfall_lines
 

@@ -98,6 +98,19 @@ def test_a_job_without_baselines_is_told_to_record_them(pytester: pytest.Pyteste
                                  "*--gpuperf-save"])  # fmt: skip
 
 
+def test_a_job_whose_perf_tests_measured_nothing_could_have_caught_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_skipped="import pytest\n\n@pytest.mark.perf\ndef test_step(perf):\n    pytest.skip('no GPU')\n"
+    )
+    assert pytester.runpytest(*BASE).ret == pytest.ExitCode.OK  # the figure alone fails nothing
+    result = pytester.runpytest(*BASE, "--gpuperf-require-coverage", "10")
+    result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*test_skipped.py: no metric measured (1 perf test collected); decided by running its*"]
+    )
+
+
 def test_recording_baselines_is_not_gated_by_coverage(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_steady=STEADY)
     result = pytester.runpytest(*BASE, "--gpuperf-save", "--gpuperf-require-coverage", "10")

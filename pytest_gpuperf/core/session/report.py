@@ -192,6 +192,15 @@ def shortfall_lines(short: list[coverage.Shortfall], required: float, suites: in
         subsequent_indent="  ",
     )
     for item in short:
+        if item.figure.metrics == 0:
+            tests = item.causes.get(coverage.NOT_MEASURED, 0)
+            lines += textwrap.wrap(
+                f"  {item.suite}: no metric measured ({tests} perf test{'s' if tests != 1 else ''} collected); "
+                f"decided by {item.cure}",
+                width,
+                subsequent_indent="      ",
+            )
+            continue
         causes = ", ".join(
             f"{n} {cause.lower().replace('_', ' ')}"  # a verdict as words: NO_BASELINE -> no baseline
             for cause, n in sorted(item.causes.items(), key=lambda kv: (-kv[1], kv[0]))

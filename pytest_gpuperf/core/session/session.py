@@ -457,9 +457,9 @@ class GpuperfSession:
     def coverage_shortfalls(self) -> list[Shortfall]:
         """The suites that fail --gpuperf-require-coverage; none when it is off or the job does not gate."""
         required = self.settings.require_coverage
-        if required is None or not self.settings.gating or not self.results:
+        if required is None or not self.settings.gating:
             return []
-        return coverage.shortfalls(rollup_rows(self.results), required)
+        return coverage.shortfalls(rollup_rows(self.results), required, self.planned_tests)
 
     def coverage_document(self) -> dict[str, Any] | None:
         """The results document's ``coverage`` block: the job's figure, each suite's, and the policy's outcome."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpuperf.core.verdict.rollup import UNDECIDED_BECAUSE, UNDECIDED_WHY, Row
+from pytest_gpuperf.core.verdict.rollup import UNDECIDED_BECAUSE, UNDECIDED_WHY, Row, suite_of
 
 TWICE = 0.5
 """A change of 2x as a fraction worse: a time doubled or a rate halved (ratio 0.5)."""
@@ -23,10 +23,13 @@ JUDGEABLE = ("REGRESSED", "IMPROVED", "PASS", "AMBIGUOUS")
 """The verdicts whose figures could have read REGRESSED; any other verdict's metric catches nothing."""
 TOO_WIDE = "too wide"
 """A shortfall's cause for a judged metric whose noise hides a change of the size asked for."""
+NOT_MEASURED = "not measured"
+"""A shortfall's cause for a suite whose collected perf tests measured nothing (each skipped, say)."""
 CURES = {
     **{key: cure for key, (_, cure) in UNDECIDED_BECAUSE.items()},
     **{key: cure for key, (_, cure) in UNDECIDED_WHY.items()},
     TOO_WIDE: UNDECIDED_WHY["AMBIGUOUS"][1],
+    NOT_MEASURED: "running its tests where they can run (pytest -rs says why each was skipped)",
 }
 """What would let a metric that catches too little catch more, per cause (the roll-up's cures)."""
 
@@ -81,7 +84,8 @@ class Shortfall:
     suite: str
     figure: Figure
     causes: dict[str, int]
-    """Why its metrics catch too little: a key of the roll-up's reasons (or ``TOO_WIDE``) -> how many."""
+    """Why its metrics catch too little: a key of the roll-up's reasons (or ``TOO_WIDE``) -> how many metrics;
+    ``NOT_MEASURED`` -> how many of its tests, where none measured anything."""
 
     @property
     def cure(self) -> str:
@@ -115,9 +119,16 @@ def build(rows: Iterable[Row]) -> Coverage:
     )
 
 
-def shortfalls(rows: Iterable[Row], change: float) -> list[Shortfall]:
-    """The suites none of whose metrics could have caught a change of ``change`` (a fraction worse), with why."""
+def shortfalls(rows: Iterable[Row], change: float, planned: Iterable[str] = ()) -> list[Shortfall]:
+    """The suites none of whose metrics could have caught a change of ``change`` (a fraction worse), with why;
+    ``planned`` (the perf tests the job collected) adds each suite none of whose tests measured anything."""
     rows = list(rows)
+    unmeasured: dict[str, int] = {}
+    for test in planned:
+        unmeasured[suite_of(test)] = unmeasured.get(suite_of(test), 0) + 1
+    for suite in {row.suite for row in rows}:
+        unmeasured.pop(suite, None)
+    nothing = figure([])
     coverage = build(rows)
     short = []
     for suite, suite_figure in coverage.suites.items():
@@ -129,4 +140,5 @@ def shortfalls(rows: Iterable[Row], change: float) -> list[Shortfall]:
                 cause = TOO_WIDE if judged(row) else row.because or row.verdict
                 causes[cause] = causes.get(cause, 0) + 1
         short.append(Shortfall(suite=suite, figure=suite_figure, causes=causes))
-    return short
+    short += [Shortfall(suite=suite, figure=nothing, causes={NOT_MEASURED: n}) for suite, n in unmeasured.items()]
+    return sorted(short, key=lambda item: item.suite)
