@@ -212,6 +212,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif state is not None and state.end_failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    elif state is not None and state.coverage_shortfalls() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the gate could not have caught what it was asked to
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -226,7 +228,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(session_key, None)
     if not reporting(config) or state is None:
         return
-    if not (state.results or state.saved_files or state.telemetry_note or state.end_failed):
+    short = state.coverage_shortfalls()
+    if not (state.results or state.saved_files or state.telemetry_note or state.end_failed or short):
         return
     from pytest_gpuperf.core.session.report import summary_table
     from pytest_gpuperf.core.verdict.rollup import shorten
@@ -240,6 +243,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"hardware: {fingerprint.slug}" + (f" ({cpu_name})" if cpu_name else ""))
         for line in summary_table(state.results, width=120):
             terminalreporter.write_line(line)
+    if short and state.settings.require_coverage is not None:
+        from pytest_gpuperf.core.session.report import shortfall_lines
+
+        for line in shortfall_lines(short, state.settings.require_coverage, len(state.coverage().suites), width=120):
+            terminalreporter.write_line(line, red=True)
     if state.save_interrupted:
         terminalreporter.write_line("gpuperf: interrupted while saving baselines (Ctrl-C)", red=True)
     for path in sorted(set(state.saved_files)):

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""The one-command GPU check: run the GPU tier of the suites and the acceptance tier, record baselines, print a
-summary.
+"""The one-command GPU check: record baselines of the GPU tier and the acceptance tier, then run the same again
+judged against what was just recorded, within one boot of a lent machine; print a summary.
 
-    scripts/gpu_check.sh                 # on a machine with one GPU; ~9 minutes at most
+    scripts/gpu_check.sh                 # on a machine with one GPU; within --budget (8 minutes) at most
+    scripts/gpu_check.sh --record-only   # record only, no judged re-run
     scripts/gpu_check.sh --no-save       # judge against the stored baselines instead of recording
-    scripts/gpu_check.sh --summary results/gpu-check/*.json   # print the summary of earlier results
+    scripts/gpu_check.sh --summary results/gpu-check/judge/*.json   # print the summary of earlier results
 
-Steps, each a pytest run of its own with --gpuperf-device cuda, --gpuperf-save (unless --no-save) and
---gpuperf-results <out>/<step>.json; a suite file that is absent from the checkout is skipped, as is a step
-whose marker expression selects nothing. Add a step to STEPS to extend the check. Only the standard library is
-imported here: this script checks the Python it runs pytest with before using it.
+Steps run a group at a time (GROUPS: micro and acceptance, then training, then inference), each a pytest run of
+its own with --gpuperf-device cuda and --gpuperf-results <out>/<phase>/<step>.json: first recorded
+(--gpuperf-save), then judged; a group starts only where twice its steps' bounds fit in what is left of the
+budget. A suite file absent from the checkout is skipped, as is a step whose marker expression selects nothing.
+Only the standard library is imported here: this script checks the Python it runs pytest with before using it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +45,7 @@ class Step:
     marker: str
     """The -m expression that selects the GPU tier of that file."""
     timeout_s: int
-    """Wall-clock bound of the step; together they stay under 9 minutes (a device command may run 10)."""
+    """Wall-clock bound of one run of the step (recording or judged); the budget decides which groups run."""
 
 
 # On one H200 (2026-12-04) micro took 26 s and training 36 s plus ~28 s for its fp8 MoE workload; inference
@@ -60,6 +63,33 @@ STEPS: tuple[Step, ...] = (
         timeout_s=60,
     ),
 )
+
+GROUPS: tuple[tuple[str, ...], ...] = (("micro", "acceptance"), ("training",), ("inference",))
+"""The order the steps run in, a group at a time: a group is recorded, then run again and judged against what it
+just recorded, before the next starts. Micro and acceptance first (~4 minutes at their bounds, both phases): the
+first GPU session leaves a judged baseline of the kernels and of every device even if nothing else fits."""
+DEFAULT_BUDGET_S = 480.0
+"""Eight minutes: one command on a lent machine may run 8.5, and the lease's 15 minutes include its boot."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Phase:
+    name: str
+    """The folder under --out its results documents and logs go to: record or judge."""
+    save: bool
+    """Whether its runs record baselines (--gpuperf-save); a judged run gates, a recording one does not."""
+
+
+RECORD = Phase(name="record", save=True)
+JUDGE = Phase(name="judge", save=False)
+
+
+def phases(args: argparse.Namespace) -> tuple[Phase, ...]:
+    """Record then judge (the default), record only (--record-only), or judge only (--no-save)."""
+    if args.no_save:
+        return (JUDGE,)
+    return (RECORD,) if args.record_only else (RECORD, JUDGE)
+
 
 # Import name -> (distribution to install from .whl/, why the check needs it). Required ones stop the check.
 REQUIRED = {
@@ -220,11 +250,22 @@ def step_command(
     return [*command, *extra]
 
 
-def run_step(command: Sequence[str], *, env: dict[str, str], timeout_s: int, grace_s: int = 20) -> int | None:
+def run_step(
+    command: Sequence[str], *, env: dict[str, str], timeout_s: float, grace_s: int = 20, log: Path | None = None
+) -> int | None:
     """Run one pytest step; past its bound it gets SIGINT first, so pytest still ends its session and writes the
-    results of the tests that finished, and is killed only if it does not stop within ``grace_s``.
+    results of the tests that finished, and is killed only if it does not stop within ``grace_s``. ``log`` keeps a
+    copy of its output (shown as it comes too): a lent machine's terminal may be gone when its files come back.
     Returns the exit code, or None when the step ran out of time."""
-    process = subprocess.Popen(command, cwd=ROOT, env=env)
+    if log is None:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, text=True)  # text: the same type as below
+        copier = None
+    else:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
+        copier = threading.Thread(target=_tee, args=(process, log), daemon=True)
+        copier.start()
     try:
         return process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -235,6 +276,18 @@ def run_step(command: Sequence[str], *, env: dict[str, str], timeout_s: int, gra
             process.kill()
             process.wait()
         return None
+    finally:
+        if copier is not None:
+            copier.join(timeout=5)
+
+
+def _tee(process: subprocess.Popen[str], log: Path) -> None:
+    assert process.stdout is not None
+    with log.open("w") as kept:
+        for line in process.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            kept.write(line)
 
 
 def run_steps(args: argparse.Namespace) -> int:
@@ -258,61 +311,107 @@ def run_steps(args: argparse.Namespace) -> int:
 
 def run_all(args: argparse.Namespace, *, python: str, plugin: Sequence[str], env: dict[str, str]) -> int:
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     baselines = Path(args.baselines).resolve() if args.baselines else None
     started = time.monotonic()
+    deadline = started + args.budget
     status = 0
-    written = []
-    for step in STEPS:
-        if args.only and step.name not in args.only:
+    ran = phases(args)
+    written: dict[str, list[Path]] = {phase.name: [] for phase in ran}
+    for phase in ran:
+        (out_dir / phase.name).mkdir(parents=True, exist_ok=True)
+    for group in GROUPS:
+        steps = [step for step in STEPS if step.name in group and (not args.only or step.name in args.only)]
+        present = []
+        for step in steps:
+            if (ROOT / step.path).exists():
+                present.append(step)
+            else:
+                print(f"gpu-check: {step.name}: skipped, {step.path} is not in this checkout")
+        if not present:
             continue
-        if not (ROOT / step.path).exists():
-            print(f"gpu-check: {step.name}: skipped, {step.path} is not in this checkout")
-            continue
-        (out_dir / f"{step.name}.json").unlink(missing_ok=True)  # a stale document must not pass for this run's
-        command = step_command(
-            python,
-            step,
-            out_dir=out_dir,
-            device=args.device,
-            save=not args.no_save,
-            extra=args.pytest_args,
-            plugin=plugin,
-            baselines=baselines,
-        )
-        print(f"gpu-check: {step.name}: {shlex.join(command)}", flush=True)
-        step_start = time.monotonic()
-        code = run_step(command, env=env, timeout_s=step.timeout_s)
-        took = time.monotonic() - step_start
-        if code is None:
+        names = ", ".join(step.name for step in present)
+        need = len(ran) * sum(step.timeout_s for step in present)
+        left = deadline - time.monotonic()
+        if need > left:
             print(
-                f"gpu-check: {step.name}: interrupted after {step.timeout_s} s (its bound in STEPS); what it "
-                "finished is kept, the other steps still run",
-                file=sys.stderr,
-            )
-            status = 1
-        elif code == NO_TESTS_COLLECTED:
-            print(
-                f"gpu-check: {step.name}: no test of {step.path} matches -m {step.marker!r}; mark its GPU-tier "
-                "workload with @pytest.mark.gpu_tier"
+                f"gpu-check: {names}: not run: {left:.0f} s of the {args.budget:.0f} s budget left, and "
+                f"{' and '.join(phase.name for phase in ran)} may take {need} s at the steps' bounds; raise --budget "
+                f"or run it on its own (--only {present[0].name})"
             )
             continue
-        else:
-            print(f"gpu-check: {step.name}: exit {code} in {took:.0f} s")
-            status = status or (0 if code == 0 else 1)
-        if (out_dir / f"{step.name}.json").exists():
-            written.append(out_dir / f"{step.name}.json")
-            below = below_floor(out_dir / f"{step.name}.json")
-            for line in below:
-                print(f"gpu-check: {step.name}: below its datasheet floor: {line}", file=sys.stderr)
-            status = status or (1 if below else 0)  # a recording run (--gpuperf-save) gates nothing itself
+        for phase in ran:
+            for step in present:
+                code = run_one(step, phase, args, python=python, plugin=plugin, env=env, baselines=baselines)
+                status = status or code
+                document = out_dir / phase.name / f"{step.name}.json"
+                if document.exists():
+                    written[phase.name].append(document)
     print()
-    for line in summary(written):
+    shown = written.get(JUDGE.name) or written.get(RECORD.name) or []
+    for line in summary(shown):
         print(line)
+    if JUDGE in ran and RECORD in ran:
+        for line in judged_lines(written[JUDGE.name]):
+            print(line)
     print(f"gpu-check: {time.monotonic() - started:.0f} s in all; results in {out_dir}")
     if args.archive:
-        archived = write_archive(Path(args.archive), written, baselines or ROOT / "baselines")
+        documents = [path for phase in ran for path in written[phase.name]]
+        archived = write_archive(Path(args.archive), documents, baselines or ROOT / "baselines")
         print(f"gpu-check: archived {len(archived)} files in {args.archive}")
+    return status
+
+
+def run_one(
+    step: Step,
+    phase: Phase,
+    args: argparse.Namespace,
+    *,
+    python: str,
+    plugin: Sequence[str],
+    env: dict[str, str],
+    baselines: Path | None,
+) -> int:
+    """One run of one step in one phase; 0, or 1 for a failure of any kind (a step with nothing to run is 0)."""
+    folder = Path(args.out) / phase.name
+    (folder / f"{step.name}.json").unlink(missing_ok=True)  # a stale document must not pass for this run's
+    command = step_command(
+        python,
+        step,
+        out_dir=folder,
+        device=args.device,
+        save=phase.save,
+        extra=args.pytest_args,
+        plugin=plugin,
+        baselines=baselines,
+    )
+    label = f"{step.name} ({phase.name})"
+    print(f"gpu-check: {label}: {shlex.join(command)}", flush=True)
+    step_start = time.monotonic()
+    code = run_step(command, env=env, timeout_s=step.timeout_s, log=folder / f"{step.name}.log")
+    took = time.monotonic() - step_start
+    status = 0
+    if code is None:
+        print(
+            f"gpu-check: {label}: interrupted after {step.timeout_s} s (its bound in STEPS); what it finished is "
+            "kept, the other steps still run",
+            file=sys.stderr,
+        )
+        status = 1
+    elif code == NO_TESTS_COLLECTED:
+        print(
+            f"gpu-check: {label}: no test of {step.path} matches -m {step.marker!r}; mark its GPU-tier workload "
+            "with @pytest.mark.gpu_tier"
+        )
+        return 0
+    else:
+        print(f"gpu-check: {label}: exit {code} in {took:.0f} s")
+        status = 0 if code == 0 else 1
+    document = folder / f"{step.name}.json"
+    if document.exists():
+        below = below_floor(document)
+        for line in below:
+            print(f"gpu-check: {label}: below its datasheet floor: {line}", file=sys.stderr)
+        status = status or (1 if below else 0)  # a recording run (--gpuperf-save) gates nothing itself
     return status
 
 
@@ -331,8 +430,13 @@ def write_archive(archive: Path, documents: Sequence[Path], baselines: Path) -> 
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "w:gz") as tar:
         for document in documents:
-            tar.add(document, arcname=f"results/{document.name}")
-            names.append(f"results/{document.name}")
+            name = f"results/{document.parent.name}/{document.name}"  # the phase's folder: record or judge
+            tar.add(document, arcname=name)
+            names.append(name)
+            log = document.with_suffix(".log")
+            if log.is_file():
+                tar.add(log, arcname=name.removesuffix(".json") + ".log")
+                names.append(name.removesuffix(".json") + ".log")
         for slug in sorted(slugs):
             for path in sorted((baselines / slug).glob("*.json")):
                 tar.add(path, arcname=f"baselines/{slug}/{path.name}")
@@ -444,6 +548,39 @@ def summary(paths: Sequence[Path]) -> list[str]:
     return lines
 
 
+def judged_lines(paths: Sequence[Path]) -> list[str]:
+    """What the judged re-run found against the baselines recorded minutes before: the comparisons it made (this
+    machine, this sitting, where the machine's identity held), its verdicts, and each step's coverage."""
+    lines = ["  judged re-run, against the baselines just recorded:"]
+    if not paths:
+        return [*lines, "    nothing was judged"]
+    for path in paths:
+        document = json.loads(Path(path).read_text())
+        results = document.get("results", [])
+        verdicts: dict[str, int] = {}
+        comparisons: dict[str, int] = {}
+        for result in results:
+            verdicts[result["verdict"]] = verdicts.get(result["verdict"], 0) + 1
+            kind = (result.get("context") or {}).get("comparison", "none")
+            comparisons[kind] = comparisons.get(kind, 0) + 1
+        counts = ", ".join(f"{n} {verdict}" for verdict, n in sorted(verdicts.items())) or "no results"
+        against = "; ".join(f"{kind} ({n})" for kind, n in sorted(comparisons.items()))
+        lines.append(f"    {Path(path).stem}: {counts}; compared with: {against or 'nothing'}")
+        coverage = document.get("coverage") or {}
+        if coverage.get("metrics"):
+            lines.append(
+                f"      coverage: any metric {_catch(coverage.get('smallest'))}, half of them "
+                f"{_catch(coverage.get('half'))}; {coverage.get('beyond_2x')} of {coverage['metrics']} catch nothing "
+                "below 2x"
+            )
+    return lines
+
+
+def _catch(change: Any) -> str:
+    """A coverage figure as the session's summary writes it: a fraction worse, 'nothing' where none."""
+    return f"{change:.1%}" if isinstance(change, (int, float)) else "nothing"
+
+
 def acceptance_lines(results: Sequence[dict[str, Any]]) -> list[str]:
     """Each device's acceptance figures, with the floor each cleared or fell below, and the floors' count."""
     if not results:
@@ -475,10 +612,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out",
         default=str(ROOT / "results" / "gpu-check"),
-        help="folder for the results documents (default: results/gpu-check)",
+        help="folder for the results documents and logs, in record/ and judge/ (default: results/gpu-check)",
     )
     parser.add_argument(
         "--no-save", action="store_true", help="judge against stored baselines instead of recording new ones"
+    )
+    parser.add_argument(
+        "--record-only",
+        action="store_true",
+        help="record baselines without the judged re-run that follows each group by default",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        metavar="SECONDS",
+        help=f"time the steps may take in all (default {DEFAULT_BUDGET_S:.0f}); a group of steps starts only where "
+        "its bounds, recorded and judged, fit in what is left",
     )
     parser.add_argument(
         "--baselines",
@@ -511,7 +661,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.no_save and args.record_only:
+        parser.error("--no-save judges only and --record-only records only: give one of them")
+    if not args.budget > 0:
+        parser.error(f"--budget must be a positive number of seconds, got {args.budget}")
     if args.summary:
         missing = [path for path in args.summary if not Path(path).is_file()]
         if missing:

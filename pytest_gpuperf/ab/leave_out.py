@@ -2,9 +2,10 @@
 the pair's sessions measured it (docs/design/ab-leave-out.md says why each rule is what it is).
 
 Each rule is a small object whose ``check(a, b)`` returns the reason, or None to judge the pair; the engine
-applies ``rules_for(...)`` in order and the first reason wins. Invariant: a rule reads the machine's counters,
-canaries and device telemetry, never the metric's figures, and treats A and B alike, so the pairs kept hold the
-null's symmetry and the error rates. May import core/, machine/ and ab/reading.py; never cli/.
+applies ``rules_for(...)`` in order and the first reason wins. A machine-state reason leaves a pair out only as
+far as the states explain (``explained``): a pair whose change is larger is judged. Invariant: a rule reads the
+machine's counters, canaries and device telemetry, the figures only against that bound, and treats A and B
+alike. May import core/, machine/ and ab/reading.py; never cli/.
 """
 
 from __future__ import annotations
@@ -15,11 +16,23 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pytest_gpuperf.ab.reading import SessionMetric
-from pytest_gpuperf.machine.contention import CANARIES, MachineState, canary_deviation, contention_reasons, others_limit
+from pytest_gpuperf.machine.contention import (
+    CANARIES,
+    CANARY_EXPLAINS_POWER,
+    MachineState,
+    canary_deviation,
+    canary_factor,
+    contention_reasons,
+    others_limit,
+    time_share,
+)
 
 
 class LeaveOutRule(Protocol):
     """One reason to leave a pair out of a metric (pytest-benchmark's RegressionCheck shape)."""
+
+    # ``bounded = True`` on a rule: the machine's states bound what its reason explains (``explained``); a rule
+    # without it bounds nothing.
 
     def check(self, a: SessionMetric, b: SessionMetric) -> str | None:
         """Why the pair whose sides measured the metric as ``a`` and ``b`` is left out, or None to judge it."""
@@ -29,6 +42,8 @@ class LeaveOutRule(Protocol):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DevicesSlowed:
     """A metric timed on the device, whose telemetry shows a device that slowed down by itself (``devices_slowed``)."""
+
+    bounded = False
 
     def check(self, a: SessionMetric, b: SessionMetric) -> str | None:
         return devices_slowed(a, b)
@@ -40,6 +55,8 @@ class SessionsContended:
 
     shared_neighbour_cancels: bool = True
 
+    bounded = True
+
     def check(self, a: SessionMetric, b: SessionMetric) -> str | None:
         return sessions_contended(a.state, b.state, shared_neighbour_cancels=self.shared_neighbour_cancels)
 
@@ -48,6 +65,8 @@ class SessionsContended:
 class CanariesDiffer:
     """The two sessions' canaries differ beyond their noise (``canaries_differ``)."""
 
+    bounded = True
+
     def check(self, a: SessionMetric, b: SessionMetric) -> str | None:
         return canaries_differ(a.state, b.state)
 
@@ -55,6 +74,8 @@ class CanariesDiffer:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContendedInOne:
     """Taking turns: a core shared inside the timed calls, or a state only one side saw (``contended_in_one``)."""
+
+    bounded = True
 
     def check(self, a: SessionMetric, b: SessionMetric) -> str | None:
         return contended_in_one(a.state, b.state)
@@ -72,12 +93,36 @@ def rules_for(*, taking_turns: bool) -> tuple[LeaveOutRule, ...]:
 
 
 def left_out(a: SessionMetric, b: SessionMetric, rules: Sequence[LeaveOutRule]) -> str | None:
-    """The first rule's reason to leave the pair out, or None to judge it."""
+    """The first rule's reason to leave the pair out, or None to judge it: a pair whose change is larger than the
+    machine's states explain is judged whatever they were (a 7% steal cannot make a loop 33% slower)."""
     for rule in rules:
         reason = rule.check(a, b)
-        if reason:
+        if reason and not (getattr(rule, "bounded", False) and beyond_explained(a, b)):
             return reason
     return None
+
+
+def explained(a: MachineState | None, b: MachineState | None) -> float:
+    """The largest factor by which the machine's states of a pair's two sessions can move its ratio: either
+    side's wait for a CPU (machine/contention.py ``time_share``) times the square of how much slower per CPU
+    second its canaries ran than the other side's (CANARY_EXPLAINS_POWER). Unbounded where a side has no state,
+    or a neighbour and no canary."""
+    if a is None or b is None:
+        return math.inf
+    factors = []
+    for side, other in ((a, b), (b, a)):
+        slower = [f for canary in CANARIES if (f := canary_factor(side, [other], canary)) is not None]
+        if not slower and "others" in contention_reasons(side):
+            return math.inf  # a neighbour on the other cores, and no canary to say what it did
+        factors.append(time_share(side) * max([1.0, *slower]) ** CANARY_EXPLAINS_POWER)
+    return max(factors)
+
+
+def beyond_explained(a: SessionMetric, b: SessionMetric) -> bool:
+    """Whether the pair's change (either way) is larger than its sessions' machine states explain."""
+    if a.figure <= 0 or b.figure <= 0:
+        return False
+    return abs(math.log(b.figure / a.figure)) > math.log(explained(a.state, b.state))
 
 
 def devices_slowed(a: SessionMetric, b: SessionMetric) -> str | None:

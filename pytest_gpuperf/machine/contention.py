@@ -807,7 +807,9 @@ def explains(current: MachineState | None, baseline: Sequence[MachineState]) -> 
     """The largest factors (worse, better) by which the machine's state can have moved a timing: the current
     window's time share (``time_share``) times the square of the largest slowdown per CPU second any canary shows
     now (CANARY_EXPLAINS_POWER) can make it look worse; the baseline runs' largest time share times the square
-    of the largest slowdown their canaries showed then can make it look better. Contention only slows."""
+    of the largest slowdown their canaries showed then can make it look better. Contention only slows. Other
+    processes busy on the other cores (caches, memory bandwidth) show in the canaries; without one, nothing
+    bounds them."""
     worse = better = 1.0
     if current is not None:
         worse = time_share(current)
@@ -815,6 +817,8 @@ def explains(current: MachineState | None, baseline: Sequence[MachineState]) -> 
         if factors:
             worse *= max(1.0, max(factors)) ** CANARY_EXPLAINS_POWER
             better *= max(1.0, 1 / min(factors)) ** CANARY_EXPLAINS_POWER
+        elif "others" in contention_reasons(current):
+            worse = math.inf  # other work on the other cores, and no canary to say what it did to this one
     if baseline:
         better *= max(time_share(state) for state in baseline)
     return worse, better

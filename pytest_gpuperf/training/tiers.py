@@ -5,8 +5,8 @@
   fp8 recipe too: tighter statistics for a nightly run.
 * ``gpu`` (default with a GPU): real dimensions cut to one or two layers (per-layer throughput is what is
   compared across stacks), a few timed steps per model and precision for tokens/s and MFU; the convergence
-  workloads keep their tiny models. Defined for ``scripts/gpu_check.sh``; not claimed to work until it has run
-  on a GPU.
+  workloads keep their tiny models. Run by ``scripts/gpu_check.sh``: recorded once on an H200, not yet judged
+  against a re-run (docs/training.md).
 """
 
 from __future__ import annotations

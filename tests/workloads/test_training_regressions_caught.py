@@ -158,10 +158,15 @@ def test_precision_ladder_shows_a_precision_failing_to_converge(tmp_path: Path) 
     import sys
 
     _copy_suite(tmp_path, overrides=LADDER_NOISE)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "--gpuperf-device", "cpu", "-rxf",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "--gpuperf-device", "cpu", "-rxfs",
                            "--gpuperf-precisions", "fp32,fp4", "-k", "test_precision_ladder", "-q"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-3000:]
-    assert "1 failed" in out and "1 xfailed" in out, out[-3000:]
+    assert "1 failed" in out, out[-3000:]  # the required precision, on every CPU
+    if "1 xfailed" not in out:
+        # The capability sizing leaves the fp4 rung out on CPUs too slow for it (an AVX2-only VM): what ran is the
+        # fp32 failure above, and the skip must name the rung and why.
+        assert "1 skipped" in out and "fp4" in out.split("short test summary")[-1], out[-3000:]
+        return
     assert "not production-ready here: fp4 (emulated): reached the target" in out, out[-3000:]

@@ -382,6 +382,15 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="PCT",
     ),
     OptionSpec(
+        name="require-coverage",
+        help="fail a gating job (exit status 1) when a suite could not have caught a change of PCT percent in any "
+        "metric at its noise, naming the suites and what would decide them (default: off; the summary shows the "
+        "coverage figure either way)",
+        parse=parse_percentage,
+        default=None,
+        metavar="PCT",
+    ),
+    OptionSpec(
         name="baseline-runs",
         help="runs kept per baseline entry; --gpuperf-save appends a run on the same stack (default 5)",
         parse=parse_count(1),
@@ -608,6 +617,8 @@ class Settings:
     """The fleet's spread file given as --gpuperf-machine-noise: a figure per test and metric (``noise_for``)."""
     job_alpha: float = option_default("job-alpha")
     """The job's family-wise false-failure level (fraction)."""
+    require_coverage: float | None = option_default("require-coverage")
+    """Fail a gating job whose suites could not have caught a change this size (fraction worse); None: off."""
     repeats: int = option_default("repeats")
     warmup: int = option_default("warmup")
     strict: bool = option_default("strict")

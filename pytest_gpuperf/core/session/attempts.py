@@ -25,6 +25,19 @@ if TYPE_CHECKING:
     from pytest_gpuperf.core.session.session import GpuperfSession, MetricResult
 
 _XDIST_ENVIRONMENT = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+_TORCHRUN_ENVIRONMENT = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 CONFIRM_SLACK_S = 120.0
 """Time a confirmation session may take beyond the test's own budget: a new interpreter, torch and the module's
 fixtures start again."""
@@ -61,13 +74,16 @@ def fresh_attempt(item: pytest.Item, session: GpuperfSession, previous: list[Met
     from pytest_gpuperf.core.store.results import parse_document
     from pytest_gpuperf.core.store.schema import SchemaError
 
-    world = os.environ.get("WORLD_SIZE", "1").strip()
-    if world.isdigit() and int(world) > 1:
-        return "a torchrun rank cannot start a session of its own for one test; run the test again"
+    world, local = _torchrun_world()
+    if world > 1 and local != world:
+        return (
+            f"a rank of a torchrun job over several nodes ({world} ranks, {local} here) cannot re-launch the job "
+            "from one node"
+        )
     folder = Path(tempfile.mkdtemp(prefix="gpuperf-confirm-"))
     try:
         results_path = folder / "results.json"
-        argv = fresh_session_argv(item, folder)
+        argv = fresh_session_argv(item, folder, ranks=world)
         log = folder / "output.txt"
         timeout = _timeout_s(item)
         try:
@@ -75,7 +91,7 @@ def fresh_attempt(item: pytest.Item, session: GpuperfSession, previous: list[Met
                 subprocess.run(
                     argv,
                     cwd=item.config.invocation_params.dir,
-                    env={k: v for k, v in os.environ.items() if k not in _XDIST_ENVIRONMENT},
+                    env={k: v for k, v in os.environ.items() if not _launcher_variable(k)},
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=subprocess.STDOUT,
@@ -97,8 +113,28 @@ def fresh_attempt(item: pytest.Item, session: GpuperfSession, previous: list[Met
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def fresh_session_argv(item: pytest.Item, folder: Path) -> list[str]:
+def _torchrun_world() -> tuple[int, int]:
+    """(WORLD_SIZE, LOCAL_WORLD_SIZE) of the torchrun job this process is a rank of; (1, 1) outside one."""
+    sizes = []
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        text = os.environ.get(name, "").strip()
+        sizes.append(int(text) if text.isdigit() and int(text) > 0 else None)
+    world = sizes[0] or 1
+    return world, sizes[1] or world
+
+
+def _launcher_variable(name: str) -> bool:
+    """Whether ``name`` is one of xdist's or torchrun's: a confirmation session is launched afresh, not into
+    this worker's or this rank's place."""
+    return name in _XDIST_ENVIRONMENT or name in _TORCHRUN_ENVIRONMENT or name.startswith("TORCHELASTIC_")
+
+
+def fresh_session_argv(item: pytest.Item, folder: Path, *, ranks: int = 1) -> list[str]:
     """The command of a pytest session that runs only ``item``, with this session's options, measuring only.
+
+    Under torchrun (``ranks`` > 1) it is the whole job again, ``ranks`` ranks on this node (``torchrun
+    --standalone``): a regression of a multi-rank test is confirmed by all its ranks together, each in a fresh
+    process, while this job's other ranks wait at their next collective.
 
     The invocation's options are kept (markers, ini overrides, gpuperf settings, plugins); its positional arguments
     (paths and node ids) are replaced by this test's. Later options override earlier ones, so what the fresh session
@@ -108,7 +144,17 @@ def fresh_session_argv(item: pytest.Item, folder: Path) -> list[str]:
     positional = {str(arg) for arg in config.args}
     kept = [arg for arg in config.invocation_params.args if str(arg) not in positional]
     test = f"{item.path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else str(item.path)
-    argv = [sys.executable, "-m", "pytest", *kept, test]
+    launcher = [sys.executable, "-m", "pytest"]
+    if ranks > 1:
+        launcher = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={ranks}",
+            *launcher[1:],
+        ]
+    argv = [*launcher, *kept, test]
     argv += [
         "--gpuperf-measure-only",
         "--gpuperf-extend",

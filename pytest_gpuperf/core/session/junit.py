@@ -1,8 +1,8 @@
 """Puts the run's fingerprint into ``--junitxml`` output, so `gpuperf` commands can read a JUnit file's stack.
 
 JUnit testcase properties carry each metric (report.junit_properties) but nothing says where the run was taken.
-This adds one testsuite property, ``gpuperf.fingerprint`` (results.FINGERPRINT_PROPERTY, the format's owner):
-the JSON of ``Fingerprint.as_dict()``.
+This adds the testsuite property ``gpuperf.fingerprint`` (results.FINGERPRINT_PROPERTY, the format's owner): the
+JSON of ``Fingerprint.as_dict()``; and the job's coverage, ``gpuperf.coverage.*`` (results.coverage_properties).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import pytest
 
 from pytest_gpuperf.core.session.state import session_key
-from pytest_gpuperf.core.store.results import FINGERPRINT_PROPERTY
+from pytest_gpuperf.core.store.results import FINGERPRINT_PROPERTY, coverage_properties
 
 __all__ = ["FINGERPRINT_PROPERTY", "pytest_sessionfinish"]
 
@@ -32,3 +32,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     writer = config.stash.get(xml_key, None)
     if writer is not None:
         writer.add_global_property(FINGERPRINT_PROPERTY, json.dumps(state.fingerprint.as_dict(), sort_keys=True))
+        coverage = state.coverage_document()
+        for name, value in coverage_properties(coverage) if coverage else []:
+            writer.add_global_property(name, value)

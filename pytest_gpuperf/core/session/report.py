@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.core.store.results import MetricResult, junit_properties
-from pytest_gpuperf.core.verdict import rollup
+from pytest_gpuperf.core.verdict import coverage, rollup
 
 __all__ = ["describe", "failure_message", "format_value", "junit_properties", "summary_table"]
 """``junit_properties`` belongs to the results format (results.py); it is named here too, beside the other
@@ -86,6 +86,7 @@ def rollup_rows(results: Iterable[MetricResult]) -> list[rollup.Row]:
             ci_low=r.comparison.ci_low,
             ci_high=r.comparison.ci_high,
             because=rollup.undecided_because(r.verdict.value, r.comparison.reason, r.context),
+            detectable=r.comparison.detectable,
         )
         for r in results
     ]
@@ -119,10 +120,12 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
     """The terminal summary: the roll-up first, the stack difference once, then one row per metric (test,
     metric, now, baseline, ratio, verdict, what the evidence supports), every line at most ``width`` columns;
     the full detail is in the results JSON and JUnit properties."""
-    lines = rollup.render(rollup.build(rollup_rows(results)), width=width)
+    rows = rollup_rows(results)
+    lines = rollup.render(rollup.build(rows), width=width)
+    lines += coverage_lines(coverage.build(rows), width=width)
     lines += [part for line in stack_lines(results) for part in textwrap.wrap(line, width, subsequent_indent="  ")]
     header = ("test", "metric", "now", "baseline", "ratio", "verdict", "evidence")
-    rows = []
+    cells = []
     notes: list[str] = []
     for result in sorted(results, key=lambda r: (rollup.suite_of(r.test), r.test, r.metric)):
         now = summarize(result.samples)
@@ -133,7 +136,7 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
         note = result.context.get("machine_note")
         if isinstance(note, str):
             notes.append(note)
-        rows.append(
+        cells.append(
             [
                 result.test,
                 result.metric,
@@ -144,9 +147,76 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
                 short_evidence(result.verdict.value, note if isinstance(note, str) else None),
             ]
         )
-    lines += fit_table(header, rows, width=width, shrink=(1, 0, 6))
+    lines += fit_table(header, cells, width=width, shrink=(1, 0, 6))
     if notes:
         lines += textwrap.wrap(machine_notes_line(notes, len(results)), width, subsequent_indent="    ")
+    return lines
+
+
+def catch_text(change: float | None) -> str:
+    """A coverage figure: 'nothing', a percentage, or a factor from 2x on (a time doubled reads 2x, not 50%)."""
+    if change is None:
+        return "nothing"
+    if change < coverage.TWICE:
+        return f"{change:.1%}"
+    factor = 1 / (1 - change)
+    return f"{factor:.3g}x" if factor < 1000 else ">1000x"
+
+
+def coverage_lines(figures: coverage.Coverage, *, width: int = 120) -> list[str]:
+    """The job's coverage: a line per suite and one for the job, each the smallest change that would have read
+    REGRESSED in any of its metrics, in at least half of them, and how many catch nothing below 2x."""
+    if not figures.suites:
+        return []
+    header = ("coverage: suite", "any metric", "half of them", "nothing below 2x")
+    named = [*figures.suites.items(), ("job", figures.job)]
+    cells = [
+        [suite, catch_text(f.smallest), catch_text(f.half), f"{f.beyond_twice} of {f.metrics}"] for suite, f in named
+    ]
+    lines = textwrap.wrap(
+        "coverage: the smallest change for the worse each suite could have caught in any metric, and in at least half "
+        "of them, at their noise and the job's level (docs/verdicts.md#coverage)",
+        width,
+        subsequent_indent="  ",
+    )
+    return [*lines, *fit_table(header, cells, width=width, shrink=(0,))]
+
+
+def shortfall_lines(short: list[coverage.Shortfall], required: float, suites: int, *, width: int = 120) -> list[str]:
+    """Why a job failed --gpuperf-require-coverage: each suite that could not have caught a change of ``required``,
+    why its metrics catch too little, and what would let them."""
+    lines = textwrap.wrap(
+        f"gpuperf: coverage below --gpuperf-require-coverage {required:.1%}: {len(short)} of {suites} suite(s) could "
+        f"not have caught a {required:.1%} change in any metric",
+        width,
+        subsequent_indent="  ",
+    )
+    for item in short:
+        if item.figure.metrics == 0:
+            tests = item.causes.get(coverage.NOT_MEASURED, 0)
+            lines += textwrap.wrap(
+                f"  {item.suite}: no metric measured ({tests} perf test{'s' if tests != 1 else ''} collected); "
+                f"decided by {item.cure}",
+                width,
+                subsequent_indent="      ",
+            )
+            continue
+        causes = ", ".join(
+            f"{n} {cause.lower().replace('_', ' ')}"  # a verdict as words: NO_BASELINE -> no baseline
+            for cause, n in sorted(item.causes.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        lines += textwrap.wrap(
+            f"  {item.suite}: its best metric catches {catch_text(item.figure.smallest)} ({item.figure.metrics} "
+            f"metric{'s' if item.figure.metrics != 1 else ''}: {causes}); decided by {item.cure}",
+            width,
+            subsequent_indent="      ",
+        )
+    lines += textwrap.wrap(
+        "  record baselines on this machine with --gpuperf-save (runs in several sittings narrow the noise), or "
+        "compare two stacks paired in one session with `gpuperf ab`",
+        width,
+        subsequent_indent="      ",
+    )
     return lines
 
 

@@ -22,6 +22,7 @@ from pytest_gpuperf import __version__
 from pytest_gpuperf.core.config.settings import Settings
 from pytest_gpuperf.core.record.gate import OPEN, Gate
 from pytest_gpuperf.core.record.perf import MetricRecord, Perf
+from pytest_gpuperf.core.session.report import rollup_rows
 from pytest_gpuperf.core.session.turns import TakingTurns, Turns
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import (
@@ -45,7 +46,9 @@ from pytest_gpuperf.core.store.baselines import (
 )
 from pytest_gpuperf.core.store.results import MetricResult
 from pytest_gpuperf.core.store.schema import SchemaError, non_finite
+from pytest_gpuperf.core.verdict import coverage
 from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, doubt_before
+from pytest_gpuperf.core.verdict.coverage import Coverage, Shortfall
 from pytest_gpuperf.core.verdict.judge import (
     ANOTHER_MACHINE,
     ANOTHER_SITTING,
@@ -443,6 +446,27 @@ class GpuperfSession:
                 counts[path] = counts.get(path, 0) + 1
         return counts
 
+    def coverage(self) -> Coverage:
+        """The job's coverage (core/verdict/coverage.py): what the summary, the results and JUnit show."""
+        return coverage.build(rollup_rows(self.results))
+
+    def coverage_shortfalls(self) -> list[Shortfall]:
+        """The suites that fail --gpuperf-require-coverage; none when it is off or the job does not gate."""
+        required = self.settings.require_coverage
+        if required is None or not self.settings.gating:
+            return []
+        return coverage.shortfalls(rollup_rows(self.results), required, self.planned_tests)
+
+    def coverage_document(self) -> dict[str, Any] | None:
+        """The results document's ``coverage`` block: the job's figure, each suite's, and the policy's outcome."""
+        if not self.results:
+            return None
+        return {
+            **self.coverage().as_dict(),
+            "required": self.settings.require_coverage,
+            "short": [item.suite for item in self.coverage_shortfalls()],
+        }
+
     def measured_anything(self) -> bool:
         return bool(self.results or self.curves)
 
@@ -508,6 +532,7 @@ class GpuperfSession:
             },
             results=self.results,
             curves=self.curves,
+            coverage=self.coverage_document(),
         )
 
     def write_results(self) -> Path | None:

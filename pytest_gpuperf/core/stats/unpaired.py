@@ -198,6 +198,9 @@ class Estimate:
     """How many samples the current run holds."""
     baseline_samples: int
     """How many samples the baseline's runs hold together."""
+    detectable: float | None = None
+    """The smallest change (a fraction worse, as the threshold is) these figures could have read REGRESSED
+    (``detectable_change``); None: none, the sample test cannot reach its level with these sample counts."""
 
     def figures(self) -> dict[str, Any]:
         """The figures a ``Comparison`` carries beside its verdict."""
@@ -212,6 +215,7 @@ class Estimate:
             "sittings": self.sittings,
             "samples_can_decide": self.samples_can_decide,
             "baseline_runs": self.baseline_runs,
+            "detectable": self.detectable,
         }
 
 
@@ -306,7 +310,73 @@ def estimate(
         exact=exact,
         samples=int(now.size),
         baseline_samples=int(pooled.size),
+        detectable=detectable_change(
+            now,
+            pooled,
+            log_ratio=log_ratio,
+            ci_high=ci_high,
+            scale=scale,
+            dof=dof,
+            higher_is_better=higher_is_better,
+            rules=rules,
+        ),
     )
+
+
+def detectable_change(
+    current: np.ndarray,
+    pooled: np.ndarray,
+    *,
+    log_ratio: float,
+    ci_high: float,
+    scale: float,
+    dof: float,
+    higher_is_better: bool,
+    rules: Rules,
+) -> float | None:
+    """The minimum detectable effect of one comparison: the smallest change, as a fraction worse (the threshold's
+    sense: 0.5 is a time doubled or a rate halved), that core/verdict/stored.py would read REGRESSED at the noise
+    these figures show. None when no change can: the sample test cannot reach ``alpha`` with these sample counts.
+
+    Every part of that rule bounds the oriented log ratio x from above, the figures' spread held as observed: the
+    threshold (x <= log(1 - threshold)); the interval moved with the ratio must exclude 1 (x < log_ratio -
+    log(ci_high)); the run-level t test at the job's level (x < t(decisive_alpha, dof) * scale); the Mann-Whitney
+    test of the current samples moved to x against the baseline's at ``alpha`` (searched by bisection; skipped for
+    a side above BOOTSTRAP_SAMPLES, where it is never the binding part). The change is the tightest of them."""
+    if current.size < samples_needed(rules, pooled.size):
+        return None
+    bound = min(math.log1p(-rules.threshold), log_ratio - math.log(ci_high))
+    if scale > 0:
+        bound = min(bound, float(scipy_stats.t.ppf(rules.decisive_alpha, dof)) * scale)
+    if max(current.size, pooled.size) <= BOOTSTRAP_SAMPLES:
+        moved = _sample_test_bound(current, pooled, log_ratio, bound, higher_is_better=higher_is_better, rules=rules)
+        if moved is None:
+            return None
+        bound = moved
+    return -math.expm1(bound)
+
+
+def _sample_test_bound(
+    current: np.ndarray, pooled: np.ndarray, log_ratio: float, start: float, *, higher_is_better: bool, rules: Rules
+) -> float | None:
+    """The largest oriented log ratio x <= ``start`` at which the current samples, scaled so their ratio reads x,
+    are worse than the baseline's by the one-sided Mann-Whitney test at ``alpha``; None if not even a 1000x change
+    is. Mostly the test agrees at ``start`` already, and one test call answers (the session makes one per metric)."""
+    side = "less" if higher_is_better else "greater"
+
+    def significant(x: float) -> bool:
+        factor = math.exp(x - log_ratio) if higher_is_better else math.exp(log_ratio - x)
+        return float(scipy_stats.mannwhitneyu(current * factor, pooled, alternative=side).pvalue) < rules.alpha
+
+    if significant(start):
+        return start
+    low, high = -math.log(1000.0), start
+    if not significant(low):
+        return None
+    for _ in range(16):  # to ~1e-4 in log ratio: a tenth of the figure's printed precision
+        middle = (low + high) / 2
+        low, high = (middle, high) if significant(middle) else (low, middle)
+    return low
 
 
 def exact_agreement(

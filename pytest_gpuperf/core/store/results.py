@@ -23,6 +23,10 @@ if TYPE_CHECKING:  # stats needs numpy and scipy; the plugin imports this module
 SCHEMA_VERSION = 1
 FINGERPRINT_PROPERTY = "gpuperf.fingerprint"
 """The JUnit testsuite property holding the run's fingerprint (the JSON of ``Fingerprint.as_dict()``)."""
+COVERAGE_PROPERTY = "gpuperf.coverage"
+"""The prefix of the JUnit testsuite properties holding the job's coverage (``coverage_properties``)."""
+COVERAGE_FIELDS = ("metrics", "smallest", "half", "beyond_2x")
+"""The fields of a coverage figure, the job's and each suite's (core/verdict/coverage.py ``Figure.as_dict``)."""
 JUNIT_METRIC_FIELDS = (
     "verdict",
     "unit",
@@ -36,6 +40,7 @@ JUNIT_METRIC_FIELDS = (
     "ci_low",
     "ci_high",
     "p_worse",
+    "detectable",
     "stack_changes",
 )
 """The fields of a metric's ``gpuperf.<metric>.<field>`` JUnit testcase properties (junit_properties)."""
@@ -123,8 +128,10 @@ def build_document(
     settings: dict[str, Any],
     results: list[MetricResult],
     curves: list[dict[str, Any]],
+    coverage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``--gpuperf-results`` document of a session, results and curves in a stable order.
+    """The ``--gpuperf-results`` document of a session, results and curves in a stable order; ``coverage`` is the
+    job's coverage block (core/verdict/coverage.py, with the --gpuperf-require-coverage outcome), None without one.
 
     Warns (GpuperfSamplesWarning) of each metric with more samples than the bootstrap resamples whole: its file
     is large, and its verdicts' intervals are m-out-of-n bootstrap ones (stats.BOOTSTRAP_SAMPLES)."""
@@ -151,6 +158,7 @@ def build_document(
         "settings": settings,
         "results": [result.as_dict() for result in sorted(results, key=lambda r: (r.test, r.metric))],
         "curves": sorted(curves, key=lambda c: (c["test"], c["name"])),
+        "coverage": coverage,
     }
 
 
@@ -189,12 +197,44 @@ def check_document(document: Any) -> None:
         if (test, name) in seen:
             raise SchemaError(f"{where}: test {schema.quote(test)} metric {schema.quote(name)} appears twice")
         seen.add((test, name))
+    check_coverage(document.get("coverage"))
     for index, entry in enumerate(schema.require_list(document.get("curves", []), "the document", "curves")):
         where = f"curves[{index}]"
         schema.require_object(entry, where, "curve")
         test = schema.text(entry.get("test"), where, "test")
         name = schema.text(entry.get("name"), where, "name")
         schema.curve(entry.get("steps"), entry.get("values"), f"{where} ({schema.quote(test)} {schema.quote(name)})")
+
+
+def check_coverage(raw: Any) -> None:
+    """Raise SchemaError for a ``coverage`` block that is not the job's figure and an object of suites' (absent or
+    null: a document of a version before coverage, or one that measured nothing)."""
+    if raw is None:
+        return
+    block = schema.require_object(raw, "the document", "coverage")
+    figures = {"job": block, **schema.require_object(block.get("suites", {}), "coverage", "suites")}
+    for name, figure in figures.items():
+        where = "coverage" if name == "job" else f"coverage suite {schema.quote(name)}"
+        schema.require_object(figure, where, "figure")
+        for field_name in COVERAGE_FIELDS:
+            value = figure.get(field_name)
+            if value is not None and not schema.is_number(value):
+                raise SchemaError(f"{where}: {field_name!r} is {schema.kind(value)}, not a number or null")
+
+
+def coverage_properties(coverage: dict[str, Any]) -> list[tuple[str, object]]:
+    """The job's coverage as JUnit testsuite properties: ``gpuperf.coverage.<field>`` for the job and
+    ``gpuperf.coverage.suite.<suite>.<field>`` for each suite; a change no metric could catch is "none"."""
+    properties: list[tuple[str, object]] = []
+    named = [("", coverage), *((f"suite.{suite}.", figure) for suite, figure in coverage.get("suites", {}).items())]
+    for prefix, figure in named:
+        for field_name in COVERAGE_FIELDS:
+            value = figure.get(field_name)
+            properties.append((f"{COVERAGE_PROPERTY}.{prefix}{field_name}", "none" if value is None else value))
+    if coverage.get("required") is not None:
+        properties.append((f"{COVERAGE_PROPERTY}.required", coverage["required"]))
+        properties.append((f"{COVERAGE_PROPERTY}.short", ",".join(coverage.get("short", []))))
+    return properties
 
 
 def read_fingerprint(raw: Any, what: str) -> tuple[dict[str, Any] | None, str | None, dict[str, str]]:
@@ -245,6 +285,7 @@ def junit_properties(result: MetricResult) -> list[tuple[str, object]]:
             (f"{prefix}.ci_low", round(comparison.ci_low or 0.0, 6)),
             (f"{prefix}.ci_high", round(comparison.ci_high or 0.0, 6)),
             (f"{prefix}.p_worse", comparison.p_worse),
+            (f"{prefix}.detectable", "none" if comparison.detectable is None else round(comparison.detectable, 6)),
         ]
     if result.stack_changes:
         properties.append((f"{prefix}.stack_changes", "; ".join(result.stack_changes)))

@@ -88,6 +88,8 @@ class Row:
     ci_high: float | None = None
     because: str | None = None
     """Why an undecided metric was not decided: a key of ``UNDECIDED_BECAUSE`` (None: its verdict's own why)."""
+    detectable: float | None = None
+    """The smallest change, a fraction worse, its figures could have read REGRESSED (core/verdict/coverage.py)."""
 
     @property
     def suite(self) -> str:

@@ -67,10 +67,20 @@ def decide(figures: Estimate | None, *, rules: Rules, doubt: Doubt | None = None
     judged = _ladder(figures, rules)
     if doubts is None:
         return judged
+    judged = replace(judged, detectable=_beyond_doubt(judged, figures, doubts, rules))
     stands = doubts.stands(judged, rules.threshold)
     if stands is not None:
         return replace(judged, reason=f"{judged.reason} ({stands})")
     return replace(judged, verdict=Verdict.NOISY, reason=f"{doubts.reason}; not judged ({doubts.bound()})")
+
+
+def _beyond_doubt(judged: Comparison, figures: Estimate, doubt: Doubt, rules: Rules) -> float | None:
+    """The smallest change these figures could have read REGRESSED past ``doubt``: the interval, moved with the
+    ratio, must end below (1 - threshold) / what the doubt explains; None where nothing bounds the doubt."""
+    if judged.detectable is None or math.isinf(doubt.worse) or figures.ratio <= 0:
+        return None
+    upper = figures.ci_high / figures.ratio  # how far the interval reaches above its ratio
+    return max(judged.detectable, 1 - (1 - rules.threshold) / (doubt.worse * upper))
 
 
 def _spread_doubt(figures: Estimate, rules: Rules) -> Doubt | None:

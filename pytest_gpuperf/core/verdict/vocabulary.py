@@ -60,6 +60,9 @@ class Comparison:
     """False when the shift between sittings alone keeps the interval wider than the threshold band: no number
     of samples in this session can make the verdict PASS (sequential sampling stops extending)."""
     baseline_runs: int = 0
+    detectable: float | None = None
+    """The smallest change, a fraction worse, that these figures could have read REGRESSED (the minimum detectable
+    effect at their noise: core/stats/unpaired.py ``detectable_change``); None: none could, or not computed."""
     reason: str = ""
 
     @property
@@ -79,5 +82,6 @@ class Comparison:
             "sittings": self.sittings,
             "samples_can_decide": self.samples_can_decide,
             "baseline_runs": self.baseline_runs,
+            "detectable": self.detectable,
             "reason": self.reason,
         }
