@@ -135,3 +135,12 @@ def test_a_folder_of_ten_runs_is_scored_saved_passes_again_and_regresses_twice_a
     regressed = run(project, "-k", "folder", "--gpuperf-results", "slow.json", *LOADED)
     regressed.assert_outcomes(failed=1)
     assert json.loads((project.path / "slow.json").read_text())["results"][0]["verdict"] == "REGRESSED"
+    # `gpuperf variance`: is the second folder within 1% of the reference's score?
+    from pytest_gpuperf.cli import main as cli
+
+    out = project.path / "variance.json"
+    reference, submission = str(project.path / "same.json"), str(project.path / "slow.json")
+    code = cli.main(["variance", "--reference", reference, submission, "--tolerance", "1%", "--format", "json",
+                     "-o", str(out)])  # fmt: skip
+    rows = json.loads(out.read_text())["rows"]
+    assert code == 1 and [row["verdict"] for row in rows] == ["FAIL"], rows
