@@ -185,7 +185,12 @@ def record_results(perf: Perf, folder: str | Path, *, ruleset: str = RULESET, me
             "rcp_checker": result.rcp,
         },
     )
-    record.stack = {"mlperf-logging": compliance.version}
+    platforms = sorted({run.submission["platform"] for run in runs if run.submission.get("platform")})
+    # the system as its logs name it joins the stack: a new platform string then reads as the change it is
+    record.stack = {
+        "mlperf-logging": compliance.version,
+        **({"mlperf-platform": " | ".join(platforms)} if platforms else {}),
+    }
     for run in converged:
         if len(run.evals) >= 2:
             curve = perf.record_curve(EVAL_CURVE, [s for s, _ in run.evals], [v for _, v in run.evals])

@@ -130,7 +130,9 @@ def test_a_folder_of_ten_runs_is_scored_saved_passes_again_and_regresses_twice_a
     assert result["verdict"] == "PASS"
     assert len(result["samples"]) == 8  # the fastest and the slowest of ten left out, as MLPerf's score does
     assert result["context"]["mlperf_score_s"] == pytest.approx(sum(result["samples"]) / 8, rel=1e-4)
-    assert "RCP" in result["context"]["rcp_checker"] or "not decided" in result["context"]["rcp_checker"]
+    assert result["context"]["rcp_checker"].startswith("failed (RCP found): the runs converge in fewer samples")
+    stack = json.loads((project.path / "same.json").read_text())["fingerprint"]["stack"]
+    assert stack["mlperf-logging"] == "4.1.68" and stack["mlperf-platform"].startswith("1xx86_64 CPU, torch ")
     monkeypatch.setenv("MLPERF_FOLDER", str(slower(folder, tmp_path / "slower", 2.0)))
     regressed = run(project, "-k", "folder", "--gpuperf-results", "slow.json", *LOADED)
     regressed.assert_outcomes(failed=1)
@@ -144,3 +146,13 @@ def test_a_folder_of_ten_runs_is_scored_saved_passes_again_and_regresses_twice_a
                      "-o", str(out)])  # fmt: skip
     rows = json.loads(out.read_text())["rows"]
     assert code == 1 and [row["verdict"] for row in rows] == ["FAIL"], rows
+
+
+def test_the_pretraining_proxy_never_claims_the_closed_llama31_8b() -> None:
+    pytest.importorskip("torch")
+    from pytest_gpuperf.training.mlperf_proxy import PROXIES
+
+    pretrain = PROXIES["pretrain"]()
+    assert (pretrain.division, pretrain.benchmark) == ("open", "gpuperf_tiny_pretrain")
+    lora = PROXIES["lora"]()
+    assert (lora.division, lora.benchmark, lora.spec.lora_rank) == ("closed", "llama2_70b_lora", 16)
