@@ -17,7 +17,14 @@ import pytest
 
 from pytest_gpuperf.core.record.readings import Figure, OutputError, Reading, RunOutput, Series
 from pytest_gpuperf.frameworks import mlperf_log
-from pytest_gpuperf.frameworks.mlperf_checks import RULESET, Compliance, MissingChecker
+from pytest_gpuperf.frameworks.mlperf_checks import (
+    RULESET,
+    Compliance,
+    MissingChecker,
+    check_compliance,
+    olympic_score,
+    rcp_word,
+)
 
 if TYPE_CHECKING:
     from pytest_gpuperf.core.record.perf import Perf
@@ -30,8 +37,6 @@ EVAL_CURVE = "loss"
 def comply(text: str, where: str, *, ruleset: str, path: Path | None = None) -> tuple[mlperf_log.RunLog, Compliance]:
     """One run's log, read with bounds and passed by the compliance checker; else ``OutputError`` with our reading's
     word (file and line) and the checker's own message."""
-    from pytest_gpuperf.frameworks.mlperf_checks import check_compliance
-
     problem: str | None = None
     run: mlperf_log.RunLog | None = None
     try:
@@ -44,7 +49,8 @@ def comply(text: str, where: str, *, ruleset: str, path: Path | None = None) -> 
         else:  # the checker reads files: the command's output, its MLLOG lines kept, goes through one
             with tempfile.TemporaryDirectory(prefix="gpuperf-mllog-") as folder:
                 copy = Path(folder) / "output.txt"
-                copy.write_text("\n".join(line for line in text.splitlines() if mlperf_log.TOKEN in line) + "\n")
+                lines = [line for line in text.splitlines() if mlperf_log.TOKEN in line]
+                copy.write_text("\n".join(lines) + "\n", encoding="utf-8")
                 compliance = check_compliance(copy, ruleset=ruleset)
     except MissingChecker as error:
         raise OutputError(f"{where}: {error}") from None
@@ -139,8 +145,6 @@ def record_results(perf: Perf, folder: str | Path, *, ruleset: str = RULESET, me
     """Score ``folder``'s result_*.txt and record ``metric``: the runs MLPerf's score averages (converged runs
     without the fastest and slowest), so its judged mean is the MLPerf score; a log that fails the compliance
     checker fails the test with the checker's message."""
-    from pytest_gpuperf.frameworks.mlperf_checks import olympic_score, rcp_word
-
     base = Path(folder)
     files = sorted(base.glob(RESULTS), key=lambda p: (len(p.name), p.name))
     if not files:

@@ -92,8 +92,8 @@ def read_bounded(path: Path) -> str:
         data = handle.read(MAX_LOG_BYTES + 1)
     if len(data) > MAX_LOG_BYTES:
         raise OutputError(
-            f"{path}: larger than {MAX_LOG_BYTES // 2**20} MiB, no MLPerf log is; is it still being written, or "
-            "is it another file?"
+            f"{path}: more than {MAX_LOG_BYTES:,} bytes, which no MLPerf log is; is it still being written, or is "
+            "it another file?"
         )
     return data.decode("utf-8", errors="replace")
 

@@ -105,7 +105,7 @@ def test_a_file_too_large_or_not_a_file_is_refused_without_reading_it_all(
     monkeypatch.setattr(mlperf_log, "MAX_LOG_BYTES", 1024)
     big = tmp_path / "result_1.txt"
     big.write_text("\n".join(run_lines()) * 10)
-    with pytest.raises(OutputError, match="larger than 0 MiB, no MLPerf log is"):
+    with pytest.raises(OutputError, match="more than 1,024 bytes, which no MLPerf log is"):
         mlperf_log.read_bounded(big)
     with pytest.raises(OutputError, match="not a regular file"):
         mlperf_log.read_bounded(tmp_path)
