@@ -8,12 +8,12 @@ import http.server
 import json
 import os
 import platform
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from local_http import serve
 
 if platform.system() == "Linux" and platform.machine() == "aarch64":
     pytest.skip("mlcommons-loadgen has no Linux aarch64 wheel (6.0.17)", allow_module_level=True)
@@ -56,21 +56,9 @@ class Streaming(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class Listening(http.server.ThreadingHTTPServer):
-    request_queue_size = 256  # Offline issues every query at once: the default backlog of 5 resets connections
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = Listening(("127.0.0.1", 0), Streaming)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    yield from serve(Streaming, backlog=256)  # Offline issues every query at once
 
 
 def loadgen_processes() -> list[int]:
@@ -109,7 +97,9 @@ def test_server_runs_are_valid_saved_and_read_regressed_on_a_2x_slower_server(
     pytester.makepyfile(test_loadgen_runs=TESTS)
     pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\nmarkers =\n    perf: a perf test\n")
     monkeypatch.setenv("URL", server)
-    flags = ["-m", "perf", "--gpuperf-device", "cpu"]
+    # a latency percentile of one short run spreads well past the CPU noise limit of 10% on a busy 2-core machine
+    # (NOISY, not judged); the 2x step this test makes is far outside the wider limit's reach
+    flags = ["-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60"]
     pytester.runpytest_subprocess(*flags, "--gpuperf-save", "--gpuperf-results", "saved.json").assert_outcomes(passed=1)
     saved = {r["metric"]: r for r in json.loads((pytester.path / "saved.json").read_text())["results"]}
     assert saved["loadgen.server.ttft_p50"]["samples"][0] > 0.05  # a prefill of four 10 ms delays and one token
