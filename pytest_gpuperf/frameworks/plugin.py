@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-NAMES = ("megatron", "torchtitan", "maxtext", "vllm-bench", "sglang-bench")
+NAMES = ("megatron", "torchtitan", "maxtext", "vllm-bench", "sglang-bench", "mlperf")
 
 
 @pytest.hookimpl(trylast=True)
@@ -32,4 +32,8 @@ def pytest_gpuperf_adapter(config: pytest.Config, name: str) -> Any:
         from pytest_gpuperf.frameworks.serving import SGLANG
 
         return SGLANG
+    if name == "mlperf":
+        from pytest_gpuperf.frameworks.mlperf import ADAPTER as mlperf
+
+        return mlperf
     return None

@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -200,7 +200,12 @@ class OpenAIEngine:
             "logprobs": 1,
         }
 
-    def _one(self, request: Request) -> Completion:
+    def complete(self, request: Request, *, on_first_token: Callable[[], None] | None = None) -> Completion:
+        """One request, streamed; ``on_first_token`` is called the moment its first token arrives (what MLPerf
+        LoadGen's ``FirstTokenComplete`` must be told when it happens, not after the request)."""
+        return self._one(request, on_first_token)
+
+    def _one(self, request: Request, on_first_token: Callable[[], None] | None = None) -> Completion:
         done = Completion(
             id=request.id,
             prompt_tokens=len(request.prompt),
@@ -246,6 +251,9 @@ class OpenAIEngine:
                     if problem is not None:
                         done.error = problem
                         return done
+                    if on_first_token is not None and done.token_times:
+                        on_first_token()
+                        on_first_token = None
         except urllib.error.HTTPError as error:
             done.error = f"HTTP {error.code} {error.reason} from {self.url}/v1/completions: {_detail(error)}"
         except urllib.error.URLError as error:

@@ -116,6 +116,20 @@ def test_a_token_id_prompt_is_refused_by_transformers_serve_with_its_reason(serv
     assert "Unexpected fields in the request" in done.error or "prompt must be a string" in done.error
 
 
+def test_loadgen_server_and_offline_runs_on_transformers_serve_are_valid(served: OpenAIEngine, tmp_path: Path) -> None:
+    pytest.importorskip("mlperf_loadgen", reason="mlperf_loadgen is not installed (the mlperf extra; no aarch64 wheel)")
+    from pytest_gpuperf.inference.loadgen import LoadgenSettings, run_loadgen
+
+    server = LoadgenSettings(scenario="Server", qps=40, duration_s=1.5, min_queries=60)
+    result = run_loadgen(served.url, server, tmp_path / "server", served_model=served.model)
+    assert result.valid, result.problems
+    assert result.queries >= 60 and result.samples_per_s > 10
+    assert 0 < result.ttft_s[50] <= result.ttft_s[90] and 0 < result.tpot_s[50] <= result.tpot_s[90]
+    offline = LoadgenSettings(scenario="Offline", qps=150, duration_s=1.0)  # more than the ~60/s it serves here
+    result = run_loadgen(served.url, offline, tmp_path / "offline", served_model=served.model)
+    assert result.valid, result.problems
+
+
 def test_a_hand_run_transformers_serve_is_attached_in_its_dialect(served: OpenAIEngine) -> None:
     """openai:URL on a transformers serve: found by its routes, spoken to with the served folder's tokenizer."""
     with pytest.raises(EngineError, match=r"is transformers serve, which takes text prompts: name the model folder"):

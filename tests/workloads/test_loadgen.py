@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 import http.server
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from local_http import serve
 from virtual_clock import VIRTUAL_CLOCK
 
 from pytest_gpuperf.inference.arrivals import Arrivals, coefficient_of_variation, schedule
@@ -173,26 +173,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _serve(handler: type[_Handler]) -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
 @pytest.fixture
 def fast_server() -> Iterator[str]:
-    yield from _serve(type("Fast", (_Handler,), {"fail_first_token": 0}))
+    yield from serve(type("Fast", (_Handler,), {"fail_first_token": 0}))
 
 
 @pytest.fixture
 def slow_server() -> Iterator[str]:
-    yield from _serve(type("Slow", (_Handler,), {"delay_s": 0.2}))
+    yield from serve(type("Slow", (_Handler,), {"delay_s": 0.2}))
 
 
 def test_open_loop_run_against_a_local_server(fast_server: str) -> None:
@@ -234,7 +222,7 @@ class _Batched(_Handler):
 
 @pytest.fixture
 def batched_server() -> Iterator[str]:
-    yield from _serve(_Batched)
+    yield from serve(_Batched)
 
 
 def test_requests_due_while_the_dispatcher_waits_for_a_slot_are_not_client_lag(batched_server: str) -> None:

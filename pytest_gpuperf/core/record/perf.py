@@ -477,8 +477,8 @@ class Perf:
         """Run a framework's own command (a training launch, ``vllm bench serve``) and record what it reports.
 
         ``adapter`` reads the framework's output: a name ("megatron", "torchtitan", "maxtext", "vllm-bench",
-        "sglang-bench", or one a conftest.py adds with the ``pytest_gpuperf_adapter`` hook) or an adapter object
-        (``frameworks.JsonlAdapter``, ``frameworks.RegexAdapter``: docs/frameworks.md). Each run is a process
+        "sglang-bench", "mlperf", or one a conftest.py adds with the ``pytest_gpuperf_adapter`` hook) or an adapter
+        object (``frameworks.JsonlAdapter``, ``frameworks.RegexAdapter``: docs/frameworks.md). Each run is a process
         group of its own, its output streamed to ``log_dir/run-N.log``, stopped at ``timeout`` seconds, at the
         test's budget or on Ctrl-C; ``{output}`` in ``argv`` becomes the path of a fresh file per run, for the
         adapters that read the file the command writes.
@@ -500,7 +500,7 @@ class Perf:
             if found is None:
                 raise ValueError(
                     f"perf.run_command: no adapter named {adapter!r}; the built-in ones are megatron, torchtitan, "
-                    "maxtext, vllm-bench and sglang-bench; jsonl and regex are configured objects "
+                    "maxtext, vllm-bench, sglang-bench and mlperf; jsonl and regex are configured objects "
                     "(pytest_gpuperf.frameworks.JsonlAdapter, RegexAdapter: docs/frameworks.md)"
                 )
             adapter = found
