@@ -102,14 +102,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"gpuperf accept: {len(nodes)} node(s) ({', '.join(nodes)}), one step each, {args.node_timeout:.0f} s each")
     sys.stdout.flush()
     outcomes = run_steps(nodes, out, command, deadline_s=args.node_timeout)
-    silent = [o for o in outcomes if o.status == 0 and not o.wrote]
+    silent = [o for o in outcomes if o.said_written and not o.wrote]
     if silent:
         names = ", ".join(f"{o.node} ({o.results})" for o in silent)
         raise InputError(
-            f"node(s) ended well but wrote no results file: {names}; is --out on a file system every node shares? "
+            f"node(s) said they wrote their results, but these files are absent here: {names}; is --out on a file system every node shares? "
             "give --out a shared folder"
         )
-    lost = [o for o in outcomes if not o.wrote]
+    lost = [o for o in outcomes if not o.wrote]  # none of them said it wrote its results
     failed = [o for o in outcomes if o.wrote and o.status != 0]
     for outcome in lost:
         print(f"LOST {outcome.node}: no results; {outcome.what_happened(args.node_timeout)}")

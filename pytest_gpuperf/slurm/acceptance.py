@@ -38,9 +38,20 @@ class NodeOutcome:
     def wrote(self) -> bool:
         return self.results.is_file() and self.results.stat().st_size > 0
 
+    @property
+    def said_written(self) -> bool:
+        """Whether its pytest said it wrote the results (the plugin's last line), so that a missing file means a
+        folder this node does not share, not a node lost."""
+        try:
+            return f"results written: {self.results}" in self.log.read_text(errors="replace")
+        except OSError:
+            return False
+
     def what_happened(self, deadline_s: float) -> str:
         """One phrase: why this node has no results, or how its run ended."""
-        if self.status is None:
+        if self.status == 0:
+            how = "its step ended (status 0) before its pytest finished: the node or its step was lost"
+        elif self.status is None:
             how = f"did not finish within {deadline_s:.0f} s (stopped)"
         elif self.status < 0:
             how = f"its step was killed by {signal.Signals(-self.status).name}"

@@ -10,6 +10,7 @@ first. Per-node environment variables (a node made slow on purpose) go through a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -235,6 +236,27 @@ class LocalSlurm:
             if "NodeName" in fields:
                 states[fields["NodeName"]] = fields.get("State", "?")
         return states
+
+    def run_batch(self, argv: Sequence[str], *, env: dict[str, str] | None = None, limit_s: float = 600.0) -> int:
+        """``sbatch --parsable ARGV...``, waited for with a short poll (``sbatch --wait`` doubles its interval up
+        to 32 s, which costs a short job more than it runs); the job's exit status, or its signal as 128 + N."""
+        env = env or self.env
+        done = subprocess.run(["sbatch", "--parsable", *argv], capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise LocalSlurmError(f"sbatch {' '.join(argv)} failed: {done.stderr.strip()}")
+        job = done.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            shown = self._run(["scontrol", "show", "job", job, "-o"])
+            state = re.search(r"\bJobState=(\S+)", shown)
+            if state and state.group(1) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+                code = re.search(r"\bExitCode=(\d+):(\d+)", shown)
+                if code is None:
+                    raise LocalSlurmError(f"job {job} ended {state.group(1)} without an ExitCode: {shown.strip()}")
+                return int(code.group(1)) or (128 + int(code.group(2)) if int(code.group(2)) else 0)
+            time.sleep(0.2)
+        self._run(["scancel", job])
+        raise LocalSlurmError(f"job {job} did not end within {limit_s:.0f} s: cancelled")
 
     def daemon_of(self, node: str) -> Supervised:
         """The slurmd of ``node`` (to kill it, as a dead machine would be)."""
