@@ -8,8 +8,8 @@ other directories are left out of collection, and the header says so.
 
 import importlib.util
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 

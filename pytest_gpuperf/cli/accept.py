@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if silent:
         names = ", ".join(f"{o.node} ({o.results})" for o in silent)
         raise InputError(
-            f"node(s) said they wrote their results, but these files are absent here: {names}; is --out on a file system every node shares? "
-            "give --out a shared folder"
+            f"node(s) said they wrote their results, but these files are absent here: {names}; is --out on a file "
+            "system every node shares? give --out a shared folder"
         )
     lost = [o for o in outcomes if not o.wrote]  # none of them said it wrote its results
     failed = [o for o in outcomes if o.wrote and o.status != 0]

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
