@@ -79,3 +79,24 @@ def node_address(name: str, *, env: dict[str, str] | None = None, timeout_s: flo
         return name
     found = re.search(r"\bNodeAddr=(\S+)", done.stdout)
     return found.group(1) if done.returncode == 0 and found else name
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pytest_gpuperf.slurm.nodelist``: the address of the job's first node, for a rendezvous."""
+    import os
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    text = args[0] if args else os.environ.get("SLURM_JOB_NODELIST", "")
+    try:
+        nodes = expand(text)
+    except NodeListError as error:
+        where = "the argument" if args else "SLURM_JOB_NODELIST (unset outside a Slurm job)"
+        print(f"pytest_gpuperf.slurm.nodelist: {error} (from {where})", file=sys.stderr)
+        return 2
+    print(node_address(nodes[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
