@@ -258,9 +258,39 @@ class LocalSlurm:
         self._run(["scancel", job])
         raise LocalSlurmError(f"job {job} did not end within {limit_s:.0f} s: cancelled")
 
-    def daemon_of(self, node: str) -> Supervised:
-        """The slurmd of ``node`` (to kill it, as a dead machine would be)."""
-        return next(d for d in self.daemons if d.argv[0] == "slurmd" and d.argv[-1] == node)
+    def kill_node(self, node: str) -> list[int]:
+        """Kill ``node`` as a dead machine would go: its slurmd, and this cluster's step daemons on it with every
+        process under them (SIGKILL, no warning). The pids killed besides slurmd."""
+        from pytest_gpuperf.slurm.nodelist import expand
+
+        steps = set()
+        for line in self._run(["squeue", "-h", "--steps", "-o", "%i %N"]).splitlines():
+            step, _, nodes = line.strip().partition(" ")
+            if nodes and node in expand(nodes):
+                steps.add(f"slurmstepd: [{step}]".encode())
+        slurmd = next(d for d in self.daemons if d.argv[0] == "slurmd" and d.argv[-1] == node)
+        slurmd.process.kill()
+        marker = f"{MARKER}={self.folder}".encode()
+        parents: dict[int, int] = {}
+        victims = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                pid, parent = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = Path(stat.parent, "cmdline").read_bytes().rstrip(b"\0")
+                mine = cmdline in steps and marker in Path(stat.parent, "environ").read_bytes().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            parents[pid] = parent
+            if mine:
+                victims.append(pid)
+        for pid in victims:  # grows while walking: the whole tree under each step daemon
+            victims.extend(child for child, parent in parents.items() if parent == pid and child not in victims)
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return victims
 
     def stop(self) -> None:
         """Cancel every job, wait for their steps to end, shut the controller down, then end every daemon and
