@@ -36,9 +36,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     accept.add_argument(
         "--node-timeout",
         type=float,
-        default=1800.0,
+        default=1800,
         metavar="S",
-        help="seconds each node's step may take before it is cancelled and the node named (default 1800)",
+        help="seconds each node's step may take before it is cancelled and the node named (default %(default)s)",
     )
     accept.add_argument("--python", default=sys.executable, help="the Python each node runs pytest with")
     accept.add_argument(

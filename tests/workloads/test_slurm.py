@@ -19,31 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurm_spin import SPIN
 
 ROOT = Path(__file__).resolve().parents[2]
 SBATCH = ROOT / "examples" / "slurm" / "acceptance.sbatch"
 JOB_LIMIT_S = 180.0
-
-SPIN = textwrap.dedent(
-    """
-    import os
-    import time
-
-
-    def test_spin(perf):
-        if os.environ.get("SPIN_HANG"):
-            time.sleep(600)  # a node that hangs
-        work = int(40000 * float(os.environ.get("SPIN_FACTOR", "1")))
-        samples = []
-        for _ in range(15):
-            start = time.thread_time()
-            total = 0
-            for i in range(work):
-                total += i
-            samples.append(time.thread_time() - start)
-        perf.record("spin_s", samples, unit="s", higher_is_better=False, context={"device": "cpu"})
-    """
-)
 
 
 def submit(
