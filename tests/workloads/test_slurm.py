@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import textwrap
 import threading
@@ -206,3 +207,11 @@ def test_ranks_from_a_slurm_step_then_srun_torchrun_judged_and_a_2x_step_fails(
     )
     assert status != 0, output
     assert re.search(r"step_s .* REGRESSED", output), output
+
+
+@pytest.mark.parametrize("recipe", sorted((ROOT / "examples" / "slurm").glob("*.sbatch")), ids=lambda path: path.name)
+def test_every_slurm_recipe_is_valid_bash_and_asks_for_whole_nodes(recipe: Path) -> None:
+    """ab.sbatch is not submitted here (an A/B is minutes of sessions); the others are, above."""
+    done = subprocess.run(["bash", "-n", str(recipe)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "#SBATCH --exclusive" in recipe.read_text()
