@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     import shlex
 
     from pytest_gpuperf.cli.loading import InputError
-    from pytest_gpuperf.cli.main import main as gpuperf
+    from pytest_gpuperf.core.record.children import Supervised
     from pytest_gpuperf.slurm.acceptance import pytest_argv, run_steps
 
     nodes = _nodes(args)
@@ -119,15 +119,11 @@ def run(args: argparse.Namespace) -> int:
     judged = [o for o in outcomes if o.wrote]
     fleet = 2
     if judged:
-        fleet = gpuperf(
-            [
-                "fleet",
-                *(str(o.results) for o in judged),
-                "--html",
-                str(out / "fleet.html"),
-                *shlex.split(args.fleet_args),
-            ]
-        )
+        # A process of its own (the `gpuperf fleet` command, as a user would run it on the folder): its output and
+        # exit status are the verdict's, and this module does not import the command line it belongs to.
+        argv = [sys.executable, "-m", "pytest_gpuperf.cli", "fleet", *(str(o.results) for o in judged)]
+        with Supervised([*argv, "--html", str(out / "fleet.html"), *shlex.split(args.fleet_args)]) as child:
+            fleet = child.wait()
         sys.stdout.flush()
     if lost:
         status = 1
