@@ -51,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # No generic markers here (perf, training, ...): a project's own markers of those names, and its
     # --strict-markers run, stay as they were. The suites register theirs in pytest_gpuperf/suites/conftest.py.
     settings = get_settings(config)  # resolve and validate every option now, so a bad value stops the run at once
+    _adopt_slurm_ranks()
     config.stash[reporting_key] = _is_reporting_rank()
     world = os.environ.get("WORLD_SIZE", "1").strip()
     if settings.take_turns and (config.getoption("numprocesses", None) or (world.isdigit() and int(world) > 1)):
@@ -70,6 +71,24 @@ def pytest_configure(config: pytest.Config) -> None:
             check_channel(settings.take_turns)
         except TurnError as error:
             raise pytest.UsageError(str(error)) from None
+
+
+def _adopt_slurm_ranks() -> None:
+    """Under ``srun`` with GPUPERF_SLURM_RANKS=1 each task is a rank: torchrun's variables are set from Slurm's
+    before anything reads them (distributed/environment.py)."""
+    from pytest_gpuperf.distributed.environment import adopt_slurm_ranks
+
+    try:
+        adopt_slurm_ranks()
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_gpuperf_machine(config: pytest.Config) -> str | None:
+    """Default: inside a Slurm job, the node's Slurm name (SLURMD_NODENAME), so a fleet names nodes as Slurm
+    does; elsewhere None, the identity read from the system."""
+    return os.environ.get("SLURMD_NODENAME") or None
 
 
 def _is_reporting_rank() -> bool:

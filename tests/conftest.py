@@ -9,6 +9,7 @@ other directories are left out of collection, and the header says so.
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,3 +86,21 @@ def _machine_state_not_judged() -> Iterator[None]:
         patch.delenv("CI", raising=False)
         patch.delenv("BUILD_NUMBER", raising=False)
         yield
+
+
+@pytest.fixture(scope="session")
+def local_slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Slurm of 4 nodes (n1..n4) on loopback for this session, stopped after it with nothing left running.
+    Under pytest-xdist each worker that asks gets its own (its own ports and folder). Skips naming what is missing
+    (root, Debian's slurmctld/slurmd/slurm-client/munge: .ci/run installs them)."""
+    from pytest_gpuperf.slurm.local import LocalSlurm, missing
+
+    reason = missing()
+    if reason is not None:
+        pytest.skip(f"no local Slurm: {reason}")
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), nodes=4)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

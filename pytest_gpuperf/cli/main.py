@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest_gpuperf.cli.accept import add_parser as add_accept
 from pytest_gpuperf.cli.option_defaults import declared, pct_text
 from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 
@@ -82,6 +83,7 @@ examples:
   gpuperf variance --reference ours.json partner-a/ partner-b/ --tolerance 1%
   gpuperf variance --trust partner-keys/ --reference-unsigned --reference ours.json partner-a/ partner-b/
   gpuperf fleet nodes/ --html fleet.html --save-spread fleet-spread.json
+  gpuperf accept --out /shared/acceptance --nodes 64     # inside sbatch: examples/slurm/acceptance.sbatch
   gpuperf history nightly/ --accepted accepted-changes.json
   gpuperf report nightly/ --baselines baselines/ -o report.html
   gpuperf baselines diff old-baselines/ baselines/
@@ -209,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     variance.set_defaults(run=lazy("variance"))
 
     _add_fleet(commands)
+    add_accept(commands)
 
     history = commands.add_parser(
         "history",

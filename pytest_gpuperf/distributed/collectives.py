@@ -103,10 +103,14 @@ def _call(op: str, source: Any, target: Any) -> None:
         dist.all_to_all_single(target, source)
 
 
-def time_collective(op: str, max_bytes: int | None, repeats: int, warmup: int) -> dict[int, list[float]]:
+def time_collective(
+    op: str, max_bytes: int | None, repeats: int, warmup: int, slowdown: float = 0.0
+) -> dict[int, list[float]]:
     """Run in every rank: seconds per call of ``op`` for each message size from 1 KiB to ``max_bytes`` (None:
     the largest that fits in every rank's free device memory), ``repeats`` samples per size, each the slowest
-    rank's mean over back-to-back calls. Every rank returns the same table, keyed by the bytes moved."""
+    rank's mean over back-to-back calls. Every rank returns the same table, keyed by the bytes moved.
+    ``slowdown`` (--gpuperf-inject-slowdown distributed=PCT) makes that fraction more calls per sample while the
+    mean counts the nominal ones, to prove a gate catches it."""
     import torch
     import torch.distributed as dist
 
@@ -142,7 +146,7 @@ def time_collective(op: str, max_bytes: int | None, repeats: int, warmup: int) -
             dist.barrier()
             sync()
             start = time.perf_counter()
-            for _ in range(calls):
+            for _ in range(calls + round(calls * slowdown)):
                 _call(op, source, target)
             sync()
             samples[i] = (time.perf_counter() - start) / calls

@@ -1,4 +1,5 @@
-"""torchrun's environment contract: reading it (are we a rank already?) and writing it (for spawned ranks).
+"""torchrun's environment contract: reading it (are we a rank already?), writing it (for spawned ranks), and
+deriving it from a Slurm step's whose tasks are the ranks (``GPUPERF_SLURM_RANKS=1``).
 
 Pure module (no torch), so the plugin can ask ``is_reporting_rank()`` at any time without importing torch.
 """
@@ -6,6 +7,7 @@ Pure module (no torch), so the plugin can ask ``is_reporting_rank()`` at any tim
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -88,3 +90,70 @@ def rank_variables(*, rank: int, world_size: int, master_addr: str, master_port:
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
     }
+
+
+SLURM_RANKS = "GPUPERF_SLURM_RANKS"
+"""Set to 1 where each task of a Slurm step is a rank (``srun -n 8 pytest ...``); not set, a step's tasks are
+independent sessions (node acceptance runs one per node)."""
+SLURM_PORT_BASE = 20000
+"""The rendezvous port without MASTER_PORT: 20000 + (job id x 16 + step id) mod 10000, the same in every task."""
+
+
+def slurm_rank_variables(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """torchrun's variables for this task of a Slurm step, where ``GPUPERF_SLURM_RANKS=1`` asks for them and
+    torchrun's own are absent; None otherwise. The rendezvous host is the step's first node, at its Slurm
+    NodeAddr (node names need not resolve); MASTER_ADDR and MASTER_PORT, where set, win."""
+    env = os.environ if environ is None else environ
+    if env.get(SLURM_RANKS, "") not in ("1", "yes", "true") or "RANK" in env:
+        return None
+    needed = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID")
+    missing = [name for name in needed if name not in env]
+    if missing:
+        raise ValueError(
+            f"{SLURM_RANKS}=1 but {', '.join(missing)} unset: it takes the ranks from a Slurm step; start pytest "
+            "with srun (docs/distributed.md), or unset it"
+        )
+    try:
+        job, step = int(env["SLURM_JOB_ID"]), int(env.get("SLURM_STEP_ID", "0"))
+        node_index = int(env["SLURM_NODEID"])
+        port = int(env.get("MASTER_PORT", SLURM_PORT_BASE + (job * 16 + step) % 10000))
+    except ValueError as exc:
+        raise ValueError(f"Slurm step variable is not an integer: {exc}") from None
+    per_node = _tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", ""))
+    local_world = per_node[node_index] if node_index < len(per_node) else int(env["SLURM_NTASKS"])
+    address = env.get("MASTER_ADDR")
+    if not address:
+        from pytest_gpuperf.slurm.nodelist import expand, node_address
+
+        nodes = expand(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
+        address = node_address(nodes[0], env=dict(env))
+    return {
+        "RANK": env["SLURM_PROCID"],
+        "LOCAL_RANK": env["SLURM_LOCALID"],
+        "WORLD_SIZE": env["SLURM_NTASKS"],
+        "LOCAL_WORLD_SIZE": str(local_world),
+        "GROUP_RANK": str(node_index),
+        "MASTER_ADDR": address,
+        "MASTER_PORT": str(port),
+    }
+
+
+def _tasks_per_node(text: str) -> list[int]:
+    """Slurm's ``2(x3),1`` -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in filter(None, text.split(",")):
+        found = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if found is None:
+            return []
+        counts.extend([int(found.group(1))] * int(found.group(2) or 1))
+    return counts
+
+
+def adopt_slurm_ranks() -> bool:
+    """Set torchrun's variables in this process from its Slurm step's (see ``slurm_rank_variables``), once,
+    before anything reads them; True when it did."""
+    found = slurm_rank_variables()
+    if found is None:
+        return False
+    os.environ.update(found)
+    return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,9 @@ class TrainJob:
     """Model initialisation seed."""
     data_seed: int = 0
     """Markov-chain corpus seed."""
+    slowdown: float = 0.0
+    """--gpuperf-inject-slowdown distributed=PCT: after each timed step a rank sleeps that fraction of its median
+    warmup step (numerics untouched), so a gate can be shown to catch a slower step."""
     after_prepare: Callable[[Any, Any], None] | None = None
     """Called in each rank as ``after_prepare(prepared, mesh)`` before training: fault injection for the
     tests that prove a broken collective is caught. Must be a module-level function."""
@@ -201,7 +205,7 @@ def train_rank(job: TrainJob) -> RankReport:
         loss_fn=spec.loss,
         optimizer=prepared.optimizer,
         steps=job.steps,
-        step=prepared.step or default_step,
+        step=_slowed(prepared.step or default_step, job.slowdown, job.warmup_steps, sync),
         batches=_batches(
             job, seq_len=spec.seq_len, vocab_size=spec.vocab_size, dp_index=dp_index, dp_size=dp_size, device=device
         ),
@@ -216,6 +220,28 @@ def train_rank(job: TrainJob) -> RankReport:
         tokens_per_step=result.tokens_per_step,
         threads=torch.get_num_threads(),
     )
+
+
+def _slowed(step: Callable[[Any, Any], None], slowdown: float, warmup: int, sync: Callable[[], None] | None) -> Any:
+    """``step`` followed by a sleep of ``slowdown`` x the median warmup step. A fixed sleep, not a fraction of each
+    step's own time: a step's time includes waiting for peers, which would feed their sleeps back into ours."""
+    if not slowdown:
+        return step
+    warm: list[float] = []
+    previous_end = time.perf_counter()
+
+    def slowed_step(loss: Any, optimizer: Any) -> None:
+        nonlocal previous_end
+        step(loss, optimizer)
+        if sync is not None:
+            sync()
+        if len(warm) < max(1, warmup):
+            warm.append(time.perf_counter() - previous_end)
+        else:
+            time.sleep(slowdown * statistics.median(warm))
+        previous_end = time.perf_counter()
+
+    return slowed_step
 
 
 def train_single(job: TrainJob, *, threads: int, device: str = "cpu") -> CombinedRun:

@@ -28,6 +28,7 @@ from pytest_gpuperf.distributed.training import (
     train_rank,
     train_single,
 )
+from pytest_gpuperf.micro.kernels import note_slowdown
 
 pytestmark = [pytest.mark.perf, pytest.mark.distributed]
 
@@ -95,6 +96,7 @@ def _run_strategy(strategy_name: str, device_mesh, perf, job: TrainJob) -> None:
         higher_is_better=True,
         context=context,
     )
+    note_slowdown(perf, "tokens_per_s_per_device", job.slowdown)
     perf.record(
         "scaling_efficiency",
         scaling_efficiency(run, single, warmup_steps=warmup),
@@ -113,7 +115,8 @@ def _run_strategy(strategy_name: str, device_mesh, perf, job: TrainJob) -> None:
 
 @pytest.mark.parametrize("strategy,device_mesh", CASES, indirect=["device_mesh"])
 def test_strategy_follows_the_single_rank_curve(strategy, device_mesh, perf):
-    _run_strategy(strategy, device_mesh, perf, TrainJob(strategy=strategy))
+    slowdown = perf.settings.slowdown("distributed")
+    _run_strategy(strategy, device_mesh, perf, TrainJob(strategy=strategy, slowdown=slowdown))
 
 
 @pytest.mark.gpu_tier
@@ -136,8 +139,9 @@ def test_collective_bandwidth(op, device_mesh, perf):
     if world < 2:
         pytest.skip(f"mesh {device_mesh.spec.label} has one rank: a collective moves no data")
     max_bytes = None if perf.device == "cuda" else CPU_MAX_MESSAGE
+    slowdown = perf.settings.slowdown("distributed")
     table = device_mesh.launch(
-        time_collective, op, max_bytes, perf.settings.repeats, perf.settings.warmup, timeout=600
+        time_collective, op, max_bytes, perf.settings.repeats, perf.settings.warmup, slowdown, timeout=600
     )[0]
     factor = bus_factor(op, world)
     for size, seconds in table.items():
@@ -153,5 +157,6 @@ def test_collective_bandwidth(op, device_mesh, perf):
                 "bus_factor": factor,
                 "algbw_GBps": statistics.median(algbw_gbps(size, s) for s in seconds),
                 "seconds_median": statistics.median(seconds),
+                **({"injected_slowdown": slowdown} if slowdown else {}),
             },
         )
