@@ -30,6 +30,7 @@ from pytest_gpuperf.cli.loading import (
     load_bytes,
     quote,
     read_bytes,
+    skipped,
     walk_files,
 )
 from pytest_gpuperf.cli.option_defaults import given
@@ -140,26 +141,11 @@ def read_node_runs(paths: list[Path]) -> list[tuple[Run, str | None]]:
                 continue
             seen.add(real)
             data = read_bytes(file)
-            if _is_spread_file(data):  # --save-spread's own output, kept beside the nodes' results
-                if file == path:
-                    raise InputError(
-                        f"{file}: a fleet spread file (gpuperf fleet --save-spread), not a node's results; give it "
-                        "to pytest --gpuperf-machine-noise, and the nodes' results files here"
-                    )
+            if skipped(file, data, given=path):
                 continue
             run = load_bytes(data, file)
             found.append((run, _host(data) if run.machine_id else None))
     return found
-
-
-def _is_spread_file(data: bytes) -> bool:
-    if spread_file.KIND.encode() not in data[:4096]:
-        return False
-    try:
-        document = schema.loads(data)
-    except schema.SchemaError:
-        return False
-    return isinstance(document, dict) and document.get("kind") == spread_file.KIND
 
 
 def _host(data: bytes) -> str | None:
