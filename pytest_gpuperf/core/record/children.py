@@ -16,11 +16,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import IO
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
@@ -30,6 +31,42 @@ GRACE_S = 5.0
 POLL_S = 0.05
 STRAY_SIGNALS = (signal.SIGTERM, signal.SIGKILL)
 """What strays get: the leader has exited, nothing is left that writes results on SIGINT."""
+INTERRUPTING_SIGNALS = tuple(
+    sig for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if sig
+)
+"""Ctrl-C, a job's cancel or eviction (SIGTERM: Slurm's --time and scancel, Kubernetes) and a closed terminal
+(SIGHUP): each stops a long-running entry point as Ctrl-C does (``signals_interrupt``)."""
+
+
+@contextlib.contextmanager
+def signals_interrupt(
+    signals: Sequence[int] = INTERRUPTING_SIGNALS, *, passed_on: Callable[[int], bool] | None = None
+) -> Iterator[list[int]]:
+    """While inside, each of ``signals`` raises KeyboardInterrupt in the main thread, so every entry point stops
+    on SIGTERM or SIGHUP along the path Ctrl-C takes (its children's groups stopped, what finished written);
+    yields the signals received. One stop is enough: later signals are noted, not raised again, so they cannot
+    cut short the stopping of the children or the writing of the results. ``passed_on``: a caller whose workers
+    stop on their own (xdist's controller) passes the first signal to them (True: passed on) and raises only at
+    the second. Off the main thread: nothing is set."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    raise_at = [1]
+
+    def interrupt(number: int, frame: FrameType | None) -> None:
+        received.append(number)
+        if len(received) == 1 and passed_on is not None and passed_on(number):
+            raise_at[0] = 2
+        elif len(received) == raise_at[0]:
+            raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, interrupt) for number in signals}
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
