@@ -287,6 +287,84 @@ def die_with_parent(sig: int, *, parent: int) -> None:
         os._exit(128 + int(sig))
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@contextlib.contextmanager
+def catching_orphans(*, grace: float = GRACE_S) -> Iterator[bool]:
+    """While inside, this process is a child subreaper (Linux): a daemon a command starts, which leaves its group
+    (``setsid``, a double fork) and is orphaned, becomes this process's child instead of init's. On the way out,
+    each such new child outside our process group is ended (SIGTERM to its group, then SIGKILL) and reaped.
+    Yields whether the platform can do it; where it cannot (not Linux, no prctl), nothing is caught and
+    docs/design/supervised-children.md says so."""
+    prctl = _prctl()
+    if prctl is None or prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        yield False
+        return
+    before = _own_children()
+    try:
+        yield True
+    finally:
+        prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        ours = os.getpgrp()  # what this process starts itself without a group of its own stays in ours
+        orphans = [pid for pid in _own_children() - before if _group(pid) not in (None, ours)]
+        for sig in STRAY_SIGNALS:
+            for pid in orphans:
+                with contextlib.suppress(OSError):
+                    if os.getpgid(pid) == pid:  # it leads a group of its own (setsid): what it started goes too
+                        os.killpg(pid, sig)
+                    else:
+                        os.kill(pid, sig)
+            deadline = time.monotonic() + grace
+            while orphans and time.monotonic() < deadline:
+                orphans = [pid for pid in orphans if not _reaped(pid)]
+                time.sleep(POLL_S)
+            if not orphans:
+                break
+        for pid in orphans:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        function: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return function
+    except (OSError, AttributeError):
+        return None
+
+
+def _own_children() -> set[int]:
+    """The pids whose parent is this process, from /proc (empty where there is none)."""
+    me, found = os.getpid(), set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    text = Path(f"/proc/{name}/stat").read_bytes().decode("ascii", "replace")
+                    if int(text[text.rfind(")") + 1 :].split()[1]) == me:
+                        found.add(int(name))
+    return found
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True
+
+
 def _members_from_proc(group: int) -> int | None:
     """How many running (not zombie) processes are in the group, from /proc; None where there is no /proc."""
     proc = Path("/proc")

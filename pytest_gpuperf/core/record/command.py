@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_gpuperf.core.record.children import Stopping, Supervised
+from pytest_gpuperf.core.record.children import Stopping, Supervised, catching_orphans
 from pytest_gpuperf.core.record.readings import (
     Adapter,
     NoMetrics,
@@ -87,22 +87,23 @@ def run_once(
     group is gone. At ``timeout`` the group is stopped (returncode None); an exception in the wait (the test's
     budget, Ctrl-C) stops it too and propagates."""
     started = time.monotonic()
-    with log_path.open("wb") as log:
-        try:
-            child = Supervised(argv, stdout=log, cwd=cwd, env=dict(env), stopping=STOPPING)
-        except FileNotFoundError:
-            _fail(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:4])} ...)")
-        except PermissionError:
-            _fail(f"command not executable: {shlex.quote(argv[0])}")
-        try:
-            returncode: int | None = child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            child.stop()
-            returncode = None
-        except BaseException:  # the budget's BudgetExceeded, Ctrl-C: nothing of the command may outlive the test
-            child.stop()
-            raise
-    child.end_strays()
+    with catching_orphans():  # a daemon that left the group (setsid) is ended too
+        with log_path.open("wb") as log:
+            try:
+                child = Supervised(argv, stdout=log, cwd=cwd, env=dict(env), stopping=STOPPING)
+            except FileNotFoundError:
+                _fail(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:4])} ...)")
+            except PermissionError:
+                _fail(f"command not executable: {shlex.quote(argv[0])}")
+            try:
+                returncode: int | None = child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                child.stop()
+                returncode = None
+            except BaseException:  # the budget's BudgetExceeded, Ctrl-C: nothing of the command may outlive the test
+                child.stop()
+                raise
+        child.end_strays()
     return CommandRun(
         argv=list(argv),
         returncode=returncode,
