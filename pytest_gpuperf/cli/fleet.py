@@ -201,6 +201,7 @@ def build_series(nodes: list[Node]) -> dict[tuple[str, str], Series]:
         for run in node.runs:
             for data in run.metrics.values():
                 device = _device(data)
+                _check_device(data, device, run.source)
                 key = (spread_file.without_device(data.key, device) if device else data.key, data.metric)
                 test = spread_file.without_device(data.test, device) if device else data.test
                 entry = series.setdefault(
@@ -219,6 +220,19 @@ def build_series(nodes: list[Node]) -> dict[tuple[str, str], Series]:
                 unit = Unit(node=node, device=None if device == WHOLE_NODE else device)
                 entry.samples.setdefault(unit, []).extend(data.samples)
     return series
+
+
+def _check_device(data: MetricData, device: str | None, source: Path) -> None:
+    """A result whose context names one device and whose test id another cannot be placed: its series would be
+    apart from its siblings', too small to judge, and the unit would escape the fleet rule."""
+    if device is None or device == WHOLE_NODE or spread_file.without_device(data.test, device) != data.test:
+        return
+    if spread_file.without_device(data.test) != data.test:
+        named = data.test[:-1].partition("[")[2].partition("-")[0]
+        raise InputError(
+            f"{source}: test {quote(data.test)} metric {quote(data.metric)} names device {quote(named)} in its id "
+            f"but {quote(device)} in its context; give results whose context.device is the device the test ran on"
+        )
 
 
 def _device(data: MetricData) -> str | None:
