@@ -268,7 +268,10 @@ def load_path(path: Path) -> list[Run]:
 def other_document(data: bytes) -> str | None:
     """What a gpuperf document that is not a run's results is (a fleet spread file, a command's JSON output, an
     ab.json or bisect.json), else None: commands write these beside the results they read."""
-    if data.lstrip()[:1] != b"{":
+    head = data.lstrip()[:64]
+    if head.startswith((b"gpuperf ", b"## gpuperf ", b"<!DOCTYPE html>")):
+        return "the output of a gpuperf command (a table, Markdown or HTML page), not a run's results"
+    if head[:1] != b"{":
         return None
     try:
         document = schema.loads(data)

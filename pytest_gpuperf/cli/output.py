@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_gpuperf.cli.loading import SUFFIXES as READ_SUFFIXES
-from pytest_gpuperf.cli.loading import InputError
+from pytest_gpuperf.cli.loading import InputError, walk_files
 
 
 def printable(text: str) -> str:
@@ -133,8 +133,17 @@ def check_not_an_input(
             and real.startswith(folder.rstrip(os.sep) + os.sep)
             and Path(real).suffix.lower() in suffixes
         )
+        linked = (
+            not same
+            and written is not None
+            and written.st_nlink > 1
+            and stat.S_ISDIR(status.st_mode)
+            and any(_same_file(file, written) for file in walk_files(Path(given), suffixes))
+        )
         if same:
             problem = f"names the input {given}: writing it would destroy that input"
+        elif linked:
+            problem = f"is a hard link to a file of the input folder {given}, which writing it would destroy"
         elif inside and written is not None:
             problem = f"would overwrite a file of the input folder {given}"
         elif inside:
@@ -142,6 +151,14 @@ def check_not_an_input(
         else:
             continue
         raise InputError(f"{path}: {option} {problem}; write it outside the inputs")
+
+
+def _same_file(path: Path, status: os.stat_result) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (status.st_dev, status.st_ino)
 
 
 def _write_in_place(path: Path, data: bytes, what: str, hint: str) -> None:

@@ -128,6 +128,8 @@ def test_a_hard_link_to_an_input_is_that_input(tmp_path: Path, capsys: pytest.Ca
     link.hardlink_to(folder / "node-1.json")
     assert cli.main(["report", str(link), "-o", str(link)]) == 2
     assert "names the input" in capsys.readouterr().err
+    assert cli.main(["fleet", str(folder), "-o", str(link)]) == 2  # a file of the folder, under another name
+    assert "is a hard link to a file of the input folder" in capsys.readouterr().err
 
 
 def test_an_output_beside_the_inputs_that_is_not_read_is_written(
@@ -147,11 +149,13 @@ def test_documents_commands_write_into_a_results_folder_are_skipped_with_a_note(
     (folder / "fleet.json").write_text(json.dumps(table))
     (folder / "spread.json").write_text(json.dumps({"kind": "gpuperf-fleet-spread", "pooled": 0.01}))
     (folder / "ab.json").write_text(json.dumps({"schema": "gpuperf-ab/2"}))
+    (folder / "table.json").write_text("gpuperf compare a -> b\nverdict: ...\n")  # -o x.json, --format table
     for argv in (["history", str(folder)], ["compare", str(folder), str(folder)]):
         assert cli.main(argv) in (0, 1)
         err = capsys.readouterr().err
         assert f"{folder / 'fleet.json'}: the JSON output of gpuperf fleet (--format json)" in err
         assert f"{folder / 'spread.json'}: a fleet spread file" in err and "ab.json: a gpuperf ab" in err
+        assert "table.json: the output of a gpuperf command (a table, Markdown or HTML page)" in err
     (folder / "ab.json").unlink()  # report reads a folder's ab.json as the comparison to draw
     assert cli.main(["report", str(folder), "-o", str(tmp_path / "r.html")]) == 0
     assert "spread.json: a fleet spread file" in capsys.readouterr().err
