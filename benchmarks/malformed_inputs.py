@@ -371,7 +371,6 @@ def report_documents(args: argparse.Namespace) -> tuple[list[str], int, Defects]
             if kind in ("hang", "traceback") or kind.startswith("other"):
                 defects.append(f"{kind}: gpuperf {' '.join(argv)}: {data[:300]!r}\n{err[-1500:]}")
             shutil.rmtree(folder, ignore_errors=True)
-    kinds = sorted({kind for _, kind in outcomes})
     durations.sort()
     lines = [
         f"**Part 3, `gpuperf report` on hand-edited ab.json / bisect.json.** {args.report_runs} documents "
@@ -380,15 +379,23 @@ def report_documents(args: argparse.Namespace) -> tuple[list[str], int, Defects]
         "1e999 or 400 digits for a number, a key twice, truncated, bytes flipped, 100,000-deep nesting, or whole), "
         f"each drawn in a forked child with a {args.timeout:g} s limit; median {median(durations) * 1e3:.0f} ms:",
         "",
-        "| file | " + " | ".join(kinds) + " |",
+        *outcome_table("file", outcomes),
+    ]
+    return lines, args.report_runs, defects
+
+
+def outcome_table(heading: str, outcomes: collections.Counter[tuple[str, str]]) -> list[str]:
+    """A Markdown table of (row, outcome) counts: one row per name, one column per outcome, then a blank line."""
+    kinds = sorted({kind for _, kind in outcomes})
+    return [
+        f"| {heading} | " + " | ".join(kinds) + " |",
         "| --- |" + " --- |" * len(kinds),
         *[
             f"| {name} | " + " | ".join(str(outcomes.get((name, k), 0)) for k in kinds) + " |"
             for name in sorted({name for name, _ in outcomes})
-        ],  # fmt: skip
+        ],
         "",
     ]
-    return lines, args.report_runs, defects
 
 
 def classify(status: str, err: str) -> str:

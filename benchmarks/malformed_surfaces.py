@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,16 @@ MAXTEXT = ("completed step: {a}, seconds: {b}, TFLOP/s/device: {c}, Tokens/s/dev
 MEGATRON = (" iteration {a}/ 100 | elapsed time per iteration (ms): {b} | throughput per GPU (TFLOP/s/GPU): {c} | "
             "global batch size: {d} | lm loss: {e} | number of nan iterations: {f} |")  # fmt: skip
 FAIR = {"a": "10", "b": "7.1", "c": "5.71", "d": "57,729", "e": "78.76", "f": "7.96"}
+
+
+def case_folders(name: str, count: int) -> Iterator[tuple[int, Path]]:
+    """``count`` fresh folders under one temporary folder, each removed once its case is done."""
+    with tempfile.TemporaryDirectory(prefix=f"gpuperf-fuzz-{name}-") as scratch:
+        for number in range(count):
+            case = Path(scratch) / str(number)
+            case.mkdir()
+            yield number, case
+            shutil.rmtree(case, ignore_errors=True)
 
 
 def adapters(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
@@ -104,20 +114,15 @@ def adapters(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
                 shutil.rmtree(path)
             elif path.exists() or path.is_symlink():
                 path.unlink()
-    kinds = sorted({kind for _, kind in outcomes})
+    from malformed_inputs import outcome_table
+
     lines = [
         f"**Part 8, framework adapters.** {args.adapter_inputs} hostile inputs to the adapters (a fair line of each "
         "with numbers replaced by 5.7.1, inf, nan, 1e400, 5,000 digits, 401-digit integers, full-width digits; a "
         "character flipped; JSONL nested 100,000 deep; and at {output} a folder, a FIFO or nothing), in this process "
         f"with a {args.timeout:g} s limit each:",
         "",
-        "| adapter | " + " | ".join(kinds) + " |",
-        "| --- |" + " --- |" * len(kinds),
-        *[
-            f"| {name} | " + " | ".join(str(outcomes.get((name, k), 0)) for k in kinds) + " |"
-            for name in sorted({name for name, _ in outcomes})
-        ],  # fmt: skip
-        "",
+        *outcome_table("adapter", outcomes),
     ]
     return lines, args.adapter_inputs, defects
 
@@ -163,41 +168,38 @@ def writers(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
     rng = random.Random(args.seed + 9)
     outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
     defects: Defects = []
-    with tempfile.TemporaryDirectory(prefix="gpuperf-fuzz-writers-") as scratch:
-        for number in range(args.writer_cases):
-            case = Path(scratch) / str(number)
-            runs = case / "runs"
-            runs.mkdir(parents=True)
-            for node in ("node-1.json", "node-2.json", "node-3.json"):
-                (runs / node).write_text(json.dumps(RESULTS))
-            before = {path.name: path.read_bytes() for path in runs.iterdir()}
-            target_kind = rng.choice(["the input", "a hard link to it", "a link to it", "new .json inside", "beside"])
-            target = {
-                "the input": runs / "node-1.json",
-                "a hard link to it": case / "hard.json",
-                "a link to it": case / "soft.json",
-                "new .json inside": runs / "written.json",
-                "beside": case / "out.file",
-            }[target_kind]
-            if target_kind == "a hard link to it":
-                os.link(runs / "node-1.json", target)
-            elif target_kind == "a link to it":
-                target.symlink_to(runs / "node-1.json")
-            template = rng.choice(WRITERS)
-            inputs = {"inputs": str(runs), "first": str(runs / "node-1.json"), "second": str(runs / "node-2.json")}
-            argv = [part.format(**inputs) for part in template] + [str(target)]
-            status, _, err, _ = run_forked(cli.main, argv, args.timeout, case)
-            kind = classify(status, err)
-            outcomes[(" ".join(template[:1] + template[-1:]), f"{target_kind}: {kind}")] += 1
-            after = {path.name: path.read_bytes() for path in runs.iterdir() if path.name in before}
-            if after != before:
-                defects.append(f"lost: gpuperf {' '.join(argv)} changed {sorted(set(before) - set(after)) or 'a'} file")
-            if kind in ("hang", "traceback") or kind.startswith("other"):
-                defects.append(f"{kind}: gpuperf {' '.join(argv)}\n{err[-800:]}")
-            again, _, err, _ = run_forked(cli.main, ["history", str(runs)], args.timeout, case)
-            if again not in ("exit 0", "exit 1"):
-                defects.append(f"the folder no longer reads after gpuperf {' '.join(argv)}: {err[-400:]}")
-            shutil.rmtree(case, ignore_errors=True)
+    for _, case in case_folders("writers", args.writer_cases):
+        runs = case / "runs"
+        runs.mkdir()
+        for node in ("node-1.json", "node-2.json", "node-3.json"):
+            (runs / node).write_text(json.dumps(RESULTS))
+        before = {path.name: path.read_bytes() for path in runs.iterdir()}
+        target_kind = rng.choice(["the input", "a hard link to it", "a link to it", "new .json inside", "beside"])
+        target = {
+            "the input": runs / "node-1.json",
+            "a hard link to it": case / "hard.json",
+            "a link to it": case / "soft.json",
+            "new .json inside": runs / "written.json",
+            "beside": case / "out.file",
+        }[target_kind]
+        if target_kind == "a hard link to it":
+            os.link(runs / "node-1.json", target)
+        elif target_kind == "a link to it":
+            target.symlink_to(runs / "node-1.json")
+        template = rng.choice(WRITERS)
+        inputs = {"inputs": str(runs), "first": str(runs / "node-1.json"), "second": str(runs / "node-2.json")}
+        argv = [part.format(**inputs) for part in template] + [str(target)]
+        status, _, err, _ = run_forked(cli.main, argv, args.timeout, case)
+        kind = classify(status, err)
+        outcomes[(" ".join(template[:1] + template[-1:]), f"{target_kind}: {kind}")] += 1
+        after = {path.name: path.read_bytes() for path in runs.iterdir() if path.name in before}
+        if after != before:
+            defects.append(f"lost: gpuperf {' '.join(argv)} changed {sorted(set(before) - set(after)) or 'a'} file")
+        if kind in ("hang", "traceback") or kind.startswith("other"):
+            defects.append(f"{kind}: gpuperf {' '.join(argv)}\n{err[-800:]}")
+        again, _, err, _ = run_forked(cli.main, ["history", str(runs)], args.timeout, case)
+        if again not in ("exit 0", "exit 1"):
+            defects.append(f"the folder no longer reads after gpuperf {' '.join(argv)}: {err[-400:]}")
     lines = [
         f"**Part 9, outputs aimed at inputs.** {args.writer_cases} `gpuperf` writer runs (fleet -o/--html/"
         "--save-spread/--format json -o, report -o, history -o, compare -o, variance -o) whose output is an input, "
@@ -250,53 +252,50 @@ def stop_signals(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
     rng = random.Random(args.seed + 10)
     outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
     defects: Defects = []
-    with tempfile.TemporaryDirectory(prefix="gpuperf-fuzz-stop-") as scratch:
-        for number in range(args.stop_signals):
-            case = Path(scratch) / str(number)
-            case.mkdir()
-            sig = rng.choice([signal.SIGTERM, signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-            env = {**os.environ, "GPUPERF_FUZZ_MARK": MARK, "PYTHONPATH": str(ROOT), "FINISHED": str(case / "done")}
-            bisecting = number % 4 == 3
-            if bisecting:
-                build = "sleep 60 & echo $! > {dir}/child; wait"
-                command = [sys.executable, "-m", "pytest_gpuperf.cli", "bisect", "--good", "a==1", "--bad", "a==2",
-                           "--build", build, "--out", str(case / "out"), "--no-take-turns", "--", "x.py"]  # fmt: skip
-            else:
-                (case / "test_session.py").write_text(SESSION)
-                (case / "conftest.py").write_text(FINISHED)
-                command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           "-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-results", "n.json",
-                           "test_session.py"]  # fmt: skip
-            process = subprocess.Popen(command, cwd=case, env=env, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-            delay = rng.uniform(1.0, 6.0)
-            time.sleep(delay)
-            process.send_signal(sig)
-            try:
-                code = process.wait(args.timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                code = None
-            what = "bisect" if bisecting else "session"
-            if code is None:
-                outcomes[(what, "hang")] += 1
-                defects.append(f"hang: {what} after {sig.name} at {delay:.1f} s")
-                continue
-            outcomes[(what, f"exit {code}")] += 1
-            if bisecting:
-                if code == 128 + sig and not (case / "out" / "bisect.json").is_file():
-                    defects.append(f"lost: bisect stopped by {sig.name} at {delay:.1f} s wrote no bisect.json")
-            else:
-                finished = (case / "done").read_text().split() if (case / "done").exists() else []
-                results = case / "n.json"
-                kept = {e["test"] for e in json.loads(results.read_text())["results"]} if results.exists() else set()
-                missing = [test for test in finished if test not in kept]
-                if missing:
-                    defects.append(f"lost: {sig.name} at {delay:.1f} s: {len(missing)} finished test(s) not in results")
-            left = reap_left_behind(10.0)
-            if left:
-                defects.append(f"left running after {what} {sig.name} at {delay:.1f} s: {sorted(left.values())}")
+    for number, case in case_folders("stop", args.stop_signals):
+        sig = rng.choice([signal.SIGTERM, signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+        env = {**os.environ, "GPUPERF_FUZZ_MARK": MARK, "PYTHONPATH": str(ROOT), "FINISHED": str(case / "done")}
+        bisecting = number % 4 == 3
+        if bisecting:
+            build = "sleep 60 & echo $! > {dir}/child; wait"
+            command = [sys.executable, "-m", "pytest_gpuperf.cli", "bisect", "--good", "a==1", "--bad", "a==2",
+                       "--build", build, "--out", str(case / "out"), "--no-take-turns", "--", "x.py"]  # fmt: skip
+        else:
+            (case / "test_session.py").write_text(SESSION)
+            (case / "conftest.py").write_text(FINISHED)
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                       "-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-results", "n.json",
+                       "test_session.py"]  # fmt: skip
+        process = subprocess.Popen(command, cwd=case, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        delay = rng.uniform(1.0, 6.0)
+        time.sleep(delay)
+        process.send_signal(sig)
+        try:
+            code = process.wait(args.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code = None
+        what = "bisect" if bisecting else "session"
+        if code is None:
+            outcomes[(what, "hang")] += 1
+            defects.append(f"hang: {what} after {sig.name} at {delay:.1f} s")
+            continue
+        outcomes[(what, f"exit {code}")] += 1
+        if bisecting:
+            if code == 128 + sig and not (case / "out" / "bisect.json").is_file():
+                defects.append(f"lost: bisect stopped by {sig.name} at {delay:.1f} s wrote no bisect.json")
+        else:
+            finished = (case / "done").read_text().split() if (case / "done").exists() else []
+            results = case / "n.json"
+            kept = {e["test"] for e in json.loads(results.read_text())["results"]} if results.exists() else set()
+            missing = [test for test in finished if test not in kept]
+            if missing:
+                defects.append(f"lost: {sig.name} at {delay:.1f} s: {len(missing)} finished test(s) not in results")
+        left = reap_left_behind(10.0)
+        if left:
+            defects.append(f"left running after {what} {sig.name} at {delay:.1f} s: {sorted(left.values())}")
     lines = [
         f"**Part 10, stop signals.** {args.stop_signals} runs: a pytest session of 13 perf tests (one with a child "
         "process) or, every fourth, `gpuperf bisect` mid-build (a build shell with a child), sent SIGTERM, SIGHUP "

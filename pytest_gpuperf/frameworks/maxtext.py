@@ -12,16 +12,8 @@ from __future__ import annotations
 import json
 import re
 
-from pytest_gpuperf.core.record.readings import (
-    Reading,
-    RunOutput,
-    Series,
-    at_line,
-    finite,
-    output_file,
-    parse_number,
-    parse_step,
-)
+from pytest_gpuperf.core.record import readings
+from pytest_gpuperf.core.record.readings import Reading, RunOutput, Series
 
 KEYS = {
     "step_time": ("perf/step_time_seconds", "s", False),
@@ -52,21 +44,21 @@ class MaxTextAdapter:
         reading = Reading(series=series)
         if output.file is not None:
             missing = f"MaxText wrote no metrics file at {output.file} (metrics_file={{output}})"
-            text = output_file(output.file, missing=missing)
+            text = readings.output_file(output.file, missing=missing)
             for number, line in enumerate(text.splitlines(), 1):
-                with at_line(str(output.file), number, line):
+                with readings.at_line(str(output.file), number, line):
                     try:
                         document = json.loads(line)
                     except ValueError:
                         continue
-                step = parse_step(document.get("step")) if isinstance(document, dict) else None
+                step = readings.parse_step(document.get("step")) if isinstance(document, dict) else None
                 if not isinstance(document, dict) or step is None:
                     continue
                 for name, (key, _, _) in KEYS.items():
-                    value = finite(document.get(key))
+                    value = readings.finite(document.get(key))
                     if value is not None and value > 0:
                         series[name].points.append((step, value))
-                loss = finite(document.get(LOSS))
+                loss = readings.finite(document.get(LOSS))
                 if loss is not None:
                     reading.loss.append((step, loss))
             reading.context["source"] = "metrics_file"
@@ -75,10 +67,10 @@ class MaxTextAdapter:
                 match = LOG_LINE.search(line)
                 if match is None:
                     continue
-                with at_line("the output", number, line):
-                    values = {group: parse_number(match.group(group)) for group in ("step", *KEYS, "loss")}
+                with readings.at_line("the output", number, line):
+                    values = {group: readings.parse_number(match.group(group)) for group in ("step", *KEYS, "loss")}
                     bad = [f"{group} {match.group(group)!r}" for group, value in values.items() if value is None]
-                    step = parse_step(match.group("step"))
+                    step = readings.parse_step(match.group("step"))
                     if bad or step is None:
                         raise ValueError(f"not a number: {', '.join(bad) or 'step'}")
                 for name in KEYS:
