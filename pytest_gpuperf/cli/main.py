@@ -627,7 +627,8 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
 
 
 OUTPUT_OPTIONS = {"output": "-o/--output", "junitxml": "--junitxml", "html": "--html", "save_spread": "--save-spread"}
-"""The options naming a file a command writes: its folder must exist (cli/output.py ``check_folder``)."""
+"""The options naming a file a command writes: its folder must exist (cli/output.py ``check_folder``), and it may
+not be one of the command's inputs (``check_not_an_input``)."""
 INPUT_ARGUMENTS = ("base", "new", "old", "reference", "submissions", "trust", "paths", "results", "good", "bad")
 """The arguments naming what a command reads (files, folders; a pin list is no path and is passed over): no
 output may be one of them or a results file inside one (cli/output.py ``check_not_an_input``)."""

@@ -37,9 +37,10 @@ def stop_on_signals(config: pytest.Config) -> None:
 
 
 def _to_workers(config: pytest.Config, sig: int) -> bool:
-    """xdist's controller passes a stop signal to its workers: each ends its session as interrupted and sends
-    what it finished, which the controller keeps (it raised itself, their results would be lost). A second
-    signal stops the controller. False (the controller stops now) while no worker has started."""
+    """xdist's controller passes a stop signal on to its workers and keeps going: each worker ends its session
+    as interrupted and sends what it finished, which the controller keeps (stopped at once, it would drop their
+    results). A second signal stops the controller. False (it stops now) where there is no worker: no xdist, an
+    xdist worker itself, or before the workers started."""
     dsession = config.pluginmanager.getplugin("dsession")  # xdist's controller (registered after this plugin)
     group = getattr(getattr(dsession, "nodemanager", None), "group", None)
     pids = [getattr(getattr(getattr(gateway, "_io", None), "popen", None), "pid", None) for gateway in group or ()]
