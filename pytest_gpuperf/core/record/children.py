@@ -4,9 +4,10 @@ Invariants: a child leads a process group (and session) of its own, so everythin
 stopping signals the whole group, one signal after another from ``Stopping.first`` on (SIGINT, SIGTERM, SIGKILL),
 each after its grace; what a child leaves in its group after it exits is ended; on Linux the kernel sends the
 child a death signal when its caller dies without stopping it. Members that exited but were not reaped
-(zombies) count as gone unless the caller waits for their reaping. Used by `gpuperf ab`, ``perf.run_command``,
-the inference servers and the rank pool. Standard library only: it may import nothing of the package (the ranks
-import it before torch). Why a group and a death signal: docs/design/supervised-children.md.
+(zombies) count as gone unless the caller waits for their reaping; ``catching_orphans`` ends a daemon that left
+its group. ``signals_interrupt`` makes SIGTERM and SIGHUP stop an entry point as Ctrl-C does. Used by `gpuperf
+ab` and `bisect`, the pytest session, ``perf.run_command``, the inference servers and the rank pool. Standard
+library only (the ranks import it before torch). Why: docs/design/supervised-children.md.
 """
 
 from __future__ import annotations
