@@ -322,9 +322,8 @@ def catching_orphans(*, grace: float = GRACE_S) -> Iterator[bool]:
                 time.sleep(POLL_S)
             if not orphans:
                 break
-        for pid in orphans:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+        for pid in orphans:  # still there after SIGKILL's grace (stuck in the kernel): not waited for, never a hang
+            _reaped(pid)
 
 
 def _prctl() -> Callable[..., int] | None:
