@@ -308,3 +308,29 @@ def stop_signals(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
         "",
     ]
     return lines, args.stop_signals, defects
+
+
+def main() -> int:
+    """Parts 8-10 alone (the whole run: benchmarks/malformed_inputs.py): print their Markdown and the defects."""
+    import malformed_inputs  # sets the path to tests/helpers
+
+    parser = argparse.ArgumentParser(description="parts 8-10 of " + malformed_inputs.__name__)
+    parser.add_argument("--adapter-inputs", type=int, default=5000)
+    parser.add_argument("--writer-cases", type=int, default=100)
+    parser.add_argument("--stop-signals", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    found = 0
+    for part in (adapters, writers, stop_signals):
+        began = time.monotonic()
+        lines, inputs, defects = part(args)
+        found += len(defects)
+        print("\n".join(lines) + f"\n{inputs} inputs, {len(defects)} defects, {time.monotonic() - began:.0f} s\n")
+        for defect in defects[:8]:
+            print(f"DEFECT: {defect}", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
