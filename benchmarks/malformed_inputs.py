@@ -17,6 +17,9 @@ units no file holds, carried through the store and the results writer in this pr
 pytest sessions (``--sessions``) whose perf test records such a value, or whose baselines/<key>/ holds a FIFO, a
 link to /dev/zero or /dev/urandom, a loop, a folder or garbage; ``gpuperf ab`` with wrapper-script and
 FIFO-leaving sides (``--ab-cases``); SIGTERM and SIGHUP to a pytest whose ranks run or start (``--signals``).
+Parts 8-10 (benchmarks/malformed_surfaces.py) cover issue 48's surfaces: every adapter on hostile text and files
+(``--adapter-inputs``), writer options aimed at their own inputs (``--writer-cases``), and SIGTERM/SIGHUP/SIGINT
+at a random moment of a session or a bisect build (``--stop-signals``).
 Besides tracebacks and hangs these count data lost (a baseline file that existed before and is gone or
 unreadable after, a fair test's baseline or a results file not written) and processes or ``gpuperf-ranks-*``
 folders left behind.
@@ -49,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 import fuzz_inputs  # noqa: E402
+import malformed_surfaces  # noqa: E402
 from fuzz_inputs import cli_case, hostile_pool, load, malformed  # noqa: E402
 
 from pytest_gpuperf.cli.loading import InputError  # noqa: E402
@@ -76,6 +80,9 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=40, help="whole pytest sessions (default 40)")
     parser.add_argument("--ab-cases", type=int, default=8, help="gpuperf ab runs with hostile sides (default 8)")
     parser.add_argument("--signals", type=int, default=4, help="pytest signalled while ranks run (default 4)")
+    parser.add_argument("--adapter-inputs", type=int, default=3000, help="hostile adapter inputs (default 3000)")
+    parser.add_argument("--writer-cases", type=int, default=300, help="outputs aimed at inputs (default 300)")
+    parser.add_argument("--stop-signals", type=int, default=20, help="runs stopped by a signal (default 20)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds before a command counts as hung")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write", action="store_true", help="update benchmarks/README.md")
@@ -133,6 +140,9 @@ def main() -> int:
         ("pytest sessions", pytest_sessions),
         ("gpuperf ab sides", ab_sides),
         ("signals during ranks", rank_signals),
+        ("framework adapters", malformed_surfaces.adapters),
+        ("outputs aimed at inputs", malformed_surfaces.writers),
+        ("stop signals", malformed_surfaces.stop_signals),
     ]
     part_lines: list[str] = []
     tally: list[tuple[str, int, int]] = [("damaged results files (part 1)", args.count, len(crashes))]
@@ -152,7 +162,8 @@ def main() -> int:
         "",
         f"`python benchmarks/malformed_inputs.py --count {args.count} --cli-runs {args.cli_runs} --report-runs "
         f"{args.report_runs} --records {args.records} --sessions {args.sessions} --ab-cases {args.ab_cases} "
-        f"--signals {args.signals} --timeout {args.timeout:g} --seed {args.seed}`, "
+        f"--signals {args.signals} --adapter-inputs {args.adapter_inputs} --writer-cases {args.writer_cases} "
+        f"--stop-signals {args.stop_signals} --timeout {args.timeout:g} --seed {args.seed}`, "
         f"{time.strftime(stamp, time.gmtime(began))}-{time.strftime('%H:%M', time.gmtime(ended))} UTC on "
         f"{cpu_name()} ({os.cpu_count()} CPUs, {platform.machine()}), Python {platform.python_version()}: "
         f"**{inputs_total} inputs, {defects_total} defects** (a traceback, a hang, a process or a "
@@ -360,7 +371,6 @@ def report_documents(args: argparse.Namespace) -> tuple[list[str], int, Defects]
             if kind in ("hang", "traceback") or kind.startswith("other"):
                 defects.append(f"{kind}: gpuperf {' '.join(argv)}: {data[:300]!r}\n{err[-1500:]}")
             shutil.rmtree(folder, ignore_errors=True)
-    kinds = sorted({kind for _, kind in outcomes})
     durations.sort()
     lines = [
         f"**Part 3, `gpuperf report` on hand-edited ab.json / bisect.json.** {args.report_runs} documents "
@@ -369,15 +379,23 @@ def report_documents(args: argparse.Namespace) -> tuple[list[str], int, Defects]
         "1e999 or 400 digits for a number, a key twice, truncated, bytes flipped, 100,000-deep nesting, or whole), "
         f"each drawn in a forked child with a {args.timeout:g} s limit; median {median(durations) * 1e3:.0f} ms:",
         "",
-        "| file | " + " | ".join(kinds) + " |",
+        *outcome_table("file", outcomes),
+    ]
+    return lines, args.report_runs, defects
+
+
+def outcome_table(heading: str, outcomes: collections.Counter[tuple[str, str]]) -> list[str]:
+    """A Markdown table of (row, outcome) counts: one row per name, one column per outcome, then a blank line."""
+    kinds = sorted({kind for _, kind in outcomes})
+    return [
+        f"| {heading} | " + " | ".join(kinds) + " |",
         "| --- |" + " --- |" * len(kinds),
         *[
             f"| {name} | " + " | ".join(str(outcomes.get((name, k), 0)) for k in kinds) + " |"
             for name in sorted({name for name, _ in outcomes})
-        ],  # fmt: skip
+        ],
         "",
     ]
-    return lines, args.report_runs, defects
 
 
 def classify(status: str, err: str) -> str:

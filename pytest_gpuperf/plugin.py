@@ -6,6 +6,7 @@ Kept light: it imports neither torch nor numpy/scipy; they load when a test firs
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,15 @@ import pytest
 from pytest_gpuperf import hooks
 from pytest_gpuperf.core.config.settings import OPTIONS, add_options, get_settings
 from pytest_gpuperf.core.session.parametrize import item_uses_fixture
-from pytest_gpuperf.core.session.state import gpuperf_session, reporting, reporting_key, session_key
+from pytest_gpuperf.core.session.state import (
+    gpuperf_session,
+    reporting,
+    reporting_key,
+    restore_signals,
+    session_key,
+    stop_on_signals,
+    stop_signal,
+)
 from pytest_gpuperf.core.store.baselines import StoreError, check_folder
 from pytest_gpuperf.core.store.testid import stable_test_id
 
@@ -71,6 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
             check_channel(settings.take_turns)
         except TurnError as error:
             raise pytest.UsageError(str(error)) from None
+    stop_on_signals(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    restore_signals(config)
 
 
 def _adopt_slurm_ranks() -> None:
@@ -205,6 +219,11 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     state = config.stash.get(session_key, None)
+    stopped_by = stop_signal(config)
+    if stopped_by is not None:  # SIGTERM, SIGHUP: ended as Ctrl-C, with the shell's status for that signal
+        session.exitstatus = 128 + stopped_by
+    if state is not None and (stopped_by is not None or session.exitstatus == pytest.ExitCode.INTERRUPTED):
+        state.interrupted_by = signal.Signals(stopped_by or signal.SIGINT).name
     if state is not None:
         state.close_telemetry()
         state.gate.close()  # taking turns: the partner may now run alone
@@ -227,7 +246,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             state.write_results()
         except KeyboardInterrupt:  # Ctrl-C while writing: results_failure says so; the exit status is 2, not 4
             interrupted = True
-    if interrupted:
+    if interrupted and stopped_by is None:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif state is not None and state.end_failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -237,7 +256,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    payload = getattr(node, "workeroutput", {}).get("gpuperf")
+    # popped: a worker stopped by a signal is reported down twice (finished, then "keyboard-interrupt")
+    payload = getattr(node, "workeroutput", {}).pop("gpuperf", None)
     keys = ("results", "curves", "saved_files", "not_saved", "save_failures", "telemetry_note", "unresolved")
     if payload and any(payload.get(key) for key in keys):
         gpuperf_session(node.config).absorb_worker(payload)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,7 +126,7 @@ def bisect(
     if isinstance(whole, str):
         raise AbError(f"the good-vs-bad comparison: {whole}")
     if whole.plan.cmd_a == whole.plan.cmd_b:
-        raise AbError("the good and the bad stack build the same pins (only non-swappable components differ)")
+        raise AbError(same_stacks(differing, whole.plan.cmd_a))
     bisection.say(f"good vs bad: {summary(whole)} (sessions in {whole.plan.out_dir})")
     keys = sorted(chosen) if chosen else [(m.test, m.metric) for m in whole.judged() if m.verdict is Verdict.REGRESSED]
     searches: dict[tuple[str, str], SearchResult] = {}
@@ -142,6 +143,19 @@ def bisect(
         full = trial_of(bisection.runs[full_key], key)
         searches[key] = search(bisection.good, bisection.bad, judge, full=full, on_step=report)
     return whole, searches
+
+
+def same_stacks(differing: list[str], command: tuple[str, ...]) -> str:
+    """Why the good-vs-bad run would compare a stack with itself, naming what differs."""
+    swappable = [name for name in differing if is_swappable(name)]
+    fixed = [name for name in differing if not is_swappable(name)]
+    if not swappable:
+        return f"only non-swappable components differ ({', '.join(fixed)}): a process cannot swap them"
+    shown = ", ".join(swappable[:5]) + (f" and {len(swappable) - 5} more" if len(swappable) > 5 else "")
+    return (
+        f"the good and the bad stack differ in {len(swappable)} swappable component(s) ({shown}), but both builds "
+        f"run the same command ({shlex.join(command)}): the build does not install the pins; check --build"
+    )
 
 
 def summary(result: AbResult) -> str:

@@ -2,9 +2,10 @@
 with some components at the bad one's version; a Builder turns a stack into a Python to run (a command prefix).
 
 CachedBuilder builds each pin set once under its cache folder: a venv layered on the running environment with
-the pins pip-installed on top, or a --build TEMPLATE run through the shell. A build that fails is a BuildError
-(the step is UNBUILDABLE) and is remembered; a template with a bad placeholder is a TemplateError (bad input).
-May import ab/bisect_search.py; never cli/.
+the pins pip-installed on top, or a --build TEMPLATE run through the shell. Every build command is a supervised
+group (core/record/children.py): stopped with what it started on Ctrl-C or SIGTERM, and at ``timeout_s``. A build
+that fails is a BuildError (the step is UNBUILDABLE) and is remembered, one stopped at its time is not; a
+template with a bad placeholder is a TemplateError (bad input). May import ab/bisect_search.py; never cli/.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+import signal
 import site
 import subprocess
 import sys
@@ -21,8 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_gpuperf.ab.bisect_search import is_swappable
+from pytest_gpuperf.core.record.children import Stopping, Supervised
 
 Stack = dict[str, str]
+BUILD_STOPPING = Stopping(first=signal.SIGTERM)
+"""A build is stopped from SIGTERM on: a shell's background jobs ignore SIGINT, and a build has no results to
+write first."""
 
 
 def canonical(name: str) -> str:
@@ -45,6 +51,10 @@ class BuildError(Exception):
     """The stack cannot be built (pip conflict, a failing template): the step is UNBUILDABLE."""
 
 
+class BuildTimeout(BuildError):
+    """A build stopped at its time limit: UNBUILDABLE for this run, tried again by the next."""
+
+
 class TemplateError(ValueError):
     """A --build template with a placeholder it cannot fill: bad input, not an unbuildable stack."""
 
@@ -62,6 +72,8 @@ class CachedBuilder:
     built: int = 0
     """Builds run by this process (cache hits not counted)."""
     log: Callable[[str], None] = field(default=lambda line: None)
+    timeout_s: float | None = None
+    """The longest one build may run (`gpuperf bisect --budget`); None: no limit."""
 
     def __call__(self, stack: Stack) -> tuple[str, ...]:
         pins = pins_text(stack)
@@ -78,9 +90,11 @@ class CachedBuilder:
             self.log(f"  build {folder}: {' '.join(pins)}")
             try:
                 if self.template is None:
-                    _build_venv(folder, pins)
+                    _build_venv(folder, pins, self.timeout_s)
                 else:
-                    _build_template(folder, pins, self.template)
+                    _build_template(folder, pins, self.template, self.timeout_s)
+            except BuildTimeout:
+                raise
             except BuildError as error:
                 failed.write_text(f"{error}\n", encoding="utf-8")
                 raise
@@ -91,38 +105,52 @@ class CachedBuilder:
 def _prefix(folder: Path) -> tuple[str, ...]:
     pointer = folder / "gpuperf-python"
     if pointer.is_file():
-        line = pointer.read_text(encoding="utf-8").strip().splitlines()
-        if line:
-            return tuple(shlex.split(line[0]))
+        try:
+            line = pointer.read_text(encoding="utf-8").strip().splitlines()
+            prefix = tuple(shlex.split(line[0])) if line else ()
+        except (OSError, UnicodeDecodeError, ValueError) as error:  # ValueError: an unbalanced quote
+            raise BuildError(
+                f"{pointer}: cannot be read as a command ({error}); fix its first line or delete {folder} to build "
+                "it again"
+            ) from None
+        if prefix:
+            return prefix
     python = folder / "bin" / "python"
     if not python.exists():
         raise BuildError(f"{folder}: the build left neither gpuperf-python nor bin/python")
     return (str(python),)
 
 
-def _run_logged(argv: list[str], log_file: Path, *, shell: bool = False) -> None:
+def _run_logged(argv: list[str], log_file: Path, timeout_s: float | None) -> None:
+    """``argv`` as a supervised group, its output appended to ``log_file``; what it leaves running is ended."""
     with log_file.open("ab") as log:
-        code = subprocess.run(
-            argv if not shell else argv[0], stdout=log, stderr=subprocess.STDOUT, shell=shell
-        ).returncode
+        try:
+            with Supervised(argv, stdout=log, stopping=BUILD_STOPPING) as child:
+                try:
+                    code = child.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    raise BuildTimeout(
+                        f"the build ran past --budget {timeout_s:g} s and was stopped with what it started (log "
+                        f"{log_file}); give a longer --budget, or build the stack beforehand"
+                    ) from None
+        except OSError as error:
+            raise BuildError(f"{argv[0]}: cannot be started ({error.strerror or error}) (log {log_file})") from None
     if code != 0:
         tail = [line for line in log_file.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
         reason = next((line.strip() for line in reversed(tail) if "ERROR" in line), tail[-1].strip() if tail else "")
         raise BuildError(f"exit {code}: {reason[:300]} (log {log_file})")
 
 
-def _build_venv(folder: Path, pins: list[str]) -> None:
+def _build_venv(folder: Path, pins: list[str], timeout_s: float | None) -> None:
     """A venv that sees the running environment's packages after its own, the pins installed into it."""
     log = folder / "build.log"
     venv = folder
-    _run_logged([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], log)
+    _run_logged([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], log, timeout_s)
     python = venv / "bin" / "python"
-    own = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    answer = folder / "purelib.txt"
+    where = "import sys, sysconfig; open(sys.argv[1], 'w').write(sysconfig.get_paths()['purelib'])"
+    _run_logged([str(python), "-c", where, str(answer)], log, timeout_s)
+    own = answer.read_text(encoding="utf-8").strip()
     layers = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
     seen: list[str] = []
     for path in layers:
@@ -133,10 +161,12 @@ def _build_venv(folder: Path, pins: list[str]) -> None:
     (Path(own) / "zz-gpuperf-layer.pth").write_text(
         "import site; " + "; ".join(f"site.addsitedir({path!r})" for path in seen) + "\n", encoding="utf-8"
     )
-    _run_logged([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *pins], log)
+    _run_logged(
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *pins], log, timeout_s
+    )
 
 
-def _build_template(folder: Path, pins: list[str], template: str) -> None:
+def _build_template(folder: Path, pins: list[str], template: str, timeout_s: float | None) -> None:
     values = {
         "pins": " ".join(shlex.quote(pin) for pin in pins),
         "requirements": shlex.quote(str(folder / "requirements.txt")),
@@ -149,4 +179,4 @@ def _build_template(folder: Path, pins: list[str], template: str) -> None:
         raise TemplateError(
             f"--build {template!r}: bad placeholder ({error}); use {{pins}} {{requirements}} {{dir}} {{python}}"
         ) from None
-    _run_logged([command], folder / "build.log", shell=True)
+    _run_logged(["/bin/sh", "-c", command], folder / "build.log", timeout_s)

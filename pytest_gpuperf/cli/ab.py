@@ -13,7 +13,6 @@ Everything printed that a side wrote (its log's last line, test ids, metric name
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import re
@@ -21,10 +20,7 @@ import shlex
 import shutil
 import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from pytest_gpuperf.ab.cpus import cpu_text
@@ -42,17 +38,13 @@ from pytest_gpuperf.ab.turns import PINNED, UNPINNED, pinned_by_default, turns_b
 from pytest_gpuperf.cli.loading import InputError, junit_address
 from pytest_gpuperf.cli.option_defaults import given
 from pytest_gpuperf.cli.output import printable, write_text
+from pytest_gpuperf.core.record.children import signals_interrupt
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 WIDTH = 120
 EXIT_NOTHING_COMPARED = 3
 """Exit status of a comparison that judged no pair of any metric: not a pass (0), not a regression (1), not bad
 input (2). An interrupted comparison exits 128 + the signal's number, as a shell reports it."""
-INTERRUPTING_SIGNALS = tuple(
-    sig for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if sig
-)
-"""Ctrl-C, a CI job's cancel (SIGTERM) and a closed terminal (SIGHUP) all stop the running sessions' process
-groups and end with the verdicts so far, ab.json written."""
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
@@ -147,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         f"gpuperf ab: A = {shlex.join(plan.cmd_a)}; B = {shlex.join(plan.cmd_b)}; sessions in {out}; "
         f"{plan.take_turns_why}"
     )
-    with _signals_interrupt() as received:
+    with signals_interrupt() as received:
         try:
             result = run_ab(plan, progress=say)
         except AbError as error:
@@ -201,29 +193,6 @@ def nothing_compared(result: AbResult) -> str | None:
         f"every pair was left out of every metric, the machine not itself{cause}; run on a quieter machine, or "
         "pass --gpuperf-machine-check off among PYTEST_ARGS to judge every pair"
     )
-
-
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[list[int]]:
-    """SIGTERM and SIGHUP stop the comparison as Ctrl-C does (the engine stops the running sessions' groups and
-    returns the verdicts so far); yields the signals received. One stop is enough: later signals are noted, not
-    raised again, so they cannot cut short the stopping of the sessions or the writing of ab.json."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def interrupt(number: int, frame: FrameType | None) -> None:
-        received.append(number)
-        if len(received) == 1:
-            raise KeyboardInterrupt
-
-    previous = {number: signal.signal(number, interrupt) for number in INTERRUPTING_SIGNALS}
-    try:
-        yield received
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def _write(result: AbResult, args: argparse.Namespace) -> None:

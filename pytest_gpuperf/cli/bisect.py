@@ -3,7 +3,8 @@
 Parses the command line, writes bisect.json and JUnit, and prints; it decides nothing. The comparison of good and
 bad (ab/engine.py), the search over the components whose pins differ (ab/bisect_search.py), the steps
 (ab/bisection.py) and the builders of mixed stacks (ab/builders.py) live in ab/. Exit status: 0 no regression, 1
-a regression (the components named), 2 bad input or an error. Stack specs, builders, placeholders and the cache:
+a regression (the components named), 2 bad input or an error, 128 + the signal when interrupted (130 Ctrl-C, 143
+SIGTERM), bisect.json written with the steps so far. Stack specs, builders, placeholders and the cache:
 docs/bisect.md.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from pytest_gpuperf.ab.model import AbError, AbResult, document_text
 from pytest_gpuperf.cli.ab import EXIT_NOTHING_COMPARED, nothing_compared, plan_from_args, terminal_text
 from pytest_gpuperf.cli.loading import InputError
 from pytest_gpuperf.cli.output import write_text
+from pytest_gpuperf.core.record.children import signals_interrupt
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
 
@@ -58,6 +61,11 @@ def parse_spec(text: str, option: str) -> Stack:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out and ((Path(args.out) / "bisect.json").exists() or (Path(args.out) / "steps").exists()):
+        raise InputError(
+            f"--out {args.out}: already holds a bisection (bisect.json, steps/); a new run would replace its steps: "
+            "give a new --out (the stacks it built are reused with --cache OUT/envs)"
+        )
     base = plan_from_args(args, command="bisect")  # the two sides are set per step
     good, bad = parse_spec(args.good, "--good"), parse_spec(args.bad, "--bad")
     if good == bad:
@@ -65,21 +73,25 @@ def run(args: argparse.Namespace) -> int:
     chosen = frozenset(_metric(text) for text in args.metric) or None
     out = base.out_dir
     say = lambda line: print(terminal_text(line), file=sys.stderr, flush=True)  # noqa: E731
-    builder = CachedBuilder(Path(args.cache) if args.cache else out / "envs", args.build, log=say)
+    cache = Path(args.cache) if args.cache else out / "envs"
+    builder = CachedBuilder(cache, args.build, log=say, timeout_s=args.budget)
     bisection = Bisection(good=good, bad=bad, out=out, base=base, builder=builder, say=say, write=_write_json)
     say(f"gpuperf bisect: {len(set(good) | set(bad))} components, results in {out}; {base.take_turns_why}")
-    try:
-        whole, searches = bisect(bisection, chosen)
-    except TemplateError as error:
-        raise InputError(str(error)) from None
-    except AbError as error:
-        say(f"gpuperf bisect: error: {error}")
-        _write_result(bisection, builder, None, {})
-        return 2
-    except KeyboardInterrupt:
-        print(f"gpuperf bisect: interrupted; the steps so far are in {out / 'bisect.json'}", file=sys.stderr)
-        _write_result(bisection, builder, None, {})
-        return 130
+    with signals_interrupt() as received:  # SIGTERM (scancel, a CI cancel) and SIGHUP stop it as Ctrl-C does
+        try:
+            whole, searches = bisect(bisection, chosen)
+        except TemplateError as error:
+            raise InputError(str(error)) from None
+        except AbError as error:
+            say(f"gpuperf bisect: error: {error}")
+            _write_result(bisection, builder, None, {})
+            return 2
+        except KeyboardInterrupt:
+            number = received[0] if received else signal.SIGINT
+            name = signal.Signals(number).name
+            say(f"gpuperf bisect: interrupted ({name}); the steps so far are in {out / 'bisect.json'}")
+            _write_result(bisection, builder, None, {})
+            return 128 + int(number)
     _write_result(bisection, builder, whole, searches)
     if args.junitxml:
         write_junit(bisection, searches, Path(args.junitxml))

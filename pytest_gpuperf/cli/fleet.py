@@ -30,6 +30,7 @@ from pytest_gpuperf.cli.loading import (
     load_bytes,
     quote,
     read_bytes,
+    skipped,
     walk_files,
 )
 from pytest_gpuperf.cli.option_defaults import given
@@ -140,26 +141,11 @@ def read_node_runs(paths: list[Path]) -> list[tuple[Run, str | None]]:
                 continue
             seen.add(real)
             data = read_bytes(file)
-            if _is_spread_file(data):  # --save-spread's own output, kept beside the nodes' results
-                if file == path:
-                    raise InputError(
-                        f"{file}: a fleet spread file (gpuperf fleet --save-spread), not a node's results; give it "
-                        "to pytest --gpuperf-machine-noise, and the nodes' results files here"
-                    )
+            if skipped(file, data, given=path):
                 continue
             run = load_bytes(data, file)
             found.append((run, _host(data) if run.machine_id else None))
     return found
-
-
-def _is_spread_file(data: bytes) -> bool:
-    if spread_file.KIND.encode() not in data[:4096]:
-        return False
-    try:
-        document = schema.loads(data)
-    except schema.SchemaError:
-        return False
-    return isinstance(document, dict) and document.get("kind") == spread_file.KIND
 
 
 def _host(data: bytes) -> str | None:
@@ -215,6 +201,7 @@ def build_series(nodes: list[Node]) -> dict[tuple[str, str], Series]:
         for run in node.runs:
             for data in run.metrics.values():
                 device = _device(data)
+                _check_device(data, device, run.source)
                 key = (spread_file.without_device(data.key, device) if device else data.key, data.metric)
                 test = spread_file.without_device(data.test, device) if device else data.test
                 entry = series.setdefault(
@@ -233,6 +220,19 @@ def build_series(nodes: list[Node]) -> dict[tuple[str, str], Series]:
                 unit = Unit(node=node, device=None if device == WHOLE_NODE else device)
                 entry.samples.setdefault(unit, []).extend(data.samples)
     return series
+
+
+def _check_device(data: MetricData, device: str | None, source: Path) -> None:
+    """A result whose context names one device and whose test id another cannot be placed: its series would be
+    apart from its siblings', too small to judge, and the unit would escape the fleet rule."""
+    if device is None or device == WHOLE_NODE or spread_file.without_device(data.test, device) != data.test:
+        return
+    if spread_file.without_device(data.test) != data.test:
+        named = data.test[:-1].partition("[")[2].partition("-")[0]
+        raise InputError(
+            f"{source}: test {quote(data.test)} metric {quote(data.metric)} names device {quote(named)} in its id "
+            f"but {quote(device)} in its context; give results whose context.device is the device the test ran on"
+        )
 
 
 def _device(data: MetricData) -> str | None:

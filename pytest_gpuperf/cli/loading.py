@@ -13,13 +13,14 @@ import math
 import os
 import re
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 from xml.etree import ElementTree
 
 from pytest_gpuperf.core.store import results as results_format
-from pytest_gpuperf.core.store import schema
+from pytest_gpuperf.core.store import schema, spread
 from pytest_gpuperf.core.store.baselines import is_sibling
 from pytest_gpuperf.core.store.results import FINGERPRINT_PROPERTY
 from pytest_gpuperf.core.store.schema import SchemaError, quote
@@ -243,15 +244,62 @@ def load_bytes(data: bytes, path: Path) -> Run:
 
 
 def load_path(path: Path) -> list[Run]:
-    """A file, or every .json/.xml file under a folder (recursively, in name order)."""
+    """A file, or every .json/.xml file under a folder (recursively, in name order) but the documents other
+    commands write there (``other_document``), each skipped with a note on standard error."""
     if is_folder(path):
         files = walk_files(path)
         if not files:
             raise InputError(
                 f"{path}: folder holds no results files (*.json from --gpuperf-results or *.xml from --junitxml)"
             )
-        return [load_file(file) for file in files]
-    return [load_file(path)]
+        runs = []
+        for file in files:
+            data = read_bytes(file)
+            if not skipped(file, data, given=path):
+                runs.append(load_bytes(data, file))
+        if not runs:
+            raise InputError(f"{path}: folder holds no results files, only other gpuperf documents (noted above)")
+        return runs
+    data = read_bytes(path)
+    skipped(path, data, given=path)  # another gpuperf document named on its own is refused
+    return [load_bytes(data, path)]
+
+
+def other_document(data: bytes) -> str | None:
+    """What a gpuperf document that is not a run's results is (a fleet spread file, a command's JSON output, an
+    ab.json or bisect.json), else None: commands write these beside the results they read."""
+    head = data.lstrip()[:64]
+    if head.startswith((b"gpuperf ", b"## gpuperf ", b"<!DOCTYPE html>")):
+        return "the output of a gpuperf command (a table, Markdown or HTML page), not a run's results"
+    if head[:1] != b"{":
+        return None
+    try:
+        document = schema.loads(data)
+    except SchemaError:
+        return None
+    if not isinstance(document, dict) or "results" in document:
+        return None
+    kind, title = document.get("kind"), document.get("title")
+    if kind == spread.KIND:
+        return "a fleet spread file (gpuperf fleet --save-spread), not a node's results"
+    if isinstance(title, str) and title.startswith("gpuperf ") and isinstance(document.get("rows"), list):
+        command = title.split()[1].rstrip(":") if len(title.split()) > 1 else "a command"
+        return f"the JSON output of gpuperf {command} (--format json), not a run's results"
+    if str(document.get("schema", "")).startswith(("gpuperf-ab/", "gpuperf-bisect/")):
+        return "a gpuperf ab or bisect result (give it to gpuperf report), not a run's results"
+    return None
+
+
+def skipped(file: Path, data: bytes, *, given: Path) -> bool:
+    """True, with a note on standard error, for another gpuperf document found in the folder ``given``; named on
+    its own (``file == given``) such a document is refused in one line."""
+    what = other_document(data)
+    if what is None:
+        return False
+    if file == given:
+        raise InputError(f"{file}: {what}; give the results files (--gpuperf-results, --junitxml) instead")
+    print(f"gpuperf: note: {file}: {what}; skipped", file=sys.stderr)
+    return True
 
 
 def load_side(path: Path) -> Side:

@@ -630,17 +630,30 @@ def _add_format(parser: argparse.ArgumentParser) -> None:
 
 
 OUTPUT_OPTIONS = {"output": "-o/--output", "junitxml": "--junitxml", "html": "--html", "save_spread": "--save-spread"}
-"""The options naming a file a command writes: its folder must exist (cli/output.py ``check_folder``)."""
+"""The options naming a file a command writes: its folder must exist (cli/output.py ``check_folder``), and it may
+not be one of the command's inputs (``check_not_an_input``)."""
+INPUT_ARGUMENTS = ("base", "new", "old", "reference", "submissions", "trust", "paths", "results", "good", "bad")
+"""The arguments naming what a command reads (files, folders; a pin list is no path and is passed over): no
+output may be one of them or a results file inside one (cli/output.py ``check_not_an_input``)."""
 
 
-def _check_output_folders(args: argparse.Namespace) -> None:
-    """Before any work: an output file whose folder does not exist is refused, for every command alike."""
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Before any work, for every command alike: an output file whose folder does not exist is refused, and so is
+    one that is an input or would be read as one."""
+    from pytest_gpuperf.cli.output import check_folder, check_not_an_input
+
+    inputs: list[Path] = []
+    for name in INPUT_ARGUMENTS:
+        value = getattr(args, name, None)
+        inputs.extend(Path(item) for item in ([value] if isinstance(value, str) else value or ()) if item)
+    for key in ("key", "public_key", "signature"):  # sign's and verify's inputs (keygen's KEY is its output)
+        if args.command in ("sign", "verify") and isinstance(getattr(args, key, None), str):
+            inputs.append(Path(getattr(args, key)))
     for name, option in OUTPUT_OPTIONS.items():
         value = getattr(args, name, None)
         if isinstance(value, str) and value:
-            from pytest_gpuperf.cli.output import check_folder
-
             check_folder(Path(value), what=f"{option} file")
+            check_not_an_input(Path(value), inputs, option=option)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -652,7 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pytest_gpuperf.cli.loading import InputError
 
     try:
-        _check_output_folders(args)
+        _check_outputs(args)
         return int(args.run(args))
     except InputError as error:
         print(f"gpuperf {args.command}: error: {error}", file=sys.stderr)

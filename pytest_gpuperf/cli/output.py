@@ -6,7 +6,7 @@ FIFO nobody reads, a folder that does not exist: none is created, as `keygen` cr
 renamed over it, so a failed write leaves any earlier file whole; devices, pipes (``-o /dev/stdout``) and a
 writable file in a folder that cannot take new files are written in place. Text is made printable first: a lone
 surrogate (from a test id of undecodable bytes) is written as its ``\\udXXX`` escape instead of failing the
-UTF-8 encoder.
+UTF-8 encoder. No output may be one of the command's inputs (``check_not_an_input``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_gpuperf.cli.loading import InputError
+from pytest_gpuperf.cli.loading import SUFFIXES as READ_SUFFIXES
+from pytest_gpuperf.cli.loading import InputError, walk_files
 
 
 def printable(text: str) -> str:
@@ -104,6 +106,59 @@ def check_folder(path: Path, *, what: str = "output file", shown: Path | None = 
         ) from None
     except OSError:
         return
+
+
+def check_not_an_input(
+    path: Path, inputs: Sequence[Path], *, option: str, suffixes: tuple[str, ...] = READ_SUFFIXES
+) -> None:
+    """Refuse an output that is one of the command's inputs (the same file by real path or inode, a hard link
+    included) or a file its folder input reads again (a results suffix under it): the write would replace a
+    node's only results, or the next run would read the output as one."""
+    real = os.path.realpath(path)
+    try:
+        written = os.stat(path)
+    except OSError:
+        written = None
+    for given in inputs:
+        try:
+            status = os.stat(given)
+        except OSError:
+            continue  # not a path (a pin list such as 'torch==2.1') or not there: the command itself says so
+        folder = os.path.realpath(given)
+        same = real == folder or (
+            written is not None and (written.st_dev, written.st_ino) == (status.st_dev, status.st_ino)
+        )
+        inside = (
+            stat.S_ISDIR(status.st_mode)
+            and real.startswith(folder.rstrip(os.sep) + os.sep)
+            and Path(real).suffix.lower() in suffixes
+        )
+        linked = (
+            not same
+            and written is not None
+            and written.st_nlink > 1
+            and stat.S_ISDIR(status.st_mode)
+            and any(_same_file(file, written) for file in walk_files(Path(given), suffixes))
+        )
+        if same:
+            problem = f"names the input {given}: writing it would destroy that input"
+        elif linked:
+            problem = f"is a hard link to a file of the input folder {given}, which writing it would destroy"
+        elif inside and written is not None:
+            problem = f"would overwrite a file of the input folder {given}"
+        elif inside:
+            problem = f"is inside the input folder {given}, whose next reading would take it for results"
+        else:
+            continue
+        raise InputError(f"{path}: {option} {problem}; write it outside the inputs")
+
+
+def _same_file(path: Path, status: os.stat_result) -> bool:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (status.st_dev, status.st_ino)
 
 
 def _write_in_place(path: Path, data: bytes, what: str, hint: str) -> None:

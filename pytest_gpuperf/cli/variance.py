@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -207,8 +208,9 @@ def evaluate(reference: Side, submissions: list[Side], *, tolerance: float, run_
 def run(args: argparse.Namespace) -> int:
     keys = _trusted(args)
     checked = None if keys is None or args.reference_unsigned else keys
+    given, repeated = distinct_submissions([Path(path) for path in args.submissions])
     (reference, reference_signer), *loaded = load_bundles(
-        [(Path(args.reference), checked), *[(Path(path), keys) for path in args.submissions]]
+        [(Path(args.reference), checked), *[(path, keys) for path in given]]
     )
     submissions = [side for side, _ in loaded]
     signers = {str(side.source): signer for side, signer in loaded}
@@ -232,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
         f"reference {reference.source}: {len(reference.runs)} run(s) on {reference.hardware_slug}; "
         f"{len(reference.keys())} workload(s); between-run noise prior {run_noise:.2%}; ratio < 1 is worse",
         _signature_note(keys, reference_signer, checked_reference=checked is not None),
+        *repeated,
         *[
             f"note: {sub.source} is on {sub.hardware_slug}, the reference on {reference.hardware_slug}"
             for sub in submissions
@@ -269,6 +272,20 @@ def _trusted(args: argparse.Namespace) -> list[PublicKey] | None:
             )
         return None
     return trusted_keys([Path(path) for path in args.trust])
+
+
+def distinct_submissions(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """The submissions with each one counted once, as fleet reads each file once: a path given again (itself,
+    through a link, or by another spelling) is left out, with a note saying so."""
+    kept: dict[str, Path] = {}
+    notes = []
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in kept:
+            notes.append(f"note: {path} is {kept[real]} given again: counted once")
+            continue
+        kept[real] = path
+    return list(kept.values()), notes
 
 
 def load_bundles(bundles: Sequence[tuple[Path, list[PublicKey] | None]]) -> list[tuple[Side, PublicKey | None]]:

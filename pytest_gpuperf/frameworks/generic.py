@@ -9,13 +9,21 @@ better, and a scale (1e-3 turns milliseconds into seconds). Every matching line 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpuperf.core.record.readings import OutputError, Reading, RunOutput, Series
+from pytest_gpuperf.core.record.readings import (
+    Reading,
+    RunOutput,
+    Series,
+    at_line,
+    finite,
+    output_file,
+    parse_number,
+    parse_step,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,18 +40,7 @@ class Metric:
 
 def _number(raw: Any) -> float | None:
     """A finite number from a JSON value or a matched group ("1,234" and "12.5%" included), else None."""
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, (int, float)):
-        value = float(raw)
-    elif isinstance(raw, str):
-        try:
-            value = float(raw.replace(",", "").rstrip("%").strip())
-        except ValueError:
-            return None
-    else:
-        return None
-    return value if math.isfinite(value) else None
+    return parse_number(raw) if isinstance(raw, str) else finite(raw)
 
 
 def _dig(document: Mapping[str, Any], key: str) -> Any:
@@ -99,30 +96,30 @@ class JsonlAdapter:
 
     def read(self, output: RunOutput) -> Reading:
         if self.reads_file:
-            if output.file is None or not output.file.exists():
-                raise OutputError(f"the command wrote no file at {output.file} (the {{output}} of its arguments)")
-            text = output.file.read_text(encoding="utf-8", errors="replace")
+            missing = f"the command wrote no file at {output.file} (the {{output}} of its arguments)"
+            text, where = output_file(output.file, missing=missing), str(output.file)
         else:
-            text = output.log
+            text, where = output.log, "the output"
         reading = Reading(
             series={n: Series(unit=m.unit, higher_is_better=m.higher_is_better) for n, m in self.metrics.items()}
         )
         position = 0
-        for line in text.splitlines():
+        for number, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if not line.startswith("{"):
                 continue
-            try:
-                document = json.loads(line)
-            except ValueError:
-                continue
+            with at_line(where, number, line):
+                try:
+                    document = json.loads(line)
+                except ValueError:
+                    continue
             if not isinstance(document, dict):
                 continue
             values = {n: _number(_dig(document, m.key)) for n, m in self.metrics.items()}
             if all(v is None for v in values.values()):
                 continue
-            raw_step = _number(_dig(document, self.step)) if self.step else None
-            step = int(raw_step) if raw_step is not None else position
+            raw_step = parse_step(_dig(document, self.step)) if self.step else None
+            step = raw_step if raw_step is not None else position
             position += 1
             for name, value in values.items():
                 if value is not None:
@@ -181,8 +178,8 @@ class RegexAdapter:
             match = self._compiled.search(line)
             if match is None:
                 continue
-            raw_step = _number(match.group(self.step)) if has_step and self.step else None
-            step = int(raw_step) if raw_step is not None else position
+            raw_step = parse_step(match.group(self.step)) if has_step and self.step else None
+            step = raw_step if raw_step is not None else position
             position += 1
             for name, metric in self.metrics.items():
                 value = _number(match.group(metric.key))

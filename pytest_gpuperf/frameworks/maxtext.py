@@ -10,10 +10,10 @@ docs/design/adapters-read-the-writers-code.md. No torch.
 from __future__ import annotations
 
 import json
-import math
 import re
 
-from pytest_gpuperf.core.record.readings import OutputError, Reading, RunOutput, Series
+from pytest_gpuperf.core.record import readings
+from pytest_gpuperf.core.record.readings import Reading, RunOutput, Series
 
 KEYS = {
     "step_time": ("perf/step_time_seconds", "s", False),
@@ -43,35 +43,43 @@ class MaxTextAdapter:
         series = {name: Series(unit=unit, higher_is_better=better) for name, (_, unit, better) in KEYS.items()}
         reading = Reading(series=series)
         if output.file is not None:
-            if not output.file.exists():
-                raise OutputError(f"MaxText wrote no metrics file at {output.file} (metrics_file={{output}})")
-            for line in output.file.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    document = json.loads(line)
-                except ValueError:
+            missing = f"MaxText wrote no metrics file at {output.file} (metrics_file={{output}})"
+            text = readings.output_file(output.file, missing=missing)
+            for number, line in enumerate(text.splitlines(), 1):
+                with readings.at_line(str(output.file), number, line):
+                    try:
+                        document = json.loads(line)
+                    except ValueError:
+                        continue
+                step = readings.parse_step(document.get("step")) if isinstance(document, dict) else None
+                if not isinstance(document, dict) or step is None:
                     continue
-                if not isinstance(document, dict) or not isinstance(document.get("step"), (int, float)):
-                    continue
-                step = int(document["step"])
                 for name, (key, _, _) in KEYS.items():
-                    value = document.get(key)
-                    if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
-                        series[name].points.append((step, float(value)))
-                loss = document.get(LOSS)
-                if isinstance(loss, (int, float)):
-                    reading.loss.append((step, float(loss)))
+                    value = readings.finite(document.get(key))
+                    if value is not None and value > 0:
+                        series[name].points.append((step, value))
+                loss = readings.finite(document.get(LOSS))
+                if loss is not None:
+                    reading.loss.append((step, loss))
             reading.context["source"] = "metrics_file"
         else:
-            for line in output.log.splitlines():
+            for number, line in enumerate(output.log.splitlines(), 1):
                 match = LOG_LINE.search(line)
                 if match is None:
                     continue
-                step = int(match.group("step"))
+                with readings.at_line("the output", number, line):
+                    values = {group: readings.parse_number(match.group(group)) for group in ("step", *KEYS, "loss")}
+                    bad = [f"{group} {match.group(group)!r}" for group, value in values.items() if value is None]
+                    step = readings.parse_step(match.group("step"))
+                    if bad or step is None:
+                        raise ValueError(f"not a number: {', '.join(bad) or 'step'}")
                 for name in KEYS:
-                    value = float(match.group(name))
-                    if value > 0:
+                    value = values[name]
+                    if value is not None and value > 0:
                         series[name].points.append((step, value))
-                reading.loss.append((step, float(match.group("loss"))))
+                loss = values["loss"]
+                if loss is not None:
+                    reading.loss.append((step, loss))
             reading.context["source"] = "log (completed step lines, 3 decimals)"
         reading.series = {name: s for name, s in series.items() if s.points}
         return reading

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from pytest_gpuperf.core.record.readings import Reading, RunOutput, Series
+from pytest_gpuperf.core.record.readings import Reading, RunOutput, Series, at_line, parse_number, parse_step
 
 ITERATION = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
 MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\)(.*)$")
@@ -26,16 +26,13 @@ NAN_ITERATIONS = "number of nan iterations"
 
 
 def fields(text: str) -> dict[str, float]:
-    """The ``key: number`` fields of a ``|``-separated Megatron line."""
+    """The finite ``key: number`` fields of a ``|``-separated Megatron line (bounded numbers, parse_number)."""
     found: dict[str, float] = {}
     for part in text.split("|"):
         key, colon, value = part.rpartition(":")
-        if not colon:
-            continue
-        try:
-            found[key.strip()] = float(value.strip())
-        except ValueError:
-            continue
+        number = parse_number(value) if colon else None
+        if number is not None:
+            found[key.strip()] = number
     return found
 
 
@@ -62,20 +59,22 @@ class MegatronAdapter:
         peaks: dict[int, float] = {}
         nan_iterations = 0
         lines: list[tuple[int, dict[str, float]]] = []
-        for line in output.log.splitlines():
+        for number, line in enumerate(output.log.splitlines(), 1):
             argument = ARGUMENT.match(line)
             if argument is not None:
                 arguments.setdefault(argument.group(1), argument.group(2).strip())
                 continue
             match = ITERATION.search(line)
             if match is not None:
-                lines.append((int(match.group(1)), fields(match.group(3))))
+                with at_line("the output", number, line):
+                    lines.append((_step(match.group(1)), fields(match.group(3))))
                 continue
             report = MEMORY.search(line)
             if report is not None:
                 peak = fields(report.group(3)).get("max allocated")
                 if peak is not None:
-                    step = int(report.group(2))
+                    with at_line("the output", number, line):
+                        step = _step(report.group(2))
                     peaks[step] = max(peak, peaks.get(step, 0.0))
         seq_length = _int(arguments.get("seq_length"))
         world_size = _int(arguments.get("world_size"))
@@ -90,7 +89,7 @@ class MegatronAdapter:
                 tflops.points.append((iteration, values[THROUGHPUT]))
             if LOSS in values:
                 reading.loss.append((iteration, values[LOSS]))
-            nan_iterations += int(values.get(NAN_ITERATIONS, 0))
+            nan_iterations += int(values.get(NAN_ITERATIONS, 0))  # finite (fields): an "inf" count is left out
         memory.points.extend(sorted(peaks.items()))
         reading.series = {
             name: series
@@ -113,10 +112,14 @@ class MegatronAdapter:
 
 
 def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
+    return parse_step(text) if text is not None and text.strip().isdigit() else None
+
+
+def _step(text: str) -> int:
+    step = parse_step(text)
+    if step is None:
+        raise ValueError(f"iteration {text[:40]!r}{'...' if len(text) > 40 else ''} is not a step number")
+    return step
 
 
 ADAPTER = MegatronAdapter()

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pytest_gpuperf.core.record.readings import Figure, OutputError, Reading, RunOutput
+from pytest_gpuperf.core.record.readings import Figure, OutputError, Reading, RunOutput, at_line, finite, output_file
 from pytest_gpuperf.inference.metrics import min_samples
 
 LATENCIES = {"ttft": "requests", "tpot": "requests", "itl": "token gaps", "e2e": "requests"}
@@ -26,25 +26,25 @@ PERCENTILE_KEY = re.compile(r"^(median|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el|e2e
 
 
 def _load(path: Path | None, *, last_line: bool) -> dict[str, Any]:
-    if path is None or not path.exists():
-        raise OutputError(f"the benchmark wrote no result file at {path} (the {{output}} of its arguments)")
-    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    missing = f"the benchmark wrote no result file at {path} (the {{output}} of its arguments)"
+    text = output_file(path, missing=missing).strip()
+    lines = text.splitlines()
+    number = len(lines) if last_line else 1
     if last_line:
-        lines = [line for line in text.splitlines() if line.strip()]
-        text = lines[-1] if lines else ""
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise OutputError(f"{path} is not the JSON the benchmark writes: {error}") from None
+        while lines and not lines[-1].strip():
+            lines.pop()
+        text, number = (lines[-1], len(lines)) if lines else ("", 1)
+    with at_line(str(path), number, text):
+        try:
+            document = json.loads(text)
+        except ValueError as error:
+            raise OutputError(f"{path} is not the JSON the benchmark writes: {error}") from None
     if not isinstance(document, dict):
         raise OutputError(f"{path} holds {type(document).__name__}, not the benchmark's result object")
     return document
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+_number = finite
 
 
 def prefix_of(document: dict[str, Any]) -> str:

@@ -11,8 +11,9 @@ format as read: docs/design/adapters-read-the-writers-code.md.
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
-from pytest_gpuperf.core.record.readings import Reading, RunOutput, Series
+from pytest_gpuperf.core.record.readings import Reading, RunOutput, Series, at_line, parse_number, parse_step
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP = re.compile(
@@ -21,6 +22,7 @@ STEP = re.compile(
     r"tflops:\s*(?P<tflops>[\d,.]+)\s+mfu:\s*(?P<mfu>[\d.]+)%"
 )
 FALLBACK = "fallback to A100"
+Number = TypeVar("Number", int, float)
 
 
 class TorchTitanAdapter:
@@ -42,19 +44,17 @@ class TorchTitanAdapter:
         mfu = Series(unit="%", higher_is_better=True)
         memory = Series(unit="GiB", higher_is_better=False)
         reading = Reading()
-        for line in text.splitlines():
+        for number, line in enumerate(text.splitlines(), 1):
             match = STEP.search(line)
             if match is None:
                 continue
-            step = int(match.group("step"))
-            tokens.points.append((step, float(match.group("tps").replace(",", ""))))
-            tflops.points.append((step, float(match.group("tflops").replace(",", ""))))
-            mfu.points.append((step, float(match.group("mfu"))))
-            memory.points.append((step, float(match.group("memory"))))
-            try:
-                reading.loss.append((step, float(match.group("loss"))))
-            except ValueError:
-                pass
+            with at_line("the output", number, line):
+                step = _parsed(parse_step(match.group("step")), "step", match)
+                for series, group in ((tokens, "tps"), (tflops, "tflops"), (mfu, "mfu"), (memory, "memory")):
+                    series.points.append((step, _parsed(parse_number(match.group(group)), group, match)))
+            loss = parse_number(match.group("loss"))  # "nan" and "inf" losses happen: no point of the curve
+            if loss is not None:
+                reading.loss.append((step, loss))
         reading.series = {"tokens_per_s": tokens, "tflops": tflops, "mfu": mfu, "memory": memory}
         reading.series = {name: series for name, series in reading.series.items() if series.points}
         # a zero is a device without the figure (tflops and MFU of a model whose FLOPs it does not count)
@@ -68,6 +68,12 @@ class TorchTitanAdapter:
                 "(torchtitan/tools/utils.py get_peak_flops)"
             )
         return reading
+
+
+def _parsed(value: Number | None, group: str, match: re.Match[str]) -> Number:
+    if value is None:
+        raise ValueError(f"{group} {match.group(group)!r} is not a number")
+    return value
 
 
 ADAPTER = TorchTitanAdapter()

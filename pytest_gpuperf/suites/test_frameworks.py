@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpuperf.core.config.settings import environment_setting, environment_spec
+from pytest_gpuperf.core.config.settings import SettingError, environment_setting, environment_spec
 from pytest_gpuperf.suites.serving_clients import BENCH_CLIENTS, BenchClient, ServingProxy
 
 pytestmark = pytest.mark.frameworks
@@ -76,7 +76,10 @@ def _bench_served_model(perf: Any, tmp_path_factory: pytest.TempPathFactory, cli
     """Run a serving benchmark client against the tiny Llama: on a GPU with the client's engine installed its own
     server, else transformers serve behind a ServingProxy (it refuses no-op fields the clients send; the proxy
     drops them)."""
-    program = client.find()
+    try:
+        program = client.find()
+    except SettingError as error:  # GPUPERF_VLLM naming no program: said of the setting, not of a derived Python
+        pytest.fail(f"gpuperf: {error}", pytrace=False)
     if program is None:
         pytest.skip(client.missing)
     on_gpu = perf.device == "cuda" and importlib.util.find_spec(client.name) is not None

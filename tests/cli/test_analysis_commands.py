@@ -234,6 +234,19 @@ def test_variance_passes_identical_and_fails_five_percent_off(runs: Path, capsys
     assert code == 0 and "1 of 1 submissions within 1% on all workloads" in out
 
 
+def test_variance_counts_a_submission_given_twice_once(
+    runs: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 48, item 4: the same file again, or through a link, is one submission (fleet reads a file once)."""
+    history = runs / "history"
+    link = tmp_path / "same.json"
+    link.symlink_to(history / "run02.json")
+    sub = str(history / "run02.json")
+    code, out, _ = gpuperf(capsys, "variance", "--reference", str(history / "run01.json"), sub, sub, str(link))
+    assert code == 0 and "1 of 1 submissions within 1% on all workloads" in out
+    assert f"note: {sub} is {sub} given again: counted once" in out and f"note: {link} is {sub} given again" in out
+
+
 def test_history_finds_the_step_and_attributes_it(
     runs: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -267,6 +267,22 @@ def test_a_cpu_fleet_is_placed_with_the_cpu_prior_and_says_so(
     assert json.loads(out)["rules"]["spread_prior"] == {SLUG: pytest.approx(0.03)}
 
 
+def test_a_device_context_that_disagrees_with_the_test_id_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 48, item 5: gpu5 in the id but gpu3 in the context made a series of its own, too small to judge."""
+    for node in ("node-a", "node-b"):
+        gpus = {f"gpu{i}": [1.0 + 0.001 * j for j in range(20)] for i in range(4)}
+        doc = document(node, {("tests/test_acc.py::test_gemm[bf16]", "tflops"): gpus})
+        if node == "node-b":
+            doc["results"][3]["test"] = "tests/test_acc.py::test_gemm[gpu5-bf16]"
+            doc["results"][3]["context"] = {"device": "gpu3"}
+        (tmp_path / f"{node}.json").write_text(json.dumps(doc))
+    code, out, err = gpuperf([str(tmp_path)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
+    assert "names device 'gpu5' in its id but 'gpu3' in its context" in err and "node-b.json" in err
+
+
 def test_each_gpu_of_each_node_is_a_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(1)
     for node in ("node-a", "node-b"):

@@ -39,6 +39,12 @@ elif mode == "fail":
     print("step 1 ok")
     print("RuntimeError: CUDA error: an illegal memory access", file=sys.stderr)
     sys.exit(3)
+elif mode == "deep":
+    print(json.dumps({"step": 1, "tps": 1000.0}))
+    print('{"tps": ' + "[" * 100000 + "]" * 100000 + "}", flush=True)
+elif mode == "folder":
+    os.mkdir(sys.argv[2])
+    print("wrote a folder where the result file goes")
 elif mode == "hang":
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     with open(sys.argv[2], "w") as out:
@@ -121,6 +127,32 @@ def test_unknown_name(perf):
 
 
 @pytest.mark.perf
+def test_deep(perf):
+    perf.run_command([sys.executable, SCRIPT, "deep"], adapter=TPS, version="1.0")
+
+
+@pytest.mark.perf
+def test_folder(perf):
+    perf.run_command([sys.executable, SCRIPT, "folder", "{output}"], adapter="vllm-bench", version="1.0")
+
+
+class Raises:
+    name = framework = "own"
+    module = None
+    expects = "anything"
+    reads_file = False
+    min_runs = 1
+
+    def read(self, output):
+        return {}["missing key"]
+
+
+@pytest.mark.perf
+def test_own_adapter_raises(perf):
+    perf.run_command([sys.executable, SCRIPT, "silent"], adapter=Raises(), version="1.0")
+
+
+@pytest.mark.perf
 def test_serving_needs_three_runs(perf):
     perf.run_command(["vllm", "bench", "serve", "--result-filename", "{output}"], adapter="vllm-bench", runs=1)
 """
@@ -176,6 +208,22 @@ def test_an_output_without_a_metric_fails_saying_what_was_expected_and_what_was_
         [
             "*exited with status 0, but its output holds no metric the jsonl adapter reads: it expected JSON "
             "objects, one a line in its output, with the key(s) 'tps'",
+            "*| done, nothing measured*",
+        ]
+    )
+
+
+def test_output_an_adapter_cannot_read_fails_naming_the_line_and_the_tail(project: pytest.Pytester) -> None:
+    """Issue 48, item 3: a raw RecursionError, IsADirectoryError or an adapter's own KeyError was a traceback."""
+    result = run(project, "-k", "deep or folder or raises")
+    result.assert_outcomes(failed=3)
+    text = result.stdout.str()
+    assert "Traceback" not in text and "During handling" not in text, text[-3000:]
+    result.stdout.fnmatch_lines_random(
+        [
+            "*gpuperf: `* deep`: the output line 2: cannot be read (RecursionError: *",
+            "*gpuperf: `* folder *` (run 1 of 5): *run-1.out: is a folder where a file was expected; the {output} of *",
+            "*gpuperf: `* silent`: the own adapter could not read its output (KeyError: 'missing key'); fix *",
             "*| done, nothing measured*",
         ]
     )

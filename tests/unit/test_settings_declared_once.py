@@ -119,3 +119,14 @@ def test_an_environment_only_setting_is_parsed_and_a_bad_value_names_its_variabl
         environment_setting("pg-timeout")
     monkeypatch.setenv("GPUPERF_ALLOW_COMPILE", "1")
     assert environment_setting("allow-compile") is True
+
+
+@pytest.mark.parametrize("name", ["vllm", "maxtext-python", "sglang-python"])
+def test_a_program_setting_naming_nothing_is_said_of_the_setting(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 48, item 5: GPUPERF_VLLM=/nonexistent/bin/vllm was reported as a missing /nonexistent/bin/python."""
+    variable = "GPUPERF_" + name.replace("-", "_").upper()
+    monkeypatch.setenv(variable, "/nonexistent/bin/vllm")
+    with pytest.raises(SettingError, match=rf"{variable}='/nonexistent/bin/vllm': no such executable program"):
+        environment_setting(name)
+    monkeypatch.setenv(variable, "sh")  # a name on PATH is a program too
+    assert environment_setting(name) == "sh"

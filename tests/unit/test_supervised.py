@@ -188,3 +188,22 @@ def test_a_child_whose_parent_is_already_gone_ends_at_once() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 128 + signal.SIGKILL and "ran on" not in done.stdout, (done.returncode, done.stdout)
+
+
+def test_a_daemon_that_left_the_group_is_caught_and_ended(tmp_path: Path) -> None:
+    """Issue 48, item 5: a `setsid` daemon a command starts leaves the group and outlived the test; as a child
+    subreaper the caller gets it back when it is orphaned, and ends it (Linux; elsewhere the docs say so)."""
+    from pytest_gpuperf.core.record.children import catching_orphans
+
+    pid_file = tmp_path / "daemon"
+    script = f"setsid {shlex.quote(sys.executable)} -c 'import time; time.sleep(60)' & echo $! > {pid_file}; sleep 0.5"
+    with catching_orphans(grace=2) as able:
+        if not able:
+            pytest.skip("no child subreaper on this platform (docs/design/supervised-children.md)")
+        with Supervised(["/bin/sh", "-c", script]) as child:
+            child.wait(timeout=30)
+        daemon = int(pid_file.read_text())
+        assert alive(daemon)  # outside the group: the group's stop does not reach it
+    assert not alive(daemon)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(daemon, os.WNOHANG)  # reaped, not left a zombie

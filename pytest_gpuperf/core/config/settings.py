@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,6 +201,16 @@ def parse_text(text: str) -> str:
     if not text.strip():
         raise SettingError("expected a non-empty value")
     return text.strip()
+
+
+def parse_program(text: str) -> str:
+    """A program to run: a path to an executable file, or a name found on PATH; said of the setting that names it,
+    not of a command derived from it later (a Python beside the program)."""
+    program = parse_text(text)
+    found = shutil.which(program) if os.sep not in program else None
+    if found is None and not (os.path.isfile(program) and os.access(program, os.X_OK)):
+        raise SettingError("no such executable program; give the path of one, or unset the variable")
+    return program
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -512,7 +523,7 @@ ENVIRONMENT_ONLY: tuple[OptionSpec[Any], ...] = (
     OptionSpec(
         name="maxtext-python",
         help="a Python >= 3.12 that has MaxText, for the frameworks suite's MaxText test (default: this one)",
-        parse=parse_text,
+        parse=parse_program,
         default=None,
         metavar="PYTHON",
     ),
@@ -520,7 +531,7 @@ ENVIRONMENT_ONLY: tuple[OptionSpec[Any], ...] = (
         name="vllm",
         help="the vllm program of the frameworks suite's vllm bench serve test (default: beside this Python, in "
         ".venv-vllm, or on PATH)",
-        parse=parse_text,
+        parse=parse_program,
         default=None,
         metavar="PROGRAM",
     ),
@@ -528,7 +539,7 @@ ENVIRONMENT_ONLY: tuple[OptionSpec[Any], ...] = (
         name="sglang-python",
         help="a Python that has SGLang's benchmark client, for the frameworks suite's SGLang test (default: this "
         "one if it has sglang, else .venv-sglang's)",
-        parse=parse_text,
+        parse=parse_program,
         default=None,
         metavar="PYTHON",
     ),

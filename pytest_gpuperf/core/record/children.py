@@ -4,9 +4,10 @@ Invariants: a child leads a process group (and session) of its own, so everythin
 stopping signals the whole group, one signal after another from ``Stopping.first`` on (SIGINT, SIGTERM, SIGKILL),
 each after its grace; what a child leaves in its group after it exits is ended; on Linux the kernel sends the
 child a death signal when its caller dies without stopping it. Members that exited but were not reaped
-(zombies) count as gone unless the caller waits for their reaping. Used by `gpuperf ab`, ``perf.run_command``,
-the inference servers and the rank pool. Standard library only: it may import nothing of the package (the ranks
-import it before torch). Why a group and a death signal: docs/design/supervised-children.md.
+(zombies) count as gone unless the caller waits for their reaping; ``catching_orphans`` ends a daemon that left
+its group. ``signals_interrupt`` makes SIGTERM and SIGHUP stop an entry point as Ctrl-C does. Used by `gpuperf
+ab` and `bisect`, the pytest session, ``perf.run_command``, the inference servers and the rank pool. Standard
+library only (the ranks import it before torch). Why: docs/design/supervised-children.md.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import IO
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
@@ -30,6 +32,42 @@ GRACE_S = 5.0
 POLL_S = 0.05
 STRAY_SIGNALS = (signal.SIGTERM, signal.SIGKILL)
 """What strays get: the leader has exited, nothing is left that writes results on SIGINT."""
+INTERRUPTING_SIGNALS = tuple(
+    sig for sig in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if sig
+)
+"""Ctrl-C, a job's cancel or eviction (SIGTERM: Slurm's --time and scancel, Kubernetes) and a closed terminal
+(SIGHUP): each stops a long-running entry point as Ctrl-C does (``signals_interrupt``)."""
+
+
+@contextlib.contextmanager
+def signals_interrupt(
+    signals: Sequence[int] = INTERRUPTING_SIGNALS, *, passed_on: Callable[[int], bool] | None = None
+) -> Iterator[list[int]]:
+    """While inside, each of ``signals`` raises KeyboardInterrupt in the main thread, so every entry point stops
+    on SIGTERM or SIGHUP along the path Ctrl-C takes (its children's groups stopped, what finished written);
+    yields the signals received. One stop is enough: later signals are noted, not raised again, so they cannot
+    cut short the stopping of the children or the writing of the results. ``passed_on``: a caller whose workers
+    stop on their own (xdist's controller) passes the first signal to them (True: passed on) and raises only at
+    the second. Off the main thread: nothing is set."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    raise_at = [1]
+
+    def interrupt(number: int, frame: FrameType | None) -> None:
+        received.append(number)
+        if len(received) == 1 and passed_on is not None and passed_on(number):
+            raise_at[0] = 2
+        elif len(received) == raise_at[0]:
+            raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, interrupt) for number in signals}
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,6 +286,83 @@ def die_with_parent(sig: int, *, parent: int) -> None:
         step()
     elif os.getppid() != parent:
         os._exit(128 + int(sig))
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@contextlib.contextmanager
+def catching_orphans(*, grace: float = GRACE_S) -> Iterator[bool]:
+    """While inside, this process is a child subreaper (Linux): a daemon a command starts, which leaves its group
+    (``setsid``, a double fork) and is orphaned, becomes this process's child instead of init's. On the way out,
+    each such new child outside our process group is ended (SIGTERM to its group, then SIGKILL) and reaped.
+    Yields whether the platform can do it; where it cannot (not Linux, no prctl), nothing is caught and
+    docs/design/supervised-children.md says so."""
+    prctl = _prctl()
+    if prctl is None or prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        yield False
+        return
+    before = _own_children()
+    try:
+        yield True
+    finally:
+        prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        ours = os.getpgrp()  # what this process starts itself without a group of its own stays in ours
+        orphans = [pid for pid in _own_children() - before if _group(pid) not in (None, ours)]
+        for sig in STRAY_SIGNALS:
+            for pid in orphans:
+                with contextlib.suppress(OSError):
+                    if os.getpgid(pid) == pid:  # it leads a group of its own (setsid): what it started goes too
+                        os.killpg(pid, sig)
+                    else:
+                        os.kill(pid, sig)
+            deadline = time.monotonic() + grace
+            while orphans and time.monotonic() < deadline:
+                orphans = [pid for pid in orphans if not _reaped(pid)]
+                time.sleep(POLL_S)
+            if not orphans:
+                break
+        for pid in orphans:  # still there after SIGKILL's grace (stuck in the kernel): not waited for, never a hang
+            _reaped(pid)
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        function: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return function
+    except (OSError, AttributeError):
+        return None
+
+
+def _own_children() -> set[int]:
+    """The pids whose parent is this process, from /proc (empty where there is none)."""
+    me, found = os.getpid(), set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    text = Path(f"/proc/{name}/stat").read_bytes().decode("ascii", "replace")
+                    if int(text[text.rfind(")") + 1 :].split()[1]) == me:
+                        found.add(int(name))
+    return found
+
+
+def _group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True
 
 
 def _members_from_proc(group: int) -> int | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_gpuperf.core.record.children import Stopping, Supervised
+from pytest_gpuperf.core.record.children import Stopping, Supervised, catching_orphans
 from pytest_gpuperf.core.record.readings import (
     Adapter,
     NoMetrics,
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 OUTPUT = "{output}"
 """Where it stands in the command's arguments, the path of the file the command is to write for the adapter."""
 TAIL_LINES = 20
+TAIL_WIDTH = 400
+"""A longer line of the tail is cut: a line of 100,000 brackets says what it is in its first few hundred."""
 LOSS_CURVE = "loss"
 VERSION_TIMEOUT_S = 60.0
 STOPPING = Stopping()
@@ -72,7 +74,10 @@ class CommandRun:
         last = tail_lines(self.log_text(), lines)
         if not last:
             return f"  (nothing was written to {self.log_path})"
-        return f"  last lines of {self.log_path}:\n" + "\n".join(f"  | {line}" for line in last)
+        shown = [
+            line if len(line) <= TAIL_WIDTH else f"{line[:TAIL_WIDTH]}... ({len(line)} characters)" for line in last
+        ]
+        return f"  last lines of {self.log_path}:\n" + "\n".join(f"  | {line}" for line in shown)
 
 
 def run_once(
@@ -82,22 +87,23 @@ def run_once(
     group is gone. At ``timeout`` the group is stopped (returncode None); an exception in the wait (the test's
     budget, Ctrl-C) stops it too and propagates."""
     started = time.monotonic()
-    with log_path.open("wb") as log:
-        try:
-            child = Supervised(argv, stdout=log, cwd=cwd, env=dict(env), stopping=STOPPING)
-        except FileNotFoundError:
-            _fail(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:4])} ...)")
-        except PermissionError:
-            _fail(f"command not executable: {shlex.quote(argv[0])}")
-        try:
-            returncode: int | None = child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            child.stop()
-            returncode = None
-        except BaseException:  # the budget's BudgetExceeded, Ctrl-C: nothing of the command may outlive the test
-            child.stop()
-            raise
-    child.end_strays()
+    with catching_orphans():  # a daemon that left the group (setsid) is ended too
+        with log_path.open("wb") as log:
+            try:
+                child = Supervised(argv, stdout=log, cwd=cwd, env=dict(env), stopping=STOPPING)
+            except FileNotFoundError:
+                _fail(f"command not found: {shlex.quote(argv[0])} (from {shlex.join(argv[:4])} ...)")
+            except PermissionError:
+                _fail(f"command not executable: {shlex.quote(argv[0])}")
+            try:
+                returncode: int | None = child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                child.stop()
+                returncode = None
+            except BaseException:  # the budget's BudgetExceeded, Ctrl-C: nothing of the command may outlive the test
+                child.stop()
+                raise
+        child.end_strays()
     return CommandRun(
         argv=list(argv),
         returncode=returncode,
@@ -169,10 +175,9 @@ def run_command(
         if run.returncode != 0:
             _fail(f"`{command}`{which} exited with status {run.returncode}\n{run.tail()}")
         log = run.log_text()
-        try:
-            reading = adapter.read(RunOutput(log=log, file=output_path))
-        except (NoMetrics, OutputError) as error:
-            _fail(f"`{command}`{which}: {error}\n{run.tail()}")
+        reading, problem = _read(adapter, RunOutput(log=log, file=output_path))
+        if reading is None:
+            _fail(f"`{command}`{which}: {problem}\n{run.tail()}")  # outside the except: no chained traceback
         if not reading.holds_metrics():
             seen = f"the file it wrote ({output_path})" if adapter.reads_file else "its output"
             _fail(
@@ -188,6 +193,20 @@ def run_command(
         perf, readings, rule=rule, stack=stack, windows=windows, seconds=seconds, command=shlex.join(argv), logs=folder
     )
     return readings
+
+
+def _read(adapter: Adapter, output: RunOutput) -> tuple[Reading | None, str]:
+    """The adapter's reading, or why there is none: every exception an adapter raises (one of a conftest.py, or
+    a case a built-in one did not foresee) is a failure of the run, never a traceback."""
+    try:
+        return adapter.read(output), ""
+    except (NoMetrics, OutputError) as error:
+        return None, str(error)
+    except Exception as error:
+        read = f"the file it wrote ({output.file})" if adapter.reads_file else "its output"
+        kind = type(error).__name__
+        why = f"{kind}: {str(error)[:300]}"
+        return None, f"the {adapter.name} adapter could not read {read} ({why}); fix the output or the adapter"
 
 
 def _record(

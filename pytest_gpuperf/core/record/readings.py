@@ -4,17 +4,28 @@ An adapter reads what a command run by ``perf.run_command`` wrote into a ``Readi
 their warm-up steps left out by a ``Warmup`` rule, never by hand, the rest of every run pooled into one metric),
 ``figures`` (one figure per run: one sample each, so at least 3 runs) and ``loss`` (the curve ``loss``). Adapters
 are named through the ``pytest_gpuperf_adapter`` hook, whose default implementation (frameworks/plugin.py) knows
-the built-in ones; a conftest.py adds its own, or a test passes an adapter object. Imports no workload and no
-pytest besides the failure of a run that says nothing.
+the built-in ones; a conftest.py adds its own, or a test passes an adapter object. Adapters read text through the
+helpers here (``output_file``, ``at_line``, ``finite``, ``parse_number``, ``parse_step``), so any line they cannot
+read is an OutputError naming it. Imports no workload and no pytest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from pytest_gpuperf.core.store import schema
+
+MAX_FILE_BYTES = 256 * 1024 * 1024
+"""The largest file an adapter reads (a benchmark's result, a metrics file): larger is refused, never read."""
+MAX_NUMBER_CHARS = 64
+"""A number written with more characters is no measurement (a 5,000-digit step counter, a garbled line)."""
+MAX_STEP = 10**15
+"""Steps (iterations) are counted from 0 or 1; one beyond this is no step counter."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +79,70 @@ class NoMetrics(Exception):
 
 class OutputError(Exception):
     """The output says the run cannot be judged (failed requests, a file that is not the format expected)."""
+
+
+def output_file(path: Path | None, *, missing: str) -> str:
+    """The text of the file a command wrote for its adapter: a regular file of at most MAX_FILE_BYTES (a FIFO or
+    a folder at ``{output}`` is refused without blocking); OutputError naming it otherwise. ``missing``: the
+    message for a file that is not there."""
+    if path is None:
+        raise OutputError(missing)
+    try:
+        data = schema.read_file(path, limit=MAX_FILE_BYTES)
+    except schema.UnreadableFile as error:
+        if error.kind == "missing":
+            raise OutputError(missing) from None
+        raise OutputError(f"{error}; the {{output}} of the command's arguments must be a regular file") from None
+    return data.decode("utf-8", errors="replace")
+
+
+@contextlib.contextmanager
+def at_line(where: str, number: int, line: str) -> Iterator[None]:
+    """What goes wrong reading one line (a number out of range, nesting too deep, a value of the wrong type)
+    becomes an OutputError naming ``where`` (the file, or "the output") and the line: interleaved ranks can write
+    anything into a log."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except (ValueError, OverflowError, RecursionError, TypeError, KeyError, IndexError, AttributeError) as error:
+        shown = line if len(line) <= 160 else line[:160] + f"... ({len(line)} characters)"
+        raise OutputError(
+            f"{where} line {number}: cannot be read ({type(error).__name__}: {str(error)[:200]}): {shown!r}"
+        ) from None
+
+
+def finite(value: Any) -> float | None:
+    """A JSON value as a finite float, else None (a bool, text, an integer beyond float range, NaN, infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def parse_number(text: str | None) -> float | None:
+    """A finite number from text a framework printed ("1,234" and "12.5%" included), else None: at most
+    MAX_NUMBER_CHARS characters, so a garbled or endless figure is refused before it is converted."""
+    if text is None:
+        return None
+    cleaned = text.replace(",", "").rstrip("%").strip()
+    if not cleaned or len(cleaned) > MAX_NUMBER_CHARS:
+        return None
+    try:
+        return finite(float(cleaned))
+    except ValueError:
+        return None
+
+
+def parse_step(value: Any) -> int | None:
+    """A step number from text or a JSON value, else None: a whole number from 0 to MAX_STEP."""
+    number = parse_number(value) if isinstance(value, str) else finite(value)
+    if number is None or not 0 <= number <= MAX_STEP:
+        return None
+    return int(number)
 
 
 @runtime_checkable

@@ -124,6 +124,8 @@ class GpuperfSession:
         """Ctrl-C stopped the save: save_failures lists what was not saved."""
         self.results_failure: str | None = None
         """Why ``--gpuperf-results`` could not be written, naming the file."""
+        self.interrupted_by: str | None = None
+        """The signal that ended the session early (SIGINT, SIGTERM, SIGHUP), recorded in the results' settings."""
         self.unresolved: list[tuple[str, str, float]] = []
         """(test, metric, smallest decidable change) of saved metrics whose runs vary more than the threshold can
         resolve: a stored baseline cannot decide a change of the threshold's size for them."""
@@ -529,6 +531,7 @@ class GpuperfSession:
                 "device": self._device,
                 "family_size": self._family_size,
                 "not_saved": [{"test": t, "metric": m, "why": why} for t, m, why in self.not_saved],
+                **({"interrupted": self.interrupted_by} if self.interrupted_by else {}),
             },
             results=self.results,
             curves=self.curves,

@@ -1,22 +1,68 @@
 """Where the session's run state lives: one GpuperfSession per pytest process, in ``config.stash``.
 
 The plugin module and the feature plugins (training, distributed, JUnit) reach the run state through here, so
-none of them imports the plugin module. No torch, numpy or scipy at import time.
+none of them imports the plugin module. It also holds how a signal stops the session (``stop_on_signals``).
+No torch, numpy or scipy at import time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_gpuperf.core.config.settings import get_settings
+from pytest_gpuperf.core.record.children import INTERRUPTING_SIGNALS, signals_interrupt
 
 if TYPE_CHECKING:
     from pytest_gpuperf.core.session.session import GpuperfSession
 
 session_key = pytest.StashKey["GpuperfSession"]()
 reporting_key = pytest.StashKey[bool]()
+stop_key = pytest.StashKey[tuple[contextlib.ExitStack, list[int]]]()
+"""The handlers that make SIGTERM and SIGHUP stop the session as Ctrl-C does, and the signals received."""
+SESSION_SIGNALS = tuple(sig for sig in INTERRUPTING_SIGNALS if sig != signal.SIGINT)
+"""pytest's own SIGINT handling (a second Ctrl-C ends at once) is kept; the others take its path."""
+
+
+def stop_on_signals(config: pytest.Config) -> None:
+    """From now to ``restore_signals``: SIGTERM and SIGHUP end the session as Ctrl-C does (controller and xdist
+    workers alike), so Slurm's --time, scancel or an evicted pod still leave the results of what finished."""
+    stack = contextlib.ExitStack()
+    received = stack.enter_context(signals_interrupt(SESSION_SIGNALS, passed_on=lambda sig: _to_workers(config, sig)))
+    config.stash[stop_key] = (stack, received)
+
+
+def _to_workers(config: pytest.Config, sig: int) -> bool:
+    """xdist's controller passes a stop signal on to its workers and keeps going: each worker ends its session
+    as interrupted and sends what it finished, which the controller keeps (stopped at once, it would drop their
+    results). A second signal stops the controller. False (it stops now) where there is no worker: no xdist, an
+    xdist worker itself, or before the workers started."""
+    dsession = config.pluginmanager.getplugin("dsession")  # xdist's controller (registered after this plugin)
+    group = getattr(getattr(dsession, "nodemanager", None), "group", None)
+    pids = [getattr(getattr(getattr(gateway, "_io", None), "popen", None), "pid", None) for gateway in group or ()]
+    sent = False
+    for pid in pids:
+        if isinstance(pid, int):
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+                sent = True
+    return sent
+
+
+def stop_signal(config: pytest.Config) -> int | None:
+    """The signal (SIGTERM, SIGHUP) that stopped the session, if one did."""
+    held = config.stash.get(stop_key, None)
+    return held[1][0] if held and held[1] else None
+
+
+def restore_signals(config: pytest.Config) -> None:
+    held = config.stash.get(stop_key, None)
+    if held is not None:
+        held[0].close()
 
 
 def reporting(config: pytest.Config) -> bool:
