@@ -26,8 +26,9 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 """Debian's packages (22.05 on Debian 12). Never slurm-wlm-emulator: it repoints the daemons to a build that
 will not start."""
 COMMANDS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scancel", "scontrol")
-MARKER = "GPUPERF_LOCAL_SLURM"
-"""Set in every daemon's environment (slurmstepd inherits it): how leftovers of this cluster are found."""
+MARKER = "LOCAL_SLURM_OF_PYTEST_GPUPERF"
+"""Set in every daemon's environment (slurmstepd inherits it): how leftovers of this cluster are found. Not a
+setting, so not named GPUPERF_*."""
 START_LIMIT_S = 60.0
 STOP_LIMIT_S = 30.0
 

@@ -521,6 +521,14 @@ ENVIRONMENT_ONLY: tuple[OptionSpec[Any], ...] = (
         default=False,
     ),
     OptionSpec(
+        name="slurm-ranks",
+        help="inside a Slurm step (srun), each task is a rank: torchrun's variables come from Slurm's, the rendezvous "
+        "at the step's first node (default: off; a step's tasks are independent sessions, as node acceptance runs "
+        "them)",
+        parse=parse_bool,
+        default=False,
+    ),
+    OptionSpec(
         name="maxtext-python",
         help="a Python >= 3.12 that has MaxText, for the frameworks suite's MaxText test (default: this one)",
         parse=parse_program,
