@@ -7,10 +7,10 @@ import dataclasses
 import http.server
 import json
 import math
-import threading
 import time
 from collections.abc import Iterator
 
+import local_http
 import pytest
 from virtual_clock import VIRTUAL_CLOCK
 
@@ -331,14 +331,7 @@ class _PairedHandler(_StreamingHandler):
 
 @pytest.fixture(params=[_StreamingHandler, _PairedHandler], ids=["token-per-event", "two-tokens-per-event"])
 def server(request: pytest.FixtureRequest) -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), request.param)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    yield from local_http.serve(request.param)
 
 
 def test_openai_adapter_streams_token_times_from_a_local_server(server: str) -> None:
