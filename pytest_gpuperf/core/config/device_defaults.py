@@ -6,10 +6,8 @@ JOB_ALPHA = 0.01
 
 # Per-device defaults for settings that differ between CPU and GPU timing noise. Where each CPU figure was measured,
 # and why the GPU has no sitting noise yet: docs/settings.md and benchmarks/README.md ("Between sittings").
-# machine_noise is the prior sd between machines of one hardware key where no fleet measured it (docs/verdicts.md,
-# "Another machine of the key"): on GPUs, the 8% average variation Sinha et al. measured between GPUs of one SKU
-# (SC22, arXiv 2208.11035); on CPU VMs of one key, 12%, above the 1.043 vs 0.874 this project saw one fp16 GEMM
-# read minutes apart on a fresh VM against another VM's baseline.
+# machine_noise is the prior sd between machines of one hardware key where no fleet measured it; its sources:
+# docs/verdicts.md, "Another machine of the key".
 DEVICE_DEFAULTS: dict[str, dict[str, float]] = {
     "cpu": {"threshold": 0.02, "noise_limit": 0.10, "run_noise": 0.015, "sitting_noise": 0.08, "machine_noise": 0.12},
     "cuda": {"threshold": 0.01, "noise_limit": 0.05, "run_noise": 0.003, "sitting_noise": 0.0, "machine_noise": 0.08},

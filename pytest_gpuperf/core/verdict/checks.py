@@ -22,8 +22,8 @@ UNBOUNDED = math.inf
 """The factor a condition explains when nothing bounds its effect."""
 TRANSIENT_EXPLAINS = 1.5
 """What a slowdown that no second measurement could check may be, with no other sign of it: a burst of load in one
-sitting. CPU VMs of this project ran one kernel 20-40% apart from one minute to the next (shared/CPU-FACTS.md), so
-a change whose whole interval lies beyond 1.5x is more than a transient explains (docs/verdicts.md)."""
+sitting. A change whose whole interval lies beyond it is more than a transient explains (why 1.5x:
+docs/verdicts.md)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

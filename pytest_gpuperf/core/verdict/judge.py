@@ -142,7 +142,7 @@ between machines."""
 
 ACROSS_UNMEASURED = "baseline recorded on another machine of this hardware key"
 """How the reason of a timing that another machine's baseline could not decide began in results written before
-the spread between machines had a prior per device (2026-12-07); read by the roll-up of such documents."""
+the spread between machines had a prior per device; read by the roll-up of such documents (docs/verdicts.md)."""
 
 
 def runs_of_this_machine(machine_id: str | None, run_contexts: Sequence[Mapping[str, Any]]) -> list[int] | None:
@@ -223,7 +223,7 @@ OPEN_LOOP = "offered_req_s"
 def queued(doubt: Doubt | None, context: Mapping[str, Any]) -> Doubt | None:
     """The machine's doubt about a figure measured at a fixed arrival rate: a server slowed by a factor f runs at
     f times the utilisation, and its queueing delay grows as 1 / (1 - utilisation), so no factor bounds what a
-    busy machine does to such a latency (a load of 7 on 2 cores made one TTFT p50 38x worse)."""
+    busy machine does to such a latency (the measurement that showed it: benchmarks/README.md)."""
     if doubt is None or context.get(OPEN_LOOP) is None:
         return doubt
     return replace(
