@@ -104,7 +104,13 @@ def slurm_rank_variables(environ: Mapping[str, str] | None = None) -> dict[str, 
     torchrun's own are absent; None otherwise. The rendezvous host is the step's first node, at its Slurm
     NodeAddr (node names need not resolve); MASTER_ADDR and MASTER_PORT, where set, win."""
     env = os.environ if environ is None else environ
-    if env.get(SLURM_RANKS, "") not in ("1", "yes", "true") or "RANK" in env:
+    from pytest_gpuperf.core.config.settings import SettingError, parse_bool  # the option table's one reading
+
+    try:
+        asked = parse_bool(env.get(SLURM_RANKS, ""))
+    except SettingError as error:
+        raise ValueError(f"{SLURM_RANKS}={env[SLURM_RANKS]!r}: {error}") from None
+    if not asked or "RANK" in env:
         return None
     needed = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID")
     missing = [name for name in needed if name not in env]
