@@ -18,13 +18,11 @@ from typing import Protocol
 from pytest_gpuperf.ab.reading import SessionMetric
 from pytest_gpuperf.machine.contention import (
     CANARIES,
-    CANARY_EXPLAINS_POWER,
     MachineState,
     canary_deviation,
-    canary_factor,
     contention_reasons,
+    explains,
     others_limit,
-    time_share,
 )
 
 
@@ -103,19 +101,12 @@ def left_out(a: SessionMetric, b: SessionMetric, rules: Sequence[LeaveOutRule]) 
 
 
 def explained(a: MachineState | None, b: MachineState | None) -> float:
-    """The largest factor by which the machine's states of a pair's two sessions can move its ratio: either
-    side's wait for a CPU (machine/contention.py ``time_share``) times the square of how much slower per CPU
-    second its canaries ran than the other side's (CANARY_EXPLAINS_POWER). Unbounded where a side has no state,
-    or a neighbour and no canary."""
+    """The largest factor by which the machine's states of a pair's two sessions can move its ratio: the larger
+    of what either side's state explains against the other's (machine/contention.py ``explains``, the stored
+    verdict's bound). Unbounded where a side has no state."""
     if a is None or b is None:
         return math.inf
-    factors = []
-    for side, other in ((a, b), (b, a)):
-        slower = [f for canary in CANARIES if (f := canary_factor(side, [other], canary)) is not None]
-        if not slower and "others" in contention_reasons(side):
-            return math.inf  # a neighbour on the other cores, and no canary to say what it did
-        factors.append(time_share(side) * max([1.0, *slower]) ** CANARY_EXPLAINS_POWER)
-    return max(factors)
+    return max(explains(a, [b])[0], explains(b, [a])[0])
 
 
 def beyond_explained(a: SessionMetric, b: SessionMetric) -> bool:
