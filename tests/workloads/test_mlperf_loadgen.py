@@ -62,13 +62,15 @@ def server() -> Iterator[str]:
 
 
 def loadgen_processes() -> list[int]:
+    """This process's LoadGen children still alive (another xdist worker's LoadGen run is not ours to count)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if b"loadgen_sut" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                if parent == os.getpid() and b"loadgen_sut" in Path(f"/proc/{entry}/cmdline").read_bytes():
                     found.append(int(entry))
-            except OSError:
+            except (OSError, ValueError, IndexError):
                 continue
     return found
 
