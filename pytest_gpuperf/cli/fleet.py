@@ -5,7 +5,9 @@ runs pooled. Nodes are grouped by hardware key and each key's nodes are judged a
 node, a result whose context names a ``device`` is that device's unit (the acceptance suite's per-GPU tests,
 ``test_gemm[gpu3-bf16]``, compared across the fleet as ``test_gemm[bf16]``); otherwise the node is the unit.
 Each unit of each metric is placed against the others with core/stats/fleet.py's rule (tolerance, robust z and a
-separation test, leave-one-out); the statistics live there, reading and rendering here.
+separation test, leave-one-out), a unit's deficit weighed against what its machine's state while it was measured
+explains (machine/contention.py ``explains``, as the stored verdict does); the statistics live there, reading and
+rendering here.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from pytest_gpuperf.core.stats.fleet import (
 from pytest_gpuperf.core.stats.fleet import smallest_p as smallest_p_value
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store import spread as spread_file
+from pytest_gpuperf.core.verdict.judge import machine_state, timed_on_device
+from pytest_gpuperf.machine.contention import MachineState, contention, explains
 
 WHOLE_NODE = "node"
 """The device a whole-node test names (the acceptance suite's all-reduce across a node's GPUs): its unit is the
@@ -64,6 +68,7 @@ COLUMNS = (
     ("listed", "listed"),
     ("suspect", "suspect"),
     ("tail", "tail"),
+    ("explained", "explained"),
     ("better", "better"),
 )
 
@@ -101,6 +106,8 @@ class Series:
     unit: str
     higher_is_better: bool
     samples: dict[Unit, list[float]] = field(default_factory=dict)
+    states: dict[Unit, list[MachineState]] = field(default_factory=dict)
+    """Each unit's machine states, one per measurement window that recorded one (none for device-clock figures)."""
     source: Path | None = None
     """A file holding it, for messages."""
 
@@ -219,6 +226,9 @@ def build_series(nodes: list[Node]) -> dict[tuple[str, str], Series]:
                     )
                 unit = Unit(node=node, device=None if device == WHOLE_NODE else device)
                 entry.samples.setdefault(unit, []).extend(data.samples)
+                state = None if timed_on_device(data.context) else machine_state(data.context)
+                if state is not None:
+                    entry.states.setdefault(unit, []).append(state)
     return series
 
 
@@ -329,6 +339,7 @@ def judge_fleet(nodes: list[Node], rules: FleetRules, spread_prior: float | None
             higher_is_better=entry.higher_is_better,
             rules=by_key[key],
             level=fleet.level,
+            explains=[load_explains(entry, unit) for unit in units],
         )
         fleet.judged.append(
             Judged(
@@ -336,6 +347,19 @@ def judge_fleet(nodes: list[Node], rules: FleetRules, spread_prior: float | None
             )
         )
     return fleet
+
+
+def load_explains(series: Series, unit: Unit) -> float:
+    """The largest factor by which ``unit``'s machine's state, in any window it was measured in, can make it look
+    worse than the other units (its time share and its canaries against theirs; 1 where it recorded no state)."""
+    others = [state for other, states in series.states.items() if other != unit for state in states]
+    return max((explains(state, others)[0] for state in series.states.get(unit, [])), default=1.0)
+
+
+def load_reasons(series: Series, unit: Unit) -> str:
+    """What its machine's state said while ``unit`` was measured, in words (the contention rule's reasons)."""
+    found = dict.fromkeys(why for state in series.states.get(unit, []) if (why := contention(state)))
+    return "; ".join(found) or "its canaries ran slower than the other units'"
 
 
 def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
@@ -395,6 +419,15 @@ def wide_note(judged: Judged, rules: FleetRules) -> str:
     )
 
 
+def explained_note(judged: Judged, unit: Unit, placed: Placement) -> str:
+    bound = "any factor" if math.isinf(placed.explains) else f"{placed.explains:.2f}x"
+    return (
+        f"EXPLAINED {placement_line(judged, unit, placed)}: not listed, since its machine's state while it was "
+        f"measured explains up to {bound} worse ({load_reasons(judged.series, unit)}); a deficit beyond that is "
+        "listed: re-measure this node on a quiet machine to decide it"
+    )
+
+
 def tail_note(judged: Judged, unit: Unit, placed: Placement) -> str:
     return (
         f"TAIL {placement_line(judged, unit, placed)}: an outlier against the other units' spread as measured, "
@@ -426,6 +459,7 @@ def unit_record(judged: Judged, unit: Unit, placed: Placement) -> dict[str, Any]
         "p_better": placed.p_better,
         "samples": len(judged.series.samples[unit]),
         "standing": placed.standing.value,
+        "load_explains": _finite(placed.explains),
         "files": [str(path) for path in unit.node.files],
     }
 
@@ -449,6 +483,7 @@ def metric_row(judged: Judged) -> dict[str, Any]:
         "listed": standings.count(Standing.LISTED),
         "suspect": standings.count(Standing.SUSPECT),
         "tail": standings.count(Standing.TAIL),
+        "explained": standings.count(Standing.EXPLAINED),
         "better": standings.count(Standing.BETTER),
     }
 
@@ -567,14 +602,16 @@ def _notes(fleet: Fleet, rules: FleetRules) -> list[str]:
     return [
         *(suspect_note(*item, fleet.level) for item in fleet.of(Standing.SUSPECT)),
         *(tail_note(*item) for item in fleet.of(Standing.TAIL)),
+        *(explained_note(*item) for item in fleet.of(Standing.EXPLAINED)),
         *(wide_note(judged, rules) for judged in fleet.judged if WIDE * judged.placement.spread > rules.tolerance),
         *(f"BETTER {placement_line(*item)}" for item in fleet.of(Standing.BETTER)),
         *_too_few_lines(fleet),
         f"rule: a unit is listed when it is at least {rules.tolerance * 100:.4g}% worse than the median of the other "
         f"units, beyond {rules.z:g} MADs of them (modified z against their spread's upper bound, floored by "
         f"sampling noise) and its samples separate from theirs (one-sided Mann-Whitney at {rules.alpha:g} / "
-        f"{round(rules.alpha / fleet.level)} placements = {fleet.level:.2g}); spread: the robust sd of the units' "
-        "log medians, floored by their sampling noise",
+        f"{round(rules.alpha / fleet.level)} placements = {fleet.level:.2g}), by more than its machine's state "
+        "while it was measured explains; spread: the robust sd of the units' log medians, floored by their "
+        "sampling noise",
         *_prior_lines(fleet),
     ]
 

@@ -25,6 +25,7 @@ COLOURS = {
     Standing.LISTED: "#c62828",
     Standing.SUSPECT: "#ef6c00",
     Standing.TAIL: "#8e24aa",
+    Standing.EXPLAINED: "#f9a825",
     Standing.BETTER: "#1565c0",
     Standing.OK: "#757575",
 }

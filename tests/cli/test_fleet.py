@@ -20,6 +20,7 @@ import pytest
 from pytest_gpuperf.cli import main as cli
 from pytest_gpuperf.core.stats.fleet import FleetRules, Standing, mad_sd, place, pooled_spread, smallest_p
 from pytest_gpuperf.core.store.spread import MachineSpread, SpreadError, parse_spread, read_spread, without_device
+from pytest_gpuperf.machine.contention import MachineState
 from pytest_gpuperf.machine.identity import named_identity
 
 RULES = FleetRules()
@@ -153,6 +154,22 @@ def standings_with(rules: FleetRules, units: list[list[float]], *, level: float 
     return [p.standing for p in place(units, higher_is_better=True, rules=rules, level=level).placements]
 
 
+def test_a_deficit_its_machines_state_explains_is_reported_not_listed() -> None:
+    units = fleet_of([1.0, 1.0, 1.0, 0.8])
+    level = RULES.alpha / 4
+    explained = place(units, higher_is_better=True, rules=RULES, level=level, explains=[1.0, 1.0, 1.0, 1.3])
+    assert [p.standing for p in explained.placements] == [Standing.OK] * 3 + [Standing.EXPLAINED]
+    assert explained.placements[3].explains == 1.3
+    # the bound, not a veto: 0.8 x 1.2 stays 4% short of the others, beyond the 5% tolerance it is not
+    beyond = place(units, higher_is_better=True, rules=RULES, level=level, explains=[1.0, 1.0, 1.0, 1.15])
+    assert beyond.placements[3].standing is Standing.LISTED
+    # another unit's load credits nothing: contention is bounded from above only, its effect may have been nil
+    others = place(units, higher_is_better=True, rules=RULES, level=level, explains=[2.0, 2.0, 2.0, 1.0])
+    assert others.placements[3].standing is Standing.LISTED
+    with pytest.raises(ValueError, match="one factor >= 1 per unit"):
+        place(units, higher_is_better=True, rules=RULES, level=level, explains=[1.0, 0.5, 1.0, 1.0])
+
+
 def test_fewer_than_three_units_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 3 units"):
         place([[1.0], [2.0]], higher_is_better=True, rules=RULES, level=0.01)
@@ -248,6 +265,36 @@ def test_equal_nodes_exit_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, out, _ = gpuperf([str(write_nodes(tmp_path / "nodes", [1.0] * 4))], capsys)
     assert code == 0
     assert "0 of 4 nodes listed; exit 0" in out and "LISTED" not in out
+
+
+def loaded(runqueue_share: float) -> dict[str, Any]:
+    """A machine state whose threads waited for a CPU ``runqueue_share`` of their time (no canary)."""
+    return MachineState(wall_s=10.0, cpu_per_wall=1.0, cpus=2, runqueue_share=runqueue_share).to_dict()
+
+
+@pytest.mark.parametrize(("median", "standing", "code"), [(0.8, "EXPLAINED", 0), (0.5, "LISTED", 1)])
+def test_a_node_measured_while_loaded_is_listed_only_beyond_what_the_load_explains(
+    median: float, standing: str, code: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 49: the fleet read no machine state, so a node measured while its machine was busy was listed for
+    what the load explains. Its threads waiting 30% of the time explain up to 1/(1-0.3) = 1.43x: a node 0.8x the
+    others is reported, one 0.5x is listed whatever the load."""
+    folder = write_nodes(tmp_path / "nodes", [1.0, 1.0, 1.0, median])
+    document = json.loads((folder / "node-4.json").read_text())
+    for result in document["results"]:
+        result["context"]["machine"] = loaded(0.3)
+    (folder / "node-4.json").write_text(json.dumps(document))
+    code_seen, out, err = gpuperf([str(folder), "--format", "json"], capsys)
+    assert code_seen == code, err
+    report = json.loads(out)
+    [unit] = [u for u in report["units"] if u["node"] == "node-4" and u["metric"] == "tflops"]
+    assert unit["standing"] == standing and unit["load_explains"] == pytest.approx(1 / 0.7)
+    if standing == "EXPLAINED":
+        note = next(line for line in report["notes"] if line.startswith("EXPLAINED node-4"))
+        assert "explains up to 1.43x worse (threads waited for a CPU 30.0% of the time" in note, note
+        assert report["listed"] == []
+    else:
+        assert [entry["node"] for entry in report["listed"]] == ["node-4"]
 
 
 def test_a_cpu_fleet_is_placed_with_the_cpu_prior_and_says_so(

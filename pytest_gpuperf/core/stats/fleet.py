@@ -2,8 +2,9 @@
 
 Owns ``FleetRules``, ``place`` and the ``Standing`` it returns: LISTED only when a unit is practically worse (by
 the tolerance), outlying (a robust z against the others' MAD at an upper bound, pooled with the device kind's
-prior, floored by sampling noise) and separated (Mann-Whitney, Bonferroni over the invocation); SUSPECT, TAIL and
-BETTER are reported, never failing. Invariant: each unit is judged leave-one-out. Imports only core/stats/.
+prior, floored by sampling noise), separated (Mann-Whitney, Bonferroni over the invocation) and worse than its
+machine's state explains (the caller's factor); SUSPECT, TAIL, EXPLAINED and BETTER are reported, never failing.
+Invariant: each unit is judged leave-one-out. Imports only core/stats/.
 Rationale: docs/design/fleet-placement.md; figures in docs/fleet.md.
 """
 
@@ -53,6 +54,9 @@ class Standing(str, enum.Enum):
     """Worse by the tolerance and beyond the threshold against the others' MAD as it came out, but not against its
     upper bound: the tail of a wide fleet, or an outlier few units cannot tell from it. Reported, never failing:
     more units, or a fleet that agrees more closely, decide it."""
+    EXPLAINED = "EXPLAINED"
+    """Would be LISTED, but its deficit is no larger than its machine's state while it was measured can explain (a
+    loaded or slower machine, ``place``'s ``explains``): reported, never failing; re-measuring it quiet decides."""
     BETTER = "BETTER"
     """Decidedly better than the others: reported, never failing."""
     OK = "OK"
@@ -104,6 +108,8 @@ class Placement:
     p_better: float | None
     """The same for better; None where it is not better by both."""
     standing: Standing
+    explains: float = 1.0
+    """The largest factor by which the unit's machine's state could make it look worse (1: none recorded)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,11 +160,24 @@ def median_noise(samples: np.ndarray) -> float:
     return MEDIAN_SE * mad_sd(np.log(samples)) / math.sqrt(len(samples))
 
 
-def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: FleetRules, level: float) -> KeyPlacement:
+def place(
+    units: Sequence[Sequence[float]],
+    *,
+    higher_is_better: bool,
+    rules: FleetRules,
+    level: float,
+    explains: Sequence[float] | None = None,
+) -> KeyPlacement:
     """Place each unit (its samples, positive) against the others; ``level``: the separation test's level for
-    one placement (``rules.alpha`` over the invocation's placements)."""
+    one placement (``rules.alpha`` over the invocation's placements); ``explains``: per unit, the largest factor
+    (>= 1, inf where nothing bounds it) by which its machine's state while it was measured can make it look worse.
+    A unit that would be listed is EXPLAINED where its deficit times that factor no longer reaches the tolerance:
+    the others' state is not credited, since contention's effect is bounded from above only (it may be nil)."""
     if len(units) < MIN_UNITS:
         raise ValueError(f"a fleet placement needs at least {MIN_UNITS} units, got {len(units)}")
+    factors = [1.0] * len(units) if explains is None else [float(f) for f in explains]
+    if len(factors) != len(units) or not all(f >= 1 for f in factors):
+        raise ValueError("explains: one factor >= 1 per unit")
     arrays = [np.asarray(unit, dtype=float) for unit in units]
     if any(len(a) == 0 or not np.all(np.isfinite(a)) or np.any(a <= 0) for a in arrays):
         raise ValueError("every unit needs at least one sample, all finite and positive")
@@ -185,6 +204,8 @@ def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: Fl
         if performance <= 1 - rules.tolerance and worse_z <= -rules.z:
             p_worse = _mann_whitney(samples, _rest(arrays, index), "less" if higher_is_better else "greater")
             standing = Standing.LISTED if p_worse <= level else Standing.SUSPECT
+            if standing is Standing.LISTED and performance * factors[index] > 1 - rules.tolerance:
+                standing = Standing.EXPLAINED
         elif performance <= 1 - rules.tolerance and abs(gap) >= rules.z * max(others_sd, floor):
             standing = Standing.TAIL  # an outlier against the spread as it came out, not against its bound
         elif performance >= 1 + rules.tolerance and worse_z >= rules.z:
@@ -200,6 +221,7 @@ def place(units: Sequence[Sequence[float]], *, higher_is_better: bool, rules: Fl
                 p_worse=p_worse,
                 p_better=p_better,
                 standing=standing,
+                explains=factors[index],
             )
         )
     return KeyPlacement(
