@@ -5,8 +5,16 @@ For each baseline condition (hogs while recording), a fresh folder gets the READ
 `--gpuperf-save` runs; then, for each judging condition and each slowdown (1, 1.25, 2), ``--trials`` judged runs
 with ``--gpuperf-threshold 10`` as the README has them. A hog is a pure-Python busy loop in its own process.
 
+``--identities`` judges each cell as a container or a new boot would (root, util-linux ``unshare``): ``same`` as
+recorded; ``new-hostname`` in a UTS namespace of its own with a random hostname (what ``docker run`` gives), which
+must stay "this machine"; ``new-boot`` with another boot id bind-mounted over /proc/sys/kernel/random/boot_id in a
+mount namespace of its own (a VM restarted, perhaps on another host), which must read "another machine of this
+hardware key" and be judged with the key's between-machine noise. The 2x must fail in each.
+
     python benchmarks/quickstart_busy.py --record-hogs 0,2 --judge-hogs 0,2,4 --trials 3 \\
         --out benchmarks/data/quickstart-busy.jsonl
+    python benchmarks/quickstart_busy.py --record-hogs 0 --judge-hogs 0 --identities same,new-hostname,new-boot \\
+        --slowdowns 1,2 --trials 5 --out benchmarks/data/quickstart-identities.jsonl
 
 One JSON line per judged run (hogs, slowdown, exit status, verdict, ratio, reason); the end prints a table: per
 cell, how many runs failed. Unchanged runs that failed are false alarms; 2x runs that passed are misses.
@@ -19,6 +27,8 @@ import collections
 import contextlib
 import json
 import os
+import secrets
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -51,14 +61,36 @@ def hogs(count: int) -> Iterator[None]:
             proc.wait()
 
 
-def pytest_run(folder: Path, *args: str, slowdown: float = 1.0) -> subprocess.CompletedProcess[str]:
+IDENTITIES = ("same", "new-hostname", "new-boot")
+
+
+def as_identity(identity: str, command: list[str], folder: Path) -> list[str]:
+    """``command`` run as ``identity`` says (IDENTITIES): unchanged, in a UTS namespace with a random hostname, or
+    in a mount namespace with another boot id over the kernel's."""
+    if identity == "same":
+        return command
+    if identity == "new-hostname":
+        name = f"ctr-{secrets.token_hex(6)}"
+        return ["unshare", "--uts", "sh", "-c", f"hostname {name} && exec {shlex.join(command)}"]
+    boot = folder / "other-boot-id"
+    boot.write_text(f"{secrets.token_hex(4)}-0000-4000-8000-{secrets.token_hex(6)}\n")
+    mount = f"mount --bind {shlex.quote(str(boot))} /proc/sys/kernel/random/boot_id"
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", f"{mount} && exec {shlex.join(command)}"]
+
+
+def pytest_run(
+    folder: Path, *args: str, slowdown: float = 1.0, identity: str = "same"
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SLOWDOWN": str(slowdown)}
     command = [sys.executable, "-m", "pytest", "test_speed.py", "-q", "-p", "no:cacheprovider", *args]
+    command = as_identity(identity, command, folder)
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
 
 
-def judged(folder: Path, slowdown: float) -> dict[str, Any]:
-    done = pytest_run(folder, "--gpuperf-threshold", "10", "--gpuperf-results", "run.json", slowdown=slowdown)
+def judged(folder: Path, slowdown: float, identity: str = "same") -> dict[str, Any]:
+    done = pytest_run(
+        folder, "--gpuperf-threshold", "10", "--gpuperf-results", "run.json", slowdown=slowdown, identity=identity
+    )
     record: dict[str, Any] = {"exit": done.returncode}
     try:
         (result,) = json.loads((folder / "run.json").read_text())["results"]
@@ -68,6 +100,7 @@ def judged(folder: Path, slowdown: float) -> dict[str, Any]:
     return {
         **record,
         "verdict": result["verdict"],
+        "comparison": result.get("context", {}).get("comparison"),
         "ratio": comparison.get("ratio"),
         "ci_high": comparison.get("ci_high"),
         "reason": comparison.get("reason", "")[-300:],
@@ -80,9 +113,13 @@ def main() -> int:
     parser.add_argument("--judge-hogs", default="0,2,4")
     parser.add_argument("--slowdowns", default="1,1.25,2")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--identities", default="same", help=f"comma-separated, of {', '.join(IDENTITIES)}")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    cells: dict[tuple[int, int, float], list[int]] = collections.defaultdict(list)
+    identities = args.identities.split(",")
+    if not set(identities) <= set(IDENTITIES):
+        parser.error(f"--identities: {args.identities!r}: each must be one of {', '.join(IDENTITIES)}")
+    cells: dict[tuple[int, int, str, float], list[int]] = collections.defaultdict(list)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for record_hogs in (int(n) for n in args.record_hogs.split(",")):
         with tempfile.TemporaryDirectory(prefix="gpuperf-quickstart-") as name:
@@ -94,26 +131,29 @@ def main() -> int:
             for judge_hogs in (int(n) for n in args.judge_hogs.split(",")):
                 with hogs(judge_hogs):
                     for trial in range(args.trials):
-                        for slowdown in (float(s) for s in args.slowdowns.split(",")):
-                            record = {
-                                "record_hogs": record_hogs,
-                                "judge_hogs": judge_hogs,
-                                "slowdown": slowdown,
-                                "trial": trial,
-                                "load1": os.getloadavg()[0],
-                                **judged(folder, slowdown),
-                            }
-                            cells[(record_hogs, judge_hogs, slowdown)].append(record["exit"])
-                            with args.out.open("a") as out:
-                                out.write(json.dumps(record, sort_keys=True) + "\n")
-                            print(
-                                f"record {record_hogs} hogs, judge {judge_hogs} hogs, {slowdown}x: exit "
-                                f"{record['exit']} {record['verdict']} ratio {record.get('ratio')}",
-                                flush=True,
-                            )
-    print("\nrecord hogs | judge hogs | slowdown | failed / runs")
-    for (record_hogs, judge_hogs, slowdown), exits in sorted(cells.items()):
-        print(f"{record_hogs} | {judge_hogs} | {slowdown} | {sum(e != 0 for e in exits)} / {len(exits)}")
+                        for identity in identities:
+                            for slowdown in (float(s) for s in args.slowdowns.split(",")):
+                                record = {
+                                    "record_hogs": record_hogs,
+                                    "judge_hogs": judge_hogs,
+                                    "identity": identity,
+                                    "slowdown": slowdown,
+                                    "trial": trial,
+                                    "load1": os.getloadavg()[0],
+                                    **judged(folder, slowdown, identity),
+                                }
+                                cells[(record_hogs, judge_hogs, identity, slowdown)].append(record["exit"])
+                                with args.out.open("a") as out:
+                                    out.write(json.dumps(record, sort_keys=True) + "\n")
+                                print(
+                                    f"record {record_hogs} hogs, judge {judge_hogs} hogs, {identity}, {slowdown}x: "
+                                    f"exit {record['exit']} {record['verdict']} ({record.get('comparison')}) ratio "
+                                    f"{record.get('ratio')}",
+                                    flush=True,
+                                )
+    print("\nrecord hogs | judge hogs | identity | slowdown | failed / runs")
+    for (record_hogs, judge_hogs, identity, slowdown), exits in sorted(cells.items()):
+        print(f"{record_hogs} | {judge_hogs} | {identity} | {slowdown} | {sum(e != 0 for e in exits)} / {len(exits)}")
     return 0
 
 
