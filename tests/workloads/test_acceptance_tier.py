@@ -334,7 +334,12 @@ def test_the_burn_in_skips_unless_asked_and_on_cpu_runs_the_load_without_device_
         context = result["context"]
         assert context["device"] == "cpu" and context["burnin_minutes"] == 0.2
         assert "device telemetry is absent on CPU: no clocks, throttle reasons, ECC or Xid to read" in context["notes"]
-        assert context["sag"]["first_n"] >= 5 and context["sag"]["last_n"] >= 5
+        # 12 s of load: how many samples fall in each third depends on the box (a stalled chunk on a loaded CI box
+        # leaves two); the sag test ran where both windows had enough, and says so where they had not
+        sag = context["sag"]
+        assert sag["first_n"] >= 1 and sag["last_n"] >= 1, sag
+        assert (sag["p_value"] is None) == (min(sag["first_n"], sag["last_n"]) < 5), sag
+        assert sag["message"].startswith("too few samples" if sag["p_value"] is None else ("no sag", "throughput")), sag
         assert "health" not in context and "telemetry" not in context
         assert len(result["samples"]) >= 15
 
@@ -342,11 +347,6 @@ def test_the_burn_in_skips_unless_asked_and_on_cpu_runs_the_load_without_device_
 # -- many nodes -------------------------------------------------------------------------------------------------------
 
 FLEET_BUILT = importlib.util.find_spec("pytest_gpuperf.cli.fleet") is not None
-LOOSE = ["--tolerance", "30", "--z-threshold", "2"]
-"""The fleet's rules for these CPU nodes. On a shared CI machine one process runs up to ~20% slower than the next
-(benchmarks/README.md, "Four simulated nodes"): the default 5% tolerance is for a fleet's nodes, not for processes
-of one loaded VM, and three such "nodes" spread 11-16% leave a 2x node only 4-5 MADs out. 30% lists none of the
-equal nodes; z 2 still lists the 2x one whatever the others' spread."""
 
 
 def fleet(*args: str) -> tuple[int, dict[str, Any]]:
@@ -368,15 +368,18 @@ def node_run(folder: Path, node: str, tmp_path: Path, *, slowdown: str | None = 
     if slowdown:
         env["GPUPERF_INJECT_SLOWDOWN"] = slowdown
     done = run_suite("-m", "acceptance", "-k", "gemm and bf16", "-p", "fake_node", "--gpuperf-device", "cpu",
-                     "--gpuperf-results", str(folder / f"{node}.json"),
+                     "--gpuperf-results", str(folder / f"{node}.json"), "--gpuperf-machine-check", "record",
                      "--gpuperf-baselines", str(tmp_path / "baselines"), env=env)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_four_simulated_nodes_one_made_twice_as_slow(tmp_path: Path) -> None:
     """Four `pytest -m acceptance` processes, each its own machine through the pytest_gpuperf_machine hook, each
-    writing its results into one folder; one node's acceptance work is doubled (99% injected, the most the option
-    takes). The fleet lists that node and only it (exit 1); the four unslowed nodes list nothing (exit 0)."""
+    writing its results into one folder with its machine's state (``--gpuperf-machine-check record``); one node's
+    acceptance work is made larger (99% injected, the most the option takes). The fleet, with its default rules,
+    lists that node and only it (exit 1), unless its own machine's state while it ran explains the deficit (a CI
+    box busy with other work: it is then EXPLAINED, and the bound must truly cover it); the four unslowed nodes
+    list nothing (exit 0): a node that ran while the box was loaded is EXPLAINED, not listed (issue 49)."""
     pytest.importorskip("torch")
     (tmp_path / "fake_node.py").write_text(NODE_PLUGIN)
     equal, slowed = tmp_path / "equal", tmp_path / "slowed"
@@ -397,11 +400,16 @@ def test_four_simulated_nodes_one_made_twice_as_slow(tmp_path: Path) -> None:
     assert slow["context"]["injected_slowdown"] == 0.99
     if not FLEET_BUILT:
         pytest.skip("gpuperf fleet not built yet")
-    code, report = fleet(str(slowed), *LOOSE)
-    assert code == 1 and report["exit"] == 1, report
-    assert [entry["unit"].split()[0] for entry in report["listed"]] == ["node-4"], report["listed"]
-    code, report = fleet(str(equal), *LOOSE)
-    assert code == 0 and report["listed"] == [], report["listed"]
+    code, report = fleet(str(slowed))
+    [node_4] = [unit for unit in report["units"] if unit["node"] == "node-4"]
+    if node_4["standing"] == "EXPLAINED":  # the box was busy while node-4 ran: the bound must cover its deficit
+        assert node_4["performance"] * node_4["load_explains"] > 0.95, node_4
+    else:
+        assert node_4["standing"] == "LISTED", node_4
+    assert [entry["unit"].split()[0] for entry in report["listed"]] == ["node-4"] * (node_4["standing"] == "LISTED")
+    assert code == report["exit"] == (1 if report["listed"] else 0), report
+    code, report = fleet(str(equal))
+    assert code == 0 and report["listed"] == [], report["units"]
 
 
 # -- recipes ----------------------------------------------------------------------------------------------------------
