@@ -153,7 +153,7 @@ def test_rejudge_reads_the_sessions_facts_back_as_the_session_decided() -> None:
         higher_is_better=False, rules=RULES,
     )  # fmt: skip
     assert unconfirmed.verdict is Verdict.AMBIGUOUS and unconfirmed.reason.startswith(
-        "REGRESSED, but the session's attempt 1 did not regress: not confirmed; "
+        "REGRESSED in attempt 2 but not in attempt 1: not confirmed; "
     )
     noisy = rejudge(
         slower, [samples, samples], [{}, {}], context={"unjudgeable": "too few"}, unit="s", higher_is_better=False,

@@ -629,10 +629,6 @@ def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: i
             )
         elif was:
             result.comparison = replace(
-                result.comparison,
-                reason=(
-                    f"attempt {attempt - 1} was REGRESSED, attempt {attempt} did not confirm it; "
-                    + result.comparison.reason
-                ),
+                result.comparison, reason=f"{UNCONFIRMED.withdrawn(attempt)}; {result.comparison.reason}"
             )
     return latest

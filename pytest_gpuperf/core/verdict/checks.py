@@ -168,7 +168,7 @@ class Unconfirmed:
         cannot = context.get("unconfirmable")
         if isinstance(cannot, str):
             return self.not_confirmable(attempt + 1, cannot)
-        return f"REGRESSED, but the session's attempt {attempt - 1} did not regress: not confirmed"
+        return self.not_repeated(attempt)
 
     def explains(self, context: Mapping[str, Any]) -> tuple[float, float]:
         if isinstance(context.get("unconfirmable"), str):
@@ -197,6 +197,11 @@ class Unconfirmed:
     def not_repeated(attempt: int) -> str:
         """The session's word for a REGRESSED of this attempt that the attempt before did not show."""
         return f"REGRESSED in attempt {attempt} but not in attempt {attempt - 1}: not confirmed"
+
+    @staticmethod
+    def withdrawn(attempt: int) -> str:
+        """The session's word for a metric REGRESSED in the attempt before this one and not in this one."""
+        return f"attempt {attempt - 1} was REGRESSED, attempt {attempt} did not confirm it"
 
     @staticmethod
     def not_confirmable(attempt: int, why: str) -> str:
