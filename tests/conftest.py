@@ -7,6 +7,7 @@ other directories are left out of collection, and the header says so.
 """
 
 import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     import scipy.stats  # noqa: F401
 
     if TORCH:
-        import torch  # noqa: F401
+        import torch
+
+    # Each pytest-xdist worker gets its share of the cores for math libraries' threads, as do the processes the
+    # tests start (OMP_NUM_THREADS, unless the caller set it): two workers whose torch each ran a thread per core
+    # oversubscribe a 2-core box, and on a loaded one OpenMP's spinning barriers make a test many times slower.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        share = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+        if TORCH:
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(autouse=True, scope="session")
