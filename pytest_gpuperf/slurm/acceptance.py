@@ -1,10 +1,10 @@
 """One Slurm step per node of an allocation, each running pytest with its own results file, in bounded time.
 
 A step that outlives the deadline is cancelled (``scancel JOB.STEP``) and its srun stopped; an interruption (Ctrl-C,
-or SIGTERM/SIGHUP through ``signals_interrupt``) stops every step still running the same way, SIGTERM first so
-that each node's pytest writes what it finished. Each node's outcome says what happened (finished, failed, timed
-out, interrupted, its node's state) so that a lost node is named, and the results the other nodes wrote stay on
-disk for ``gpuperf fleet``. ``gpuperf accept`` (cli/accept.py) is the command.
+or SIGTERM/SIGHUP through ``signals_interrupt``) stops every step still running the same way, after SIGTERM to
+their tasks so that each node's pytest writes what it finished. Each node's outcome says what happened (finished,
+failed, timed out, interrupted, its node's state) so that a lost node is named, and the results the other nodes
+wrote stay on disk for ``gpuperf fleet``. ``gpuperf accept`` (cli/accept.py) is the command.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pytest_gpuperf.core.store.schema import SchemaError
 
 STEP_NAME = "gpuperf-accept"
 STEP_STOPPING = Stopping(first=signal.SIGTERM, grace=10.0)
-"""A step's srun: SIGTERM first (srun passes it to the node's pytest, which writes what it finished)."""
+"""How a step's srun is stopped once its task had its SIGTERM (``_stop_steps``): srun, signalled itself, kills its
+step at once, so it is signalled only after the task's grace."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
