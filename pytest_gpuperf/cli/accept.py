@@ -95,10 +95,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             return _accept(args, received)
         except KeyboardInterrupt:  # before the steps started, or between them and the fleet: nothing to stop
-            number = received[0] if received else signal.SIGINT
-            print(f"gpuperf accept: interrupted ({signal.Signals(number).name}) with no step running; exit "
-                  f"{128 + int(number)}", flush=True)  # fmt: skip
-            return 128 + int(number)
+            number = int(received[0] if received else signal.SIGINT)
+            name = signal.Signals(number).name
+            print(f"gpuperf accept: interrupted ({name}) with no step running; exit {128 + number}", flush=True)
+            return 128 + number
 
 
 def _accept(args: argparse.Namespace, received: list[int]) -> int:
