@@ -295,7 +295,9 @@ def stop_signals(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
             continue
         outcomes[(what, f"exit {code}{where}")] += 1
         if what == "bisect":
-            if code == 128 + sig and not (case / "out" / "bisect.json").is_file():
+            # a build started (its folder holds its pins): else the signal came during imports, nothing ran
+            built = any((case / "out").glob("envs/*/requirements.txt"))
+            if code == 128 + sig and built and not (case / "out" / "bisect.json").is_file():
                 defects.append(f"lost: bisect stopped by {sig.name} at {delay:.1f} s wrote no bisect.json")
         elif what == "ab":
             written = case / "out" / "ab.json"
