@@ -85,10 +85,3 @@ def check_stopped(code: int, document: dict[str, object], output: str, ran: list
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_stop_signal_writes_the_finished_tests_and_exits_with_its_status(tmp_path: Path, sig: signal.Signals) -> None:
     check_stopped(*interrupt(tmp_path, sig), sig)
-
-
-def test_sigterm_to_the_xdist_controller_keeps_what_its_workers_finished(tmp_path: Path) -> None:
-    """Slurm signals the job's processes; a user's `kill` reaches the controller alone. The controller passes the
-    signal to its workers, each ends its session as interrupted and sends its finished tests back: exit 143, those
-    tests in the results, every worker and the running test's child ended."""
-    check_stopped(*interrupt(tmp_path, signal.SIGTERM, "-n", "2", "--max-worker-restart", "0"), signal.SIGTERM)
