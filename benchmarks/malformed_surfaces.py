@@ -5,8 +5,9 @@ range, thousands of digits long, NaN, nested 100,000 deep, bytes flipped) and ho
 folder, a FIFO, missing): an adapter must read it or raise OutputError, never another exception, never block.
 Part 9 points each writer option of `gpuperf` at its own inputs (the file, a hard link, a symbolic link, a new
 results file inside the input folder) or beside them; no input may change, and the folder must read as before.
-Part 10 sends SIGTERM, SIGHUP or SIGINT at a random moment of a pytest session (and of `gpuperf bisect` mid-build):
-the results must hold every test that finished, and nothing the session or build started may run on.
+Part 10 sends SIGTERM, SIGHUP or SIGINT at a random moment of a pytest session, of `gpuperf ab` (its sessions) and
+of `gpuperf bisect` mid-build: the results must hold every test that finished (ab.json, bisect.json written), and
+nothing the session, ab or build started may run on.
 """
 
 from __future__ import annotations
@@ -246,30 +247,40 @@ def pytest_runtest_logreport(report):
 
 
 def stop_signals(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
-    """Part 10: SIGTERM, SIGHUP or SIGINT at a random moment of a pytest session or a bisect build."""
+    """Part 10: SIGTERM, SIGHUP or SIGINT at a random moment of a pytest session, an ab or a bisect build."""
     from malformed_inputs import MARK, ROOT, reap_left_behind
 
     rng = random.Random(args.seed + 10)
     outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
     defects: Defects = []
+    # Started under nohup or as a shell's background job, this process ignores SIGHUP or SIGINT, and so would each
+    # run it starts until its own handlers are set: a signal during its imports would be dropped, not delivered.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    session = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", "perf",
+               "--gpuperf-device", "cpu"]  # fmt: skip
     for number, case in case_folders("stop", args.stop_signals):
         sig = rng.choice([signal.SIGTERM, signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
         env = {**os.environ, "GPUPERF_FUZZ_MARK": MARK, "PYTHONPATH": str(ROOT), "FINISHED": str(case / "done")}
-        bisecting = number % 4 == 3
-        if bisecting:
+        what = ("session", "ab", "session", "bisect")[number % 4]
+        (case / "test_session.py").write_text(SESSION)
+        (case / "conftest.py").write_text(FINISHED)
+        if what == "bisect":
             build = "sleep 60 & echo $! > {dir}/child; wait"
             command = [sys.executable, "-m", "pytest_gpuperf.cli", "bisect", "--good", "a==1", "--bad", "a==2",
                        "--build", build, "--out", str(case / "out"), "--no-take-turns", "--", "x.py"]  # fmt: skip
+        elif what == "ab":  # two pairs of sessions of the same stack, one after the other: signalled in one of them
+            command = [sys.executable, "-m", "pytest_gpuperf.cli", "ab", "--a", sys.executable, "--b", sys.executable,
+                       "--out", str(case / "out"), "--no-take-turns", "--min-pairs", "2", "--max-pairs", "2",
+                       "--max-left-out", "0", "--",
+                       *session[3:], "test_session.py"]  # fmt: skip
         else:
-            (case / "test_session.py").write_text(SESSION)
-            (case / "conftest.py").write_text(FINISHED)
-            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                       "-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-results", "n.json",
-                       "test_session.py"]  # fmt: skip
+            command = [*session, "--gpuperf-results", "n.json", "test_session.py"]
         process = subprocess.Popen(command, cwd=case, env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-        delay = rng.uniform(1.0, 6.0)
+        delay = rng.uniform(1.0, 20.0 if what == "ab" else 6.0)  # ab: across its four sessions
         time.sleep(delay)
+        started = len(list((case / "out" / "sessions").glob("*.log")))  # ab: the session it is in (0: none yet)
         process.send_signal(sig)
         try:
             code = process.wait(args.timeout)
@@ -277,15 +288,25 @@ def stop_signals(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             code = None
-        what = "bisect" if bisecting else "session"
+        where = f", in session {started} of 4" if what == "ab" else ""
         if code is None:
-            outcomes[(what, "hang")] += 1
+            outcomes[(what, f"hang{where}")] += 1
             defects.append(f"hang: {what} after {sig.name} at {delay:.1f} s")
             continue
-        outcomes[(what, f"exit {code}")] += 1
-        if bisecting:
-            if code == 128 + sig and not (case / "out" / "bisect.json").is_file():
+        outcomes[(what, f"exit {code}{where}")] += 1
+        if what == "bisect":
+            # a build started (its folder holds its pins): else the signal came during imports, nothing ran
+            built = any((case / "out").glob("envs/*/requirements.txt"))
+            if code == 128 + sig and built and not (case / "out" / "bisect.json").is_file():
                 defects.append(f"lost: bisect stopped by {sig.name} at {delay:.1f} s wrote no bisect.json")
+        elif what == "ab":
+            written = case / "out" / "ab.json"
+            stopped = json.loads(written.read_text()).get("stopped") if written.is_file() else None
+            # before its first session (still importing: Python's own Ctrl-C, exit 130), nothing ran to be lost
+            if code == 128 + sig and stopped != "interrupted" and started:
+                defects.append(f"lost: ab stopped by {sig.name} at {delay:.1f} s: ab.json says stopped={stopped}")
+            elif code in (0, 1, 3) and stopped is None:
+                defects.append(f"lost: ab ended {code} after {sig.name} at {delay:.1f} s with no ab.json")
         else:
             finished = (case / "done").read_text().split() if (case / "done").exists() else []
             results = case / "n.json"
@@ -297,10 +318,12 @@ def stop_signals(args: argparse.Namespace) -> tuple[list[str], int, Defects]:
         if left:
             defects.append(f"left running after {what} {sig.name} at {delay:.1f} s: {sorted(left.values())}")
     lines = [
-        f"**Part 10, stop signals.** {args.stop_signals} runs: a pytest session of 13 perf tests (one with a child "
-        "process) or, every fourth, `gpuperf bisect` mid-build (a build shell with a child), sent SIGTERM, SIGHUP "
-        "or SIGINT after 1-6 s; every test that finished must be in the results file (bisect: bisect.json "
-        "written), and no process the run started may be left:",
+        f"**Part 10, stop signals.** {args.stop_signals} runs, in turn: a pytest session of 13 perf tests (one with "
+        "a child process), `gpuperf ab` of two pairs of such sessions, a session again, `gpuperf bisect` mid-build "
+        "(a build shell with a child); sent SIGTERM, SIGHUP or SIGINT after 1-6 s (ab: 1-20 s, across its "
+        "sessions; session 0: before the first started); every test that finished must be in the results file "
+        "(ab: ab.json written, `stopped` = interrupted; bisect: bisect.json written), and no process the run "
+        "started may be left:",
         "",
         "| run | outcome | runs |",
         "| --- | --- | --- |",

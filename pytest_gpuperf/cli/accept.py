@@ -2,7 +2,9 @@
 
 Exit status: 0 nothing listed and every node wrote its results, 1 a node listed by the fleet or lost (named with
 what happened), 2 bad input (no Slurm, a node list that does not parse, fewer nodes than asked, a node that ended
-well but left no results file where the fleet step reads). docs/fleet.md, "Node acceptance as one Slurm job".
+well but left no results file where the fleet step reads), 128 + the signal when interrupted (SIGTERM at the
+job's --time or scancel: 143; SIGHUP: 129; Ctrl-C: 130): the steps still running are stopped, the nodes that had
+finished are judged all the same. docs/fleet.md, "Node acceptance as one Slurm job".
 """
 
 from __future__ import annotations
@@ -85,7 +87,23 @@ def _nodes(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import signal
+
+    from pytest_gpuperf.core.record.children import signals_interrupt
+
+    with signals_interrupt() as received:  # SIGTERM (the job's --time, scancel) and SIGHUP stop it as Ctrl-C does
+        try:
+            return _accept(args, received)
+        except KeyboardInterrupt:  # before the steps started, or between them and the fleet: nothing to stop
+            number = int(received[0] if received else signal.SIGINT)
+            name = signal.Signals(number).name
+            print(f"gpuperf accept: interrupted ({name}) with no step running; exit {128 + number}", flush=True)
+            return 128 + number
+
+
+def _accept(args: argparse.Namespace, received: list[int]) -> int:
     import shlex
+    import signal
 
     from pytest_gpuperf.cli.loading import InputError
     from pytest_gpuperf.core.record.children import Supervised
@@ -103,27 +121,36 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     outcomes = run_steps(nodes, out, command, deadline_s=args.node_timeout)
     silent = [o for o in outcomes if o.said_written and not o.wrote]
-    if silent:
+    if silent and not received:
         names = ", ".join(f"{o.node} ({o.results})" for o in silent)
         raise InputError(
             f"node(s) said they wrote their results, but these files are absent here: {names}; is --out on a file "
             "system every node shares? give --out a shared folder"
         )
-    lost = [o for o in outcomes if not o.wrote]  # none of them said it wrote its results
-    failed = [o for o in outcomes if o.wrote and o.status != 0]
+    # A node stopped in its session ran fewer tests than the others: only the nodes that finished are placed in the
+    # fleet, and one whose step was stopped after it wrote all its results finished.
+    stopped = [o for o in outcomes if (o.interrupted or o.wrote) and not o.finished]
+    lost = [o for o in outcomes if not o.wrote and not o.interrupted]  # none of them said it wrote its results
+    failed = [o for o in outcomes if o.finished and o.status != 0 and not o.interrupted]
+    for outcome in stopped:
+        kept = f"its results so far (not judged): {outcome.results}" if outcome.wrote else "no results"
+        print(f"INTERRUPTED {outcome.node}: {kept}; {outcome.what_happened(args.node_timeout)}")
     for outcome in lost:
         print(f"LOST {outcome.node}: no results; {outcome.what_happened(args.node_timeout)}")
     for outcome in failed:
         print(f"FAILED {outcome.node}: its tests failed (status {outcome.status}); its results join the fleet")
     sys.stdout.flush()
-    judged = [o for o in outcomes if o.wrote]
+    judged = [o for o in outcomes if o.finished]
     fleet = 2
     if judged:
         # A process of its own (the `gpuperf fleet` command, as a user would run it on the folder): its output and
         # exit status are the verdict's, and this module does not import the command line it belongs to.
         argv = [sys.executable, "-m", "pytest_gpuperf.cli", "fleet", *(str(o.results) for o in judged)]
         with Supervised([*argv, "--html", str(out / "fleet.html"), *shlex.split(args.fleet_args)]) as child:
-            fleet = child.wait()
+            try:
+                fleet = child.wait()
+            except KeyboardInterrupt:  # the signal came as the fleet judged: seconds of work, let it finish
+                fleet = child.wait()
         sys.stdout.flush()
     if lost:
         status = 1
@@ -133,6 +160,10 @@ def run(args: argparse.Namespace) -> int:
         status = 1 if fleet == 1 or failed else 0
     named = [f"lost: {', '.join(o.node for o in lost)}"] if lost else []
     named += [f"failed: {', '.join(o.node for o in failed)}"] if failed else []
+    named += [f"stopped: {', '.join(o.node for o in stopped)}"] if stopped else []
     summary = "; ".join(named) or "none lost"
+    if received:  # not a pass, whatever the fleet said of the nodes that had finished
+        status = 128 + int(received[0])
+        summary += f"; interrupted ({signal.Signals(received[0]).name}), not a pass"
     print(f"gpuperf accept: {len(judged)} of {len(nodes)} node(s) judged; fleet exit {fleet}; {summary}; exit {status}")
     return status

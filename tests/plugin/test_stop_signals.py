@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpuperf.core.record.children import alive
+
 PROJECT = """
 import os, pathlib, subprocess, sys, time
 import pytest
@@ -23,10 +25,12 @@ import pytest
 @pytest.mark.perf
 @pytest.mark.parametrize("n", range(3))
 def test_done(perf, n):
+    pathlib.Path(os.environ["PIDS"], str(os.getpid())).touch()
     perf.record("t", [1.0, 1.01, 0.99, 1.0, 1.02], unit="s", higher_is_better=False)
 
 @pytest.mark.perf
 def test_waits(perf):
+    pathlib.Path(os.environ["PIDS"], str(os.getpid())).touch()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     pathlib.Path(os.environ["READY"]).write_text(str(child.pid))
     try:
@@ -36,35 +40,48 @@ def test_waits(perf):
         child.wait()
     perf.record("t", [1.0], unit="s", higher_is_better=False)
 """
+FINISHED = [f"test_project.py::test_done[{n}]" for n in range(3)]
 
 
-def interrupt(tmp_path: Path, sig: signal.Signals, *extra: str) -> tuple[int, dict[str, object], str, int]:
+def interrupt(tmp_path: Path, sig: signal.Signals, *extra: str) -> tuple[int, dict[str, object], str, list[int]]:
+    """Run PROJECT, signal pytest once the three quick tests are reported passed and test_waits is in its sleep;
+    (exit status, results document, output, the pids of every process that ran a test and of test_waits' child)."""
     (tmp_path / "test_project.py").write_text(PROJECT)
-    ready, results = tmp_path / "ready", tmp_path / "n.json"
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", "perf"]
+    ready, results, pids = tmp_path / "ready", tmp_path / "n.json", tmp_path / "pids"
+    pids.mkdir()
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-m", "perf", "-v"]
     command += ["--gpuperf-device", "cpu", "--gpuperf-results", str(results), *extra, "test_project.py"]
-    env = {**os.environ, "READY": str(ready)}
+    env = {**os.environ, "READY": str(ready), "PIDS": str(pids)}
+    lines: list[str] = []
     with subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as session:
+        assert session.stdout is not None
+        for line in session.stdout:  # -v: a test's line ends when it is reported, after its metric was judged
+            lines.append(line)
+            if sum(f"PASSED {t}" in line or f"{t} PASSED" in line for t in FINISHED for line in lines) == 3:
+                break
         deadline = time.monotonic() + 60
         while not ready.exists() and session.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert ready.exists(), session.communicate(timeout=30)[0]
+        assert ready.exists(), "".join(lines) + session.communicate(timeout=30)[0]
         time.sleep(0.1)  # the pid is written just before the test sleeps
         session.send_signal(sig)
         output, _ = session.communicate(timeout=60)
     document = json.loads(results.read_text()) if results.exists() else {}
-    return session.returncode, document, output, int(ready.read_text())
+    ran = [int(path.name) for path in pids.iterdir()] + [int(ready.read_text())]
+    return session.returncode, document, "".join(lines) + output, ran
+
+
+def check_stopped(code: int, document: dict[str, object], output: str, ran: list[int], sig: signal.Signals) -> None:
+    assert code == 128 + sig, output
+    assert document, output
+    finished = sorted(entry["test"] for entry in document["results"])  # type: ignore[attr-defined]
+    assert finished == FINISHED, output
+    assert document["settings"]["interrupted"] == sig.name  # type: ignore[index]
+    assert [pid for pid in ran if alive(pid)] == [], output  # the test's own child ended as its finally: block ran
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_stop_signal_writes_the_finished_tests_and_exits_with_its_status(tmp_path: Path, sig: signal.Signals) -> None:
-    code, document, output, child = interrupt(tmp_path, sig)
-    assert code == 128 + sig, output
-    assert document, output
-    finished = sorted(entry["test"] for entry in document["results"])
-    assert finished == [f"test_project.py::test_done[{n}]" for n in range(3)], output
-    assert document["settings"]["interrupted"] == sig.name
-    with pytest.raises(ProcessLookupError):
-        os.kill(child, 0)  # the test's own child was ended as its finally: block ran
+    check_stopped(*interrupt(tmp_path, sig), sig)

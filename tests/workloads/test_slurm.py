@@ -106,6 +106,59 @@ def test_a_lost_node_is_named_and_the_others_are_judged(tmp_path: Path) -> None:
     assert leftovers(cluster.folder, cluster.conf) == []
 
 
+def _job_processes(job: str) -> list[int]:
+    """Processes that belong to Slurm job ``job`` (its batch script, its sruns and their tasks carry SLURM_JOB_ID)."""
+    sign = f"SLURM_JOB_ID={job}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if sign in environ.read_bytes().split(b"\0"):
+                state = Path(environ.parent, "stat").read_text().rsplit(")", 1)[1].split()[0]
+                found.extend([int(environ.parent.name)] if state not in ("Z", "X") else [])
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def test_sigterm_mid_job_stops_the_steps_and_judges_the_nodes_that_finished(local_slurm: Any, tmp_path: Path) -> None:
+    """n4 hangs; once n1-n3 wrote their results, the batch step (gpuperf accept) gets SIGTERM as from scancel or
+    the job's --time: it stops n4's step, judges the three finished nodes with the fleet rule, says it was
+    interrupted and exits 143; nothing of the job is left running, no step of it listed."""
+    job: list[str] = []
+
+    def terminate() -> None:
+        written = [tmp_path / "out" / "nodes" / f"n{i}.json" for i in (1, 2, 3)]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(path.exists() for path in written):
+            time.sleep(0.2)
+        listed = subprocess.run(
+            ["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True, env=local_slurm.env, check=False
+        ).stdout
+        job.extend(line.split()[0] for line in listed.splitlines() if line.endswith(" gpuperf-acceptance"))
+        subprocess.run(["scancel", "--batch", "--signal=TERM", *job], env=local_slurm.env, check=False)
+
+    local_slurm.set_node_env("n4", {"SPIN_HANG": "1"})
+    thread = threading.Thread(target=terminate)
+    thread.start()
+    try:
+        status, output = submit(local_slurm, tmp_path)
+    finally:
+        thread.join()
+        local_slurm.set_node_env("n4", {})
+    assert job, output
+    assert status == 143, output
+    assert re.search(r"^INTERRUPTED n4: .*stopped when the job was interrupted", output, re.M), output
+    assert "3 of 4 node(s) judged" in output and "interrupted (SIGTERM), not a pass; exit 143" in output, output
+    assert re.findall(r"^(?:LISTED|OK|LOST|FAILED) (\S+)", output, re.M) == [], output  # n4 is named once, above
+    assert {f"n{i}.json" for i in (1, 2, 3)} <= {path.name for path in (tmp_path / "out" / "nodes").iterdir()}
+    assert (tmp_path / "out" / "fleet.html").is_file()
+    steps = subprocess.run(
+        ["squeue", "-h", "--steps", "--jobs", job[0]], capture_output=True, text=True, env=local_slurm.env
+    )
+    assert steps.stdout.strip() == "", steps.stdout
+    assert _job_processes(job[0]) == []
+
+
 RANKS = textwrap.dedent(
     """
     import os
