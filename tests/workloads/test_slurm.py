@@ -4,7 +4,9 @@ Node acceptance as one job (examples/slurm/acceptance.sbatch, ``gpuperf accept``
 its own environment (the local Slurm's TaskProlog) is the only one listed and the job exits 1; four equal nodes
 exit 0; a node whose slurmd and step die mid-job is named, in bounded time, with the others' results kept. The
 workload is a tiny CPU-time loop, not the tier (tests/workloads/test_acceptance_tier.py runs the tier): what is
-tested here is Slurm's part, and all of it must stay within ~90 s of CI on 2 cores.
+tested here is Slurm's part. Multi-node training: the distributed suite's DDP test saved from a 2-node Slurm step,
+then judged under examples/slurm/distributed.sbatch (srun + torchrun). The release A/B: examples/slurm/ab.sbatch
+on one node. What these cost in CI: benchmarks/README.md, "Node acceptance as one Slurm job".
 """
 
 from __future__ import annotations
@@ -151,23 +153,25 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_the_ddp_suite_saved_from_a_slurm_step_then_2x_slower_under_srun_torchrun_fails(
+def test_the_ddp_suite_saved_from_a_slurm_step_then_2x_the_work_under_srun_torchrun_fails(
     local_slurm: Any, tmp_path: Path
 ) -> None:
     """Two 2-node jobs running the distributed suite's DDP test. First ``srun pytest`` with GPUPERF_SLURM_RANKS=1:
     Slurm's task ids are the ranks and the first node's NodeAddr the rendezvous (asserted by a rank test beside
     it), only rank 0 writes results (a 2-node hardware key) and saves the baseline. Then
     examples/slurm/distributed.sbatch (one torchrun per node, c10d at the first node) with every step given 2x its
-    work fails REGRESSED against it, saying it was not re-measured (a multi-node job cannot relaunch itself to
-    confirm; a change beyond what a transient explains fails anyway). That an unchanged job is not REGRESSED is a
-    claim about load, so benchmarks/slurm_distributed.py measures it over trials (benchmarks/README.md).
+    work fails: scaling_efficiency (tokens/s over a single-rank reference timed in the same job, so the load of
+    the seconds between the two jobs cancels) REGRESSED, saying it was not re-measured (a multi-node job cannot
+    relaunch itself to confirm; a change beyond what a transient explains fails anyway).
 
-    Settings, each what a user of this emulated cluster would set: OMP_NUM_THREADS=1, since both emulated nodes
-    share this machine's 2 cores (torchrun sets it only for several ranks per node; a rank per node with every core
-    oversubscribed the cores 2x and made each step ~50x slower and its samples spread 40-100%);
-    --gpuperf-machine-id, since c10d puts rank 0 on either node and the two runs must be one machine's; and
-    --gpuperf-machine-check record, since the check reads the other node's rank, on the same cores, as other
-    processes' load (on a real cluster's --exclusive nodes leave it on)."""
+    Settings: OMP_NUM_THREADS=1, since both emulated nodes share this machine's 2 cores (torchrun sets it only for
+    several ranks per node; a rank per node with every core oversubscribed the cores and made each step ~50x
+    slower, its samples spread 40-100%); --gpuperf-machine-id, since c10d puts rank 0 on either node and the two
+    jobs must be one machine's. --gpuperf-machine-check record shows the judge on the samples, as an --exclusive
+    node gives it: on these shared cores the check reads the other node's rank and the other processes as
+    explaining 6-7x and keeps a 2x NOISY, which is right here (their load moved tokens/s 2.3-2.7x between two
+    unchanged jobs, which then failed in 3 of 5 trials with the check recording only). What an unchanged job and
+    a 2x read with each setting: benchmarks/slurm_distributed.py, benchmarks/README.md."""
     (tmp_path / "test_ranks.py").write_text(RANKS)
     common = (
         f"--rootdir {tmp_path} --gpuperf-baselines {tmp_path / 'baselines'} --gpuperf-machine-id two-node-job "
@@ -207,7 +211,7 @@ def test_the_ddp_suite_saved_from_a_slurm_step_then_2x_slower_under_srun_torchru
     )
     assert status != 0, output
     regressed = re.findall(r"^(\w+): REGRESSED - .*not re-measured", output, re.M)
-    assert regressed, output
+    assert "scaling_efficiency" in regressed, output
 
 
 AB_WORKLOAD = textwrap.dedent(
