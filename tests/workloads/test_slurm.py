@@ -160,9 +160,9 @@ def test_the_ddp_suite_saved_from_a_slurm_step_then_2x_the_work_under_srun_torch
     Slurm's task ids are the ranks and the first node's NodeAddr the rendezvous (asserted by a rank test beside
     it), only rank 0 writes results (a 2-node hardware key) and saves the baseline. Then
     examples/slurm/distributed.sbatch (one torchrun per node, c10d at the first node) with every step given 2x its
-    work fails: scaling_efficiency (tokens/s over a single-rank reference timed in the same job, so the load of
-    the seconds between the two jobs cancels) REGRESSED, saying it was not re-measured (a multi-node job cannot
-    relaunch itself to confirm; a change beyond what a transient explains fails anyway).
+    work fails: a metric REGRESSED, saying it was not re-measured (a multi-node job cannot relaunch itself to
+    confirm; a change beyond what a transient explains fails anyway). Either metric: tokens/s read REGRESSED in
+    every such job so far, scaling_efficiency (over a single-rank reference timed in the same job) in all but one.
 
     Settings: OMP_NUM_THREADS=1, since both emulated nodes share this machine's 2 cores (torchrun sets it only for
     several ranks per node; a rank per node with every core oversubscribed the cores and made each step ~50x
@@ -211,7 +211,7 @@ def test_the_ddp_suite_saved_from_a_slurm_step_then_2x_the_work_under_srun_torch
     )
     assert status != 0, output
     regressed = re.findall(r"^(\w+): REGRESSED - .*not re-measured", output, re.M)
-    assert "scaling_efficiency" in regressed, output
+    assert set(regressed) & {"tokens_per_s_per_device", "scaling_efficiency"}, output
 
 
 AB_WORKLOAD = textwrap.dedent(
