@@ -51,8 +51,9 @@ class TrainJob:
     data_seed: int = 0
     """Markov-chain corpus seed."""
     slowdown: float = 0.0
-    """--gpuperf-inject-slowdown distributed=PCT: after each timed step a rank sleeps that fraction of its median
-    warmup step (numerics untouched), so a gate can be shown to catch a slower step."""
+    """--gpuperf-inject-slowdown distributed=PCT: after each timed step a rank spends that fraction of its fastest
+    warmup step again (CPU work on CPU, a sleep on an accelerator; numerics untouched), so a gate can be shown to
+    catch a slower step."""
     after_prepare: Callable[[Any, Any], None] | None = None
     """Called in each rank as ``after_prepare(prepared, mesh)`` before training: fault injection for the
     tests that prove a broken collective is caught. Must be a module-level function."""
@@ -223,8 +224,14 @@ def train_rank(job: TrainJob) -> RankReport:
 
 
 def _slowed(step: Callable[[Any, Any], None], slowdown: float, warmup: int, sync: Callable[[], None] | None) -> Any:
-    """``step`` followed by a sleep of ``slowdown`` x the median warmup step. A fixed sleep, not a fraction of each
-    step's own time: a step's time includes waiting for peers, which would feed their sleeps back into ours."""
+    """``step`` followed by ``slowdown`` x the fastest warmup step's wall time: on CPU (no ``sync``) spent as CPU
+    work (process time), which stretches under a loaded machine as the step's work does, where a sleep would not
+    (on a shared 2-core VM a sleep made distributed=99 a 1.25x slower step); on an accelerator as a sleep, the
+    device's work being what the step waits for. The step's wall time, not its CPU time: its collectives wait
+    without CPU, and CPU time alone made distributed=99 a 1.7x slower step at load ~4. A fixed amount, not a
+    fraction of each step's own: a step's time includes waiting for peers, which would feed their extra time back
+    into ours. The fastest warmup step, not their median: the first steps allocate and build DDP's buckets (their
+    median, ~3x a later step on CPU, made distributed=99 a 4.6x slower step)."""
     if not slowdown:
         return step
     warm: list[float] = []
@@ -237,11 +244,20 @@ def _slowed(step: Callable[[Any, Any], None], slowdown: float, warmup: int, sync
             sync()
         if len(warm) < max(1, warmup):
             warm.append(time.perf_counter() - previous_end)
+        elif sync is None:
+            _spend_cpu(slowdown * min(warm))
         else:
-            time.sleep(slowdown * statistics.median(warm))
+            time.sleep(slowdown * min(warm))
         previous_end = time.perf_counter()
 
     return slowed_step
+
+
+def _spend_cpu(seconds: float) -> None:
+    """Busy this process for ``seconds`` of its CPU time (``time.process_time``), however long that takes."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        sum(range(2000))
 
 
 def train_single(job: TrainJob, *, threads: int, device: str = "cpu") -> CombinedRun:
