@@ -80,6 +80,10 @@ def pytest_configure(config: pytest.Config) -> None:
             check_channel(settings.take_turns)
         except TurnError as error:
             raise pytest.UsageError(str(error)) from None
+    if settings.profile is not None:  # imported only when asked: profiling off costs nothing
+        from pytest_gpuperf.core.record.profiling import Profiler
+
+        config.pluginmanager.register(Profiler(settings.profile), "gpuperf-profiler")
     stop_on_signals(config)
 
 
