@@ -94,7 +94,14 @@ def profile_sides(result: AbResult, runner: SessionRunner) -> None:
             errors.append(f"side {side}: {summary or f'the profiled session exited {code}'} (log {log_file})")
         else:
             summaries[side] = summary
-    changed = {m.test for m in result.judged() if not m.missing and m.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)}
+    changed: dict[str, int] = {}  # +1: a metric of the test REGRESSED (its slowdown is explained); -1: IMPROVED
+    for metric in result.judged():
+        if (
+            not metric.missing
+            and metric.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
+            and changed.get(metric.test) != 1
+        ):
+            changed[metric.test] = 1 if metric.verdict is Verdict.REGRESSED else -1
     result.profile = {
         "files": {side: str(path) for side, path in files.items()},
         "error": "; ".join(errors) or None,

@@ -47,11 +47,11 @@ def test_onednn_exec_lines_become_implementations_per_primitive_and_problem() ->
 def test_the_operator_made_slower_is_ranked_first_with_its_share() -> None:
     a = side(op("aten::mm", 10, 1000.0), op("aten::add", 10, 200.0), op("aten::relu", 10, 100.0))
     b = side(op("aten::mm", 30, 3000.0), op("aten::add", 10, 210.0), op("aten::relu", 10, 95.0))
-    entry = kernel_diff(a, b, {"t.py::test_x"})["tests"]["t.py::test_x"]
+    entry = kernel_diff(a, b, {"t.py::test_x": 1})["tests"]["t.py::test_x"]
     first = entry["ops"][0]
     assert first["name"] == "aten::mm" and entry["movers"] == ["aten::mm"]
     assert abs(first["share"] - 2000 / 2010) < 1e-9 and first["a_us_per_call"] == first["b_us_per_call"] == 100.0
-    [line] = mover_lines(kernel_diff(a, b, {"t.py::test_x"}))
+    [line] = mover_lines(kernel_diff(a, b, {"t.py::test_x": 1}))
     assert line.startswith("t.py::test_x: aten::mm carries 100% of the profiled slowdown (1 ms -> 3 ms cpu self time")
     assert "10 -> 30 calls" in line
 
@@ -60,17 +60,29 @@ def test_a_one_off_setup_operator_is_never_a_mover() -> None:
     """One session's first allocation took 12 ms: it is in the diff, marked setup, and aten::mm still leads."""
     a = side(op("aten::mm", 7, 517.0), op("aten::empty", 1, 18.8), op("aten::normal_", 1, 4000.0))
     b = side(op("aten::mm", 21, 790.0), op("aten::empty", 1, 12200.0), op("aten::normal_", 1, 300.0))
-    entry = kernel_diff(a, b, {"t.py::test_x"})["tests"]["t.py::test_x"]
+    entry = kernel_diff(a, b, {"t.py::test_x": 1})["tests"]["t.py::test_x"]
     assert entry["movers"] == ["aten::mm"] and entry["ops"][0]["share"] == 1.0
     assert {op["name"]: op["setup"] for op in entry["ops"]} == {"aten::mm": False, "aten::empty": True,
                                                                  "aten::normal_": True}  # fmt: skip
+
+
+def test_one_held_up_call_does_not_stand_for_all_and_the_verdict_sets_the_direction() -> None:
+    """A loaded machine held one of 21 resolve_conj calls for 58 ms in A's session: by totals B looks faster;
+    by calls x median call, aten::mm carries the slowdown the pairs decided."""
+    held = op("aten::resolve_conj", 21, 58600.0) | {"self_cpu_median_us": 0.2}
+    a = side(op("aten::mm", 7, 460.0) | {"self_cpu_median_us": 65.0}, held)
+    b = side(op("aten::mm", 21, 780.0) | {"self_cpu_median_us": 37.0},
+             op("aten::resolve_conj", 63, 12.0) | {"self_cpu_median_us": 0.19})  # fmt: skip
+    entry = kernel_diff(a, b, {"t.py::test_x": 1})["tests"]["t.py::test_x"]
+    assert entry["movers"] == ["aten::mm"] and entry["direction"] == "slowdown"
+    assert entry["ops"][0]["a_us"] == 7 * 65.0 and entry["ops"][0]["b_us"] == 21 * 37.0
 
 
 def test_no_mover_is_named_for_a_test_whose_metrics_did_not_change() -> None:
     """An A/A: the profiles of two sessions differ by noise; with no decided change nothing is named."""
     a = side(op("aten::mm", 10, 1000.0), op("aten::add", 10, 200.0))
     b = side(op("aten::mm", 10, 1180.0), op("aten::add", 10, 190.0))
-    diff = kernel_diff(a, b, set())
+    diff = kernel_diff(a, b, {})
     assert diff["tests"]["t.py::test_x"]["movers"] == [] and mover_lines(diff) == []
     assert diff["tests"]["t.py::test_x"]["ops"][0]["name"] == "aten::mm"  # the whole diff is still kept
 
@@ -82,7 +94,7 @@ def test_an_operator_or_implementation_on_one_side_only_is_said_as_such() -> Non
     a = side(op("aten::mkldnn_convolution", 4, 24000.0), implementations=[fast])
     b = side(op("aten::mkldnn_convolution", 4, 24000.0), op("aten::_slow_conv2d_forward", 4, 66000.0),
              implementations=[slow])  # fmt: skip
-    diff = kernel_diff(a, b, {"t.py::test_x"})
+    diff = kernel_diff(a, b, {"t.py::test_x": 1})
     entry = diff["tests"]["t.py::test_x"]
     assert entry["ops"][0]["name"] == "aten::_slow_conv2d_forward" and entry["ops"][0]["only_in"] == "B"
     assert entry["implementations"] == [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import statistics
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -65,7 +66,7 @@ class Profiler:
             log = verbose()
         self.tests[stable_test_id(item.path, item.nodeid)] = {  # the id its metrics have
             "activities": [str(a).rsplit(".", 1)[-1].lower() for a in activities],
-            "ops": _ops(prof.key_averages()),
+            "ops": _ops(prof),
             "implementations": onednn_implementations(log),
         }
         return outcome
@@ -107,15 +108,22 @@ def _stdout_to_file() -> Iterator[Callable[[], str]]:
             os.close(saved)
 
 
-def _ops(averages: Any) -> list[dict[str, Any]]:
+def _ops(prof: Any) -> list[dict[str, Any]]:
+    """Per operator: calls, self time (torch's totals), and the median CPU self time of one call, from each
+    event, so that one call a loaded machine held up for 50 ms does not stand for all of them."""
+    per_call: dict[str, list[float]] = {}
+    for event in prof.events():
+        per_call.setdefault(str(event.name), []).append(float(getattr(event, "self_cpu_time_total", 0.0) or 0.0))
     rows: list[dict[str, Any]] = []
-    for event in averages:
+    for event in prof.key_averages():
         cpu = float(getattr(event, "self_cpu_time_total", 0.0) or 0.0)
         device = float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)) or 0.0)
+        calls = per_call.get(str(event.key), [])
         if cpu > 0 or device > 0:
-            rows.append(
-                {"name": str(event.key), "count": int(event.count), "self_cpu_us": cpu, "self_device_us": device}
-            )
+            median = statistics.median(calls) if calls else cpu / max(int(event.count), 1)
+            row = {"name": str(event.key), "count": int(event.count), "self_cpu_us": cpu,
+                   "self_cpu_median_us": median, "self_device_us": device}  # fmt: skip
+            rows.append(row)
     rows.sort(key=lambda row: -(row["self_cpu_us"] + row["self_device_us"]))
     return rows[:TOP_OPS]
 
@@ -158,29 +166,36 @@ def read_profile(path: Path) -> dict[str, Any] | str:
 # -- two sides compared ---------------------------------------------------------------------------------------
 
 
-def kernel_diff(a: dict[str, Any], b: dict[str, Any], changed: set[str]) -> dict[str, Any]:
+def kernel_diff(a: dict[str, Any], b: dict[str, Any], changed: dict[str, int]) -> dict[str, Any]:
     """Per test profiled on both sides: each operator's self time on each side (device time where the test ran
     device kernels, else CPU time), its change, and its share of what moved the test's way (the sum of the
     operators' changes in the direction of the test's change), ranked by share; operators and oneDNN
-    implementations present on one side only. ``changed``: the tests with a decided REGRESSED or IMPROVED
-    metric; only theirs have movers (a profile is one session per side: it explains a decided change, it decides
-    nothing)."""
+    implementations present on one side only. CPU time is each operator's calls times its median call (one
+    held-up call does not move it). ``changed``: per test with a decided metric, +1 when it REGRESSED (the
+    slowdown is explained), -1 when it IMPROVED; only those tests have movers (a profile is one session per side:
+    it explains a change the pairs decided, in the direction they decided, and decides nothing)."""
     tests: dict[str, Any] = {}
     for test in sorted(set(a.get("tests", {})) & set(b.get("tests", {}))):
-        tests[test] = _test_diff(a["tests"][test], b["tests"][test], test in changed)
+        tests[test] = _test_diff(a["tests"][test], b["tests"][test], changed.get(test, 0))
     only = sorted(set(a.get("tests", {})) ^ set(b.get("tests", {})))
     return {"tests": tests, "profiled_on_one_side_only": only, "notes": sorted(set(a.get("notes", [])) |
                                                                                set(b.get("notes", [])))}  # fmt: skip
 
 
-def _test_diff(a: dict[str, Any], b: dict[str, Any], changed: bool) -> dict[str, Any]:
+def _time(op: dict[str, Any], device: bool) -> float:
+    if device:
+        return float(op["self_device_us"])
+    median = op.get("self_cpu_median_us")
+    return float(op["self_cpu_us"] if median is None else median * op["count"])
+
+
+def _test_diff(a: dict[str, Any], b: dict[str, Any], direction: int) -> dict[str, Any]:
     device = any(op["self_device_us"] > 0 for op in [*a["ops"], *b["ops"]])
-    clock = "self_device_us" if device else "self_cpu_us"
-    sides = [{op["name"]: op for op in side["ops"] if op[clock] > 0} for side in (a, b)]
+    sides = [{op["name"]: op for op in side["ops"] if _time(op, device) > 0} for side in (a, b)]
     ops = []
     for name in set(sides[0]) | set(sides[1]):
         one, two = sides[0].get(name), sides[1].get(name)
-        us_a, us_b = (op[clock] if op else 0.0 for op in (one, two))
+        us_a, us_b = (_time(op, device) if op else 0.0 for op in (one, two))
         count_a, count_b = (op["count"] if op else 0 for op in (one, two))
         ops.append(
             {
@@ -199,10 +214,11 @@ def _test_diff(a: dict[str, Any], b: dict[str, Any], changed: bool) -> dict[str,
         )
     timed = [op for op in ops if not op["setup"]]
     change = sum(op["change_us"] for op in timed)
+    way = direction or (1 if change >= 0 else -1)  # the verdict's direction; the profile's own without one
     # the share of what moved the test's way: an op's change over the sum of the changes in that direction
-    moved = sum(op["change_us"] for op in timed if op["change_us"] * change > 0)
+    moved = sum(op["change_us"] for op in timed if op["change_us"] * way > 0)
     for op in timed:
-        if moved and op["change_us"] * change > 0:
+        if moved and op["change_us"] * way > 0:
             op["share"] = op["change_us"] / moved
     ops.sort(key=lambda op: (-(op["share"] or 0.0), -abs(op["change_us"])))
     named = [op["name"] for op in ops if (op["share"] or 0.0) >= MOVER_SHARE]
@@ -211,8 +227,9 @@ def _test_diff(a: dict[str, Any], b: dict[str, Any], changed: bool) -> dict[str,
         "a_total_us": sum(op["a_us"] for op in ops),
         "b_total_us": sum(op["b_us"] for op in ops),
         "change_us": change,
+        "direction": "slowdown" if way > 0 else "gain",
         "ops": ops,
-        "movers": named[:TOP_MOVERS] if changed else [],
+        "movers": named[:TOP_MOVERS] if direction else [],
         "implementations": _implementation_changes(a.get("implementations", []), b.get("implementations", [])),
     }
 
@@ -237,9 +254,8 @@ def mover_lines(diff: dict[str, Any]) -> list[str]:
         ops = {op["name"]: op for op in entry["ops"]}
         for name in entry["movers"]:
             op = ops[name]
-            way = "slowdown" if entry["change_us"] > 0 else "gain"
             lines.append(
-                f"{test}: {name} carries {op['share']:.0%} of the profiled {way} ({_us(op['a_us'])} -> "
+                f"{test}: {name} carries {op['share']:.0%} of the profiled {entry['direction']} ({_us(op['a_us'])} -> "
                 f"{_us(op['b_us'])} {entry['clock']} self time; {op['a_count']} -> {op['b_count']} calls, "
                 f"{_us(op['a_us_per_call'])} -> {_us(op['b_us_per_call'])} per call)"
                 + (f"; only in {op['only_in']}" if op["only_in"] else "")
