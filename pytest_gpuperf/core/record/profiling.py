@@ -43,8 +43,11 @@ class Profiler:
         self.path = path
         self.tests: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
+        # oneDNN reads its verbose setting once, when it first runs a primitive (torch's switch is ignored after
+        # that): set before any test runs, its lines outside a profiled call go to the session's own output.
+        os.environ.setdefault("ONEDNN_VERBOSE", "1")
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(wrapper=True, trylast=True)  # innermost: inside pytest's capture, which takes fd 1 per phase
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         if "perf" not in getattr(item, "fixturenames", ()):
             return (yield)
@@ -64,10 +67,16 @@ class Profiler:
             ):
                 outcome = yield
             log = verbose()
+        ops, implementations = _ops(prof), onednn_implementations(log)
+        if not implementations and any("mkldnn" in op["name"] for op in ops):
+            self._note(
+                "oneDNN ran (aten::mkldnn_* operators) but printed no implementation: its verbose log was off when "
+                "it started (ONEDNN_VERBOSE=0 in the environment, or a primitive ran before the session configured)"
+            )
         self.tests[stable_test_id(item.path, item.nodeid)] = {  # the id its metrics have
             "activities": [str(a).rsplit(".", 1)[-1].lower() for a in activities],
-            "ops": _ops(prof),
-            "implementations": onednn_implementations(log),
+            "ops": ops,
+            "implementations": implementations,
         }
         return outcome
 
