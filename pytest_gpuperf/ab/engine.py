@@ -67,6 +67,8 @@ def run_ab(
                     profile_sides(result, runner)
                 except KeyboardInterrupt:
                     result.profile = {"error": "interrupted"}
+                except AbError as error:  # the verdict stands; only its profile is missing
+                    result.profile = {"error": str(error)}
             return result
         finally:
             stop_all()
