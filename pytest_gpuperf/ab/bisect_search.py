@@ -3,7 +3,9 @@
 ``judge`` builds a mixed stack (the good stack with some components at the bad stack's version), compares it with
 the good one and says SAME, REGRESSED, IMPROVED, AMBIGUOUS or UNBUILDABLE; the search is delta debugging (ddmin
 with unresolved outcomes), then each member of the found set alone and the rest without it are judged. An
-unbuildable or ambiguous combination reproduces nothing; components a process environment cannot swap
+unbuildable or ambiguous combination reproduces nothing. A group is an interaction only where each member was
+measured alone and their changes do not add up to the group's; a member that cannot be built alone makes the group
+inseparable (they move together), not an interaction. Components a process environment cannot swap
 (NON_SWAPPABLE) are never put in a mixed stack. docs/design/bisect-search.md says why. Pure: imports nothing
 of pytest_gpuperf.
 """
@@ -101,7 +103,10 @@ class SearchResult:
     """Each culprit alone (for a group), and the differing set without the culprits under the key 'rest'."""
     steps: list[Step] = field(default_factory=list)
     conclusion: str = ""
-    """'culprit', 'interaction', 'no change', 'not reproduced', 'unbuildable', 'ambiguous'."""
+    """'culprit'; for a group: 'inseparable' (a member cannot be built without the others), 'additive' (each
+    member measured alone, their changes add up to the group's), 'interaction' (measured alone, they do not add up),
+    'unresolved' (a member alone measured nothing); or 'no change', 'unbuildable', 'ambiguous',
+    'no swappable component'."""
 
     @property
     def unbuildable(self) -> list[frozenset[str]]:
@@ -214,9 +219,10 @@ def search(
             parts = min(len(current), parts * 2)
     result.culprits = frozenset(current)
     if len(current) > 1:
-        result.conclusion = "interaction"
         for name in current:
             result.alone[name] = cached(frozenset({name}), "alone")
+        group = next((s.trial for s in result.steps if s.swapped == result.culprits), whole)
+        result.conclusion = group_conclusion([result.alone[name] for name in current], group)
     else:
         result.conclusion = "culprit"
     rest = frozenset(swappable) - result.culprits
@@ -237,6 +243,19 @@ def carries(trial: Trial, whole: Trial) -> bool:
     if trial.change is None or whole.change is None or whole.change <= -1 or trial.change <= -1:
         return True
     return abs(math.log1p(trial.change)) >= SHARE * abs(math.log1p(whole.change))
+
+
+def group_conclusion(members: list[Trial], group: Trial) -> str:
+    """What a 1-minimal group of two or more is, from each member judged alone and the group's own trial."""
+    if any(t.outcome is Outcome.UNBUILDABLE for t in members):
+        return "inseparable"
+    if group.change is None or any(t.change is None or t.change <= -1 for t in members) or group.change <= -1:
+        return "unresolved"
+    summed = sum(math.log1p(t.change) for t in members if t.change is not None)
+    whole = math.log1p(group.change)
+    # adds up: the parts' sum is the group's change within the factor SHARE either way (log scale, same sign)
+    adds_up = whole != 0 and SHARE <= summed / whole <= 1 / SHARE
+    return "additive" if adds_up else "interaction"
 
 
 def _split(names: list[str], parts: int) -> list[list[str]]:
@@ -266,9 +285,20 @@ def verdict_line(metric: str, result: SearchResult, good: Mapping[str, str], bad
     whole = _percent(result.full_change)
     share = next((s.trial.change for s in result.steps if s.swapped == result.culprits), result.full_change)
     names = " + ".join(_change(n, good, bad) for n in culprits)
-    if result.conclusion == "interaction":
-        alone = ", ".join(f"{n} alone: {result.alone[n].outcome.value}" for n in culprits if n in result.alone)
-        line = f"{metric}: {_percent(share)} of the {whole} comes only with {names} together ({alone})"
+    if result.conclusion == "inseparable":
+        why = next((t.detail for n, t in sorted(result.alone.items()) if n in result.culprits and t.detail), "")
+        line = (
+            f"{metric}: {_percent(share)} of the {whole} comes with {names}, not separable: they cannot be built "
+            f"apart ({why or 'unbuildable'})"
+        )
+    elif result.conclusion in ("interaction", "additive", "unresolved"):
+        alone = ", ".join(f"{n} alone: {_alone(result.alone[n])}" for n in culprits if n in result.alone)
+        how = {
+            "interaction": "only with {names} together, more than their parts add up to",
+            "additive": "with {names}, each carrying a part",
+            "unresolved": "with {names} together (not every part measured alone)",
+        }[result.conclusion].format(names=names)
+        line = f"{metric}: {_percent(share)} of the {whole} comes {how} ({alone})"
     else:
         line = f"{metric}: {_percent(share)} of the {whole} comes with {names}"
     rest = result.alone.get("rest")
@@ -281,6 +311,10 @@ def verdict_line(metric: str, result: SearchResult, good: Mapping[str, str], bad
     if skipped:
         line += f"; {len(skipped)} combination(s) unbuildable, skipped"
     return line + fixed
+
+
+def _alone(trial: Trial) -> str:
+    return trial.outcome.value + ("" if trial.change is None else f" {_percent(trial.change)}")
 
 
 def _change(name: str, good: Mapping[str, str], bad: Mapping[str, str]) -> str:

@@ -54,6 +54,8 @@ class Bisection:
     runs: dict[frozenset[str], AbResult | str] = field(default_factory=dict)
     """Each mixed stack's ab result, or why it could not be built."""
     sessions: int = 0
+    ab_runs: int = 0
+    """Comparisons started (a stack that could not be built runs none)."""
     write: DocumentWriter | None = None
     """Writes each step's ab.json (cli/bisect.py passes its strict, atomic writer); None: nothing is written."""
 
@@ -71,6 +73,7 @@ class Bisection:
         out_dir = self.out / "steps" / f"{index:02d}-{name}"[:80]
         plan = dataclasses.replace(self.base, cmd_a=cmd_a, cmd_b=cmd_b, out_dir=out_dir)
         plan = dataclasses.replace(plan, metrics=metrics)
+        self.ab_runs += 1
         try:
             result = run_ab(plan, runner=self.runner)
         except AbError as error:
@@ -86,6 +89,18 @@ class Bisection:
         if result.stopped == "interrupted":
             raise KeyboardInterrupt  # Ctrl-C ends the bisection, not only this step
         return result
+
+    @property
+    def unbuildable(self) -> int:
+        """Mixed stacks (splits) that could not be built, so were never compared."""
+        return len(self.runs) - self.ab_runs
+
+    def counts(self, builds: int, failed_builds: int) -> str:
+        """What ran: '4 build(s) (2 failed), 1 ab run(s), 2 unbuildable split(s), 8 session(s)'."""
+        return (
+            f"{builds} build(s) ({failed_builds} failed), {self.ab_runs} ab run(s), {self.unbuildable} unbuildable "
+            f"split(s), {self.sessions} session(s)"
+        )
 
     def _write(self, path: Path, document: dict[str, Any]) -> None:
         if self.write is not None:
@@ -167,10 +182,17 @@ def summary(result: AbResult) -> str:
 
 
 def bisect_document(
-    bisection: Bisection, builds: int, whole: AbResult | None, searches: dict[tuple[str, str], SearchResult]
+    bisection: Bisection,
+    builds: int,
+    whole: AbResult | None,
+    searches: dict[tuple[str, str], SearchResult],
+    *,
+    failed_builds: int = 0,
+    warnings: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """bisect.json: the stacks, each search with its verdict line, and every ab run (or why its stack is
-    unbuildable); ``whole`` None when the bisection ended before its good-vs-bad comparison was judged."""
+    unbuildable); ``whole`` None when the bisection ended before its good-vs-bad comparison was judged.
+    ``warnings``: per built stack's folder, what its inherited packages break (ab/builders.py)."""
     runs = {
         ",".join(sorted(swapped)) or "(none)": (
             {"unbuildable": value}
@@ -185,7 +207,11 @@ def bisect_document(
         "good": bisection.good,
         "bad": bisection.bad,
         "builds": builds,
+        "failed_builds": failed_builds,
+        "ab_runs": bisection.ab_runs,
+        "unbuildable_splits": bisection.unbuildable,
         "sessions": bisection.sessions,
+        "inherited_warnings": warnings or {},
         "good_vs_bad": None if whole is None else summary(whole),
         "searches": [
             {

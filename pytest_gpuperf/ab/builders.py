@@ -4,8 +4,10 @@ with some components at the bad one's version; a Builder turns a stack into a Py
 CachedBuilder builds each pin set once under its cache folder: a venv layered on the running environment with
 the pins pip-installed on top, or a --build TEMPLATE run through the shell. Every build command is a supervised
 group (core/record/children.py): stopped with what it started on Ctrl-C or SIGTERM, and at ``timeout_s``. A build
-that fails is a BuildError (the step is UNBUILDABLE) and is remembered, one stopped at its time is not; a
-template with a bad placeholder is a TemplateError (bad input). May import ab/bisect_search.py; never cli/.
+that fails is a BuildError (the step is UNBUILDABLE, with pip's own conflict line) and is remembered, one stopped
+at its time is not; a template with a bad placeholder is a TemplateError (bad input). A layered venv is probed
+once built (`pip check`, importing each pin): what its inherited packages break is a warning, said before any
+session runs on it. May import ab/bisect_search.py; never cli/.
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ class CachedBuilder:
     template: str | None = None
     built: int = 0
     """Builds run by this process (cache hits not counted)."""
+    failed: int = 0
+    """Of them, those that failed (the stack is UNBUILDABLE)."""
+    warnings: dict[str, list[str]] = field(default_factory=dict)
+    """Per built folder, what its inherited packages break (inherited_breaks), said once through ``log``."""
     log: Callable[[str], None] = field(default=lambda line: None)
     timeout_s: float | None = None
     """The longest one build may run (`gpuperf bisect --budget`); None: no limit."""
@@ -94,11 +100,20 @@ class CachedBuilder:
                 else:
                     _build_template(folder, pins, self.template, self.timeout_s)
             except BuildTimeout:
+                self.failed += 1
                 raise
             except BuildError as error:
+                self.failed += 1
                 failed.write_text(f"{error}\n", encoding="utf-8")
                 raise
             done.write_text("\n".join(pins) + "\n", encoding="utf-8")
+        breaks = folder / CHECK_FILE
+        if breaks.is_file() and str(folder) not in self.warnings:
+            found = [line for line in breaks.read_text(encoding="utf-8").splitlines() if line.strip()]
+            if found:
+                self.warnings[str(folder)] = found
+                for line in found:
+                    self.log(f"  warning: {' '.join(pins)}: {line}")
         return _prefix(folder)
 
 
@@ -136,9 +151,25 @@ def _run_logged(argv: list[str], log_file: Path, timeout_s: float | None) -> Non
         except OSError as error:
             raise BuildError(f"{argv[0]}: cannot be started ({error.strerror or error}) (log {log_file})") from None
     if code != 0:
-        tail = [line for line in log_file.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-        reason = next((line.strip() for line in reversed(tail) if "ERROR" in line), tail[-1].strip() if tail else "")
-        raise BuildError(f"exit {code}: {reason[:300]} (log {log_file})")
+        lines = log_file.read_text(encoding="utf-8", errors="replace").splitlines()
+        raise BuildError(f"exit {code}: {failure_reason(lines)[:300]} (log {log_file})")
+
+
+_DEPENDS = re.compile(r"^\s*\S+ \S+ depends on \S")
+
+
+def failure_reason(lines: list[str]) -> str:
+    """The line of a failed build's log that says why: pip's own conflict line ("torch 2.5.0 depends on
+    nvidia-nccl-cu12==2.20.5", under "The conflict is caused by:") before its generic last ERROR line
+    ("ResolutionImpossible: for help visit ..."), else the last ERROR line, else the last line."""
+    text = [line.strip() for line in lines if line.strip()]
+    conflicts = [line for line in text if _DEPENDS.match(line)]
+    if conflicts:
+        return "; ".join(dict.fromkeys(conflicts))
+    errors = [line for line in text if "ERROR" in line and "for help visit" not in line]
+    if errors:
+        return errors[-1]
+    return next((line for line in reversed(text) if "ERROR" in line), text[-1] if text else "")
 
 
 def _build_venv(folder: Path, pins: list[str], timeout_s: float | None) -> None:
@@ -164,6 +195,53 @@ def _build_venv(folder: Path, pins: list[str], timeout_s: float | None) -> None:
     _run_logged(
         [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *pins], log, timeout_s
     )
+    names = [pin.split("==", 1)[0] for pin in pins]
+    _run_logged([str(python), "-c", _PROBE, str(folder / CHECK_FILE), str(folder), *names], log, timeout_s)
+
+
+CHECK_FILE = "gpuperf-inherited.txt"
+"""What a layered venv's inherited packages break, one finding a line (empty: nothing), written after its build."""
+
+_PROBE = r"""
+import contextlib, importlib, importlib.metadata as md, io, os, re, subprocess, sys, warnings
+out, own, names = sys.argv[1], os.path.realpath(sys.argv[2]), sys.argv[3:]
+found = []
+check = subprocess.run([sys.executable, "-m", "pip", "check", "--disable-pip-version-check"], capture_output=True,
+                       text=True)
+for line in check.stdout.splitlines():
+    if line.split(" ", 1)[0].lower().replace("_", "-") in names:
+        found.append("pip check: " + line.strip())
+inherited = {}
+for dist in md.distributions():
+    where = os.path.realpath(str(dist.locate_file("")))
+    if not where.startswith(own + os.sep) and dist.metadata["Name"]:
+        inherited.setdefault(dist.metadata["Name"].lower(), (dist.version, where))
+for name in names:
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    tops = (dist.read_text("top_level.txt") or "").split() or [name.replace("-", "_")]
+    for top in [t for t in tops if not t.startswith("_")][:3]:
+        said = io.StringIO()
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(said):
+            warnings.simplefilter("always")
+            try:
+                importlib.import_module(top)
+            except BaseException as error:
+                said.write(f"{type(error).__name__}: {error}\n")
+        lines = [f"{w.category.__name__}: {w.message}" for w in caught
+                 if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning))]
+        lines += [line.strip() for line in said.getvalue().splitlines() if line.strip()][:2]
+        for line in lines[:3]:
+            named = [f"{n} {v} inherited from {w}" for n, (v, w) in sorted(inherited.items())
+                     if n not in names and re.search(rf"\b{re.escape(n)}\b", line.lower())]
+            found.append(f"import {top}: {line[:200]}" + (f" ({'; '.join(named)})" if named else ""))
+open(out, "w").write("".join(line + "\n" for line in found))
+"""
+"""Run by the stack's own Python after its build: `pip check` lines about a pinned package, and what importing
+each pinned package warns or raises (an old torch under an inherited numpy 2: "Failed to initialize NumPy"), with
+the inherited distributions the message names."""
 
 
 def _build_template(folder: Path, pins: list[str], template: str, timeout_s: float | None) -> None:

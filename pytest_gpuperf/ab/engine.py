@@ -1,6 +1,7 @@
 """The engine of `gpuperf ab`: ``run_ab(plan) -> AbResult`` runs two stacks' pytest sessions in pairs and judges
 every metric after each complete pair, until every metric is decided or has had its last look, at the budget,
-on Ctrl-C (the verdicts so far) or on an error (AbError, carrying the partial result).
+on Ctrl-C (the verdicts so far) or on an error (AbError, carrying the partial result); with ``plan.profile``, one
+profiled session per side after the verdict (``profile_sides``).
 
 The loop owns the pairs' order (blocks ABBA or BAAB, a seeded coin per block), dropping failed pairs, the
 fingerprint checks and when to stop; a PairRunner (ab/pairs/) runs each pair, ab/judging.py judges it and
@@ -21,11 +22,12 @@ from typing import Any
 from pytest_gpuperf.ab.cpus import pinned
 from pytest_gpuperf.ab.judging import add_pair, at_last_look, judge_all, rules_from
 from pytest_gpuperf.ab.model import AbError, AbPlan, AbResult, PairRecord, SessionOutcome
-from pytest_gpuperf.ab.pairs.protocol import PairRunner
+from pytest_gpuperf.ab.pairs.protocol import PairRunner, session_argv, session_files
 from pytest_gpuperf.ab.pairs.sequential import Sequential, SessionRunner, subprocess_runner
 from pytest_gpuperf.ab.pairs.taking_turns import TakingTurns
 from pytest_gpuperf.ab.progress import Progress, progress_line, typical
 from pytest_gpuperf.ab.sessions import end_strays, stop_all
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 from pytest_gpuperf.machine.fingerprint import hardware_slug
 
 
@@ -59,9 +61,54 @@ def run_ab(
         raise AbError("--a and --b each need a command prefix (a Python, for example .venv/bin/python)")
     with pinned(plan.cpus):
         try:
-            return _run_pairs(plan, pairs or pair_runner(plan, runner), progress, clock)
+            result = _run_pairs(plan, pairs or pair_runner(plan, runner), progress, clock)
+            if plan.profile and result.complete_pairs and result.stopped != "interrupted":
+                try:
+                    profile_sides(result, runner)
+                except KeyboardInterrupt:
+                    result.profile = {"error": "interrupted"}
+                except AbError as error:  # the verdict stands; only its profile is missing
+                    result.profile = {"error": str(error)}
+            return result
         finally:
             stop_all()
+
+
+def profile_sides(result: AbResult, runner: SessionRunner) -> None:
+    """One more session per side, after the paired verdict, with ``--gpuperf-profile``: their operators compared
+    (core/record/profiling.py) into ``result.profile``. Never judged, so profiling's cost enters no verdict."""
+    from pytest_gpuperf.core.record.profiling import kernel_diff, read_profile
+
+    plan = result.plan
+    folder = plan.out_dir / "profile"
+    folder.mkdir(parents=True, exist_ok=True)
+    env = dict(plan.env if plan.env is not None else os.environ)
+    longest = max((s.seconds for pair in result.pairs for s in pair.sessions), default=60.0)
+    files, summaries, errors = {}, {}, []
+    for side in "AB":
+        results_file, log_file = session_files(folder, 0, side)
+        files[side] = folder / f"{side}-operators.json"
+        argv = [*session_argv(plan, side, results_file), "--gpuperf-profile", str(files[side])]
+        code, _ = runner(argv, log_file=log_file, timeout=max(60.0, 5 * longest), cwd=plan.cwd, env=env)
+        end_strays()
+        summary = read_profile(files[side]) if code in (0, 1) else None
+        if isinstance(summary, str) or summary is None:
+            errors.append(f"side {side}: {summary or f'the profiled session exited {code}'} (log {log_file})")
+        else:
+            summaries[side] = summary
+    changed: dict[str, int] = {}  # +1: a metric of the test REGRESSED (its slowdown is explained); -1: IMPROVED
+    for metric in result.judged():
+        if (
+            not metric.missing
+            and metric.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
+            and changed.get(metric.test) != 1
+        ):
+            changed[metric.test] = 1 if metric.verdict is Verdict.REGRESSED else -1
+    result.profile = {
+        "files": {side: str(path) for side, path in files.items()},
+        "error": "; ".join(errors) or None,
+        "diff": kernel_diff(summaries["A"], summaries["B"], changed) if len(summaries) == 2 else None,
+    }
 
 
 def _run_pairs(plan: AbPlan, runner: PairRunner, progress: Progress | None, clock: Callable[[], float]) -> AbResult:

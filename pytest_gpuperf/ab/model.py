@@ -98,6 +98,9 @@ class AbPlan:
     cpus: frozenset[int] | None = None
     """Run every session on these CPUs only (the engine sets its own affinity, which the sessions inherit; a
     container started by a daemon does not); None: wherever this process may run."""
+    profile: bool = False
+    """After the paired verdict, one more session per side under torch.profiler (``--gpuperf-profile``), never
+    judged; their operators compared in ``AbResult.profile``."""
     widen_cpus: frozenset[int] | None = None
     """Where ``cpus`` was chosen by default (one core while taking turns): the CPUs a session whose tests start their
     own ranks or servers widens to (``--gpuperf-widen-cpus``); None: sessions stay on ``cpus``."""
@@ -241,6 +244,9 @@ class AbResult:
     metrics: dict[tuple[str, str], MetricOutcome] = field(default_factory=dict)
     fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Each side's fingerprint, from its first session's results."""
+    profile: dict[str, Any] | None = None
+    """With ``plan.profile``: each side's operator summary file, the diff of the two (core/record/profiling.py
+    ``kernel_diff``), or why there is none."""
     stopped: str = "not started"
     """Why it stopped: 'every metric decided', 'max pairs', 'budget', 'interrupted', or an error."""
     wall_s: float = 0.0
@@ -300,6 +306,7 @@ class AbResult:
             "stack_changes": self.stack_changes,
             "metrics": [m.as_dict() for m in self.judged()],
             "pairs": [pair.as_dict() for pair in self.pairs],
+            "profile": self.profile,
         }
 
 

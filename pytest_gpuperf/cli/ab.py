@@ -124,6 +124,7 @@ def plan_from_args(
         **repeats,
         take_turns=take_turns,
         take_turns_why=turns_why,
+        profile=bool(getattr(args, "profile", False)),
         cpus=cpus,
         widen_cpus=widen,
     )
@@ -271,7 +272,28 @@ def table(result: AbResult) -> list[str]:
                 f"{metric.reason()}); "
                 + (f"~{needed} pairs would decide it if the change held" if needed else "no number of pairs would")
             )
-    return lines + [terminal_text(note) for note in notes]
+    return lines + [terminal_text(note) for note in notes + _profile_notes(result)]
+
+
+def _profile_notes(result: AbResult) -> list[str]:
+    """Under the verdict, what the profiled sessions (one per side, never judged) say moved."""
+    profile = result.profile
+    if profile is None:
+        return []
+    from pytest_gpuperf.core.record.profiling import mover_lines
+
+    notes = []
+    if profile.get("error"):
+        notes.append(f"profiled sessions: {profile['error']}")
+    diff = profile.get("diff")
+    if diff is not None:
+        movers = mover_lines(diff)
+        where = f"whole diff in {result.plan.out_dir / 'ab.json'} (profile)"
+        notes += movers or [f"profiled sessions: no operator moved in a test whose metric changed; {where}"]
+        notes += [f"profiled sessions: {note}" for note in diff.get("notes", [])]
+        if movers:
+            notes.append(f"profiled sessions: one per side after the verdict, never judged; {where}")
+    return notes
 
 
 def _row(metric: MetricOutcome) -> list[str]:

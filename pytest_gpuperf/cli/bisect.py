@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     _write_result(bisection, builder, whole, searches)
     if args.junitxml:
         write_junit(bisection, searches, Path(args.junitxml))
-    print(f"{builder.built} build(s), {len(bisection.runs)} ab run(s), {bisection.sessions} session(s)")
+    print(bisection.counts(builder.built, builder.failed))
     if not searches:
         print(terminal_text(f"nothing to bisect: the bad stack against the good one: {summary(whole)}"))
         nothing = nothing_compared(whole)
@@ -119,7 +119,10 @@ def _metric(text: str) -> tuple[str, str]:
 def _write_result(
     bisection: Bisection, builder: CachedBuilder, whole: AbResult | None, searches: dict[tuple[str, str], SearchResult]
 ) -> None:
-    _write_json(bisection.out / "bisect.json", bisect_document(bisection, builder.built, whole, searches))
+    document = bisect_document(
+        bisection, builder.built, whole, searches, failed_builds=builder.failed, warnings=builder.warnings
+    )
+    _write_json(bisection.out / "bisect.json", document)
 
 
 def write_junit(bisection: Bisection, searches: dict[tuple[str, str], SearchResult], path: Path) -> None:

@@ -410,6 +410,12 @@ def _add_ab(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     ab.add_argument("--a", required=True, metavar="CMD_A", help="side A's Python as a command prefix (shlex-split)")
     ab.add_argument("--b", required=True, metavar="CMD_B", help="side B's, e.g. 'env VAR=1 /opt/b/bin/python'")
     _add_ab_options(ab)
+    ab.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the verdict, one more session per side under torch.profiler (never judged): each test's "
+        "operators, their self time per call, and the ones that carry a REGRESSED or IMPROVED test's change",
+    )
     ab.add_argument("--out", metavar="DIR", help="where sessions and ab.json go (default gpuperf-ab/<UTC time>)")
     ab.add_argument("--junitxml", metavar="FILE", help="also write the verdicts as JUnit XML")
     ab.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="after --: what each session runs")

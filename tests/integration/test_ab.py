@@ -786,3 +786,61 @@ def test_leave_out_rules_apply_in_order_and_the_first_reason_wins() -> None:
             return self.reason
 
     assert left_out(quiet, quiet, [Says(None), Says("first"), Says("second")]) == "first"
+
+
+# -- profiled sides: one real torch session per side after the verdict -------------------------------------------
+
+PROFILED = """
+import os
+import torch
+
+def test_x(perf):
+    a = torch.randn(96, 96)  # ~20 us a product: at 32x32 a warm repeat costs a third of a cold first call
+    extra = int(os.environ.get("AB_TEST_EXTRA_MM", "0"))  # side B: the one real operator run 3x
+
+    def step():
+        for _ in range(1 + extra):
+            torch.mm(a, a)
+        torch.relu(a + 1.0)
+
+    perf.measure("step_s", step, warmup=1, repeats=5)
+"""
+
+
+def test_profile_runs_one_real_session_per_side_after_the_verdict_and_names_the_slower_operator(
+    tmp_path: Path,
+) -> None:
+    """The pairs are scripted (B 3x slower, decided REGRESSED); the two profiled sessions are real pytest sessions
+    of a tiny torch test whose side B runs its matrix product 3 times: the profile names aten::mm first, with its
+    share, and no paired session was profiled."""
+    pytest.importorskip("torch")
+    from pytest_gpuperf.ab.pairs.sequential import subprocess_runner
+
+    (tmp_path / "t.py").write_text(PROFILED)
+    script = Script(steady(slow_b=3.0))
+    order: list[str] = []
+
+    def runner(argv: list[str], *, log_file: Path, timeout: Any, cwd: Any, env: dict[str, str]) -> Any:
+        if "--gpuperf-profile" not in argv:
+            order.append("pair")
+            return script(argv, log_file=log_file, timeout=timeout, cwd=cwd, env=env)
+        order.append("profile")
+        extra = {"AB_TEST_EXTRA_MM": "2"} if argv[0] == "python-b" else {}
+        real = [sys.executable, *argv[1:]]
+        return subprocess_runner(real, log_file=log_file, timeout=timeout, cwd=cwd, env=env | extra)
+
+    args = ("t.py", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist", "--gpuperf-device", "cpu",
+            "--gpuperf-machine-check", "off")  # fmt: skip
+    result = run_ab(plan(tmp_path / "out", pytest_args=args, cwd=tmp_path, profile=True), runner=runner)
+    assert result.judged()[0].verdict is Verdict.REGRESSED
+    assert order == ["pair"] * (len(order) - 2) + ["profile", "profile"]
+    assert result.profile is not None and result.profile["error"] is None, result.profile
+    entry = result.profile["diff"]["tests"]["t.py::test_x"]
+    assert entry["movers"][0] == "aten::mm" and entry["ops"][0]["name"] == "aten::mm"
+    mm = entry["ops"][0]
+    assert mm["b_count"] == 3 * mm["a_count"] and mm["share"] > 0.5
+    notes = table(result)
+    assert any(line.startswith("t.py::test_x: aten::mm carries ") for line in notes), notes
+    assert json.loads(json.dumps(result.as_dict()))["profile"]["diff"]["tests"]["t.py::test_x"]["movers"]
+    for side in "AB":
+        assert (tmp_path / "out" / "profile" / f"{side}-operators.json").stat().st_size < 20_000

@@ -206,10 +206,11 @@ def test_bisect_names_the_slow_package_and_only_it(
         assert "comes with slowpkg 1.0 -> 2.0;" in line and others in line
         assert "samepkg 1.0" not in line
     # good vs bad and bad's slowpkg decide at 4 pairs; samepkg's unchanged latency needs 5 for SAME
-    assert "4 build(s), 3 ab run(s), 26 session(s)" in out
+    assert "4 build(s) (0 failed), 3 ab run(s), 0 unbuildable split(s), 26 session(s)" in out
     assert "step 1 " in err and "(split)" in err
     document = json.loads((tmp_path / "out" / "bisect.json").read_text())
-    assert document["builds"] == 4 and document["sessions"] == 26
+    assert document["builds"] == 4 and document["sessions"] == 26 and document["ab_runs"] == 3
+    assert document["inherited_warnings"] == {}  # the probe ran on each layered venv and found nothing
     assert {tuple(s["culprits"]) for s in document["searches"]} == {("slowpkg",)}
     rest = "samepkg,six" if real[0] else "samepkg"
     assert set(document["runs"]) == {f"{rest},slowpkg", rest, "slowpkg"}
@@ -312,6 +313,90 @@ def test_bisection_writes_each_steps_ab_json_through_its_writer(tmp_path: Path) 
     steps = [run.plan.out_dir / "ab.json" for run in bisection.runs.values() if not isinstance(run, str)]
     assert [path for path, _ in written] == steps and len(steps) >= 2
     assert all(document["schema"] == AB_SCHEMA for _, document in written)
+
+
+def pinned_wheel(folder: Path, name: str, version: str, requires: str = "", source: str = "") -> None:
+    """``wheel`` with a Requires-Dist line: a torch that pins its nccl exactly."""
+    wheel(folder, name, version, source)
+    if requires:
+        path = folder / f"{name}-{version}-py3-none-any.whl"
+        info = f"{name}-{version}.dist-info"
+        with zipfile.ZipFile(path) as archive:
+            files = {item: archive.read(item).decode() for item in archive.namelist() if not item.endswith("RECORD")}
+        files[f"{info}/METADATA"] += f"Requires-Dist: {requires}\n"
+        path.unlink()
+        record = []
+        for item, text in files.items():
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+            record.append(f"{item},sha256={digest},{len(text.encode())}")
+        files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+        with zipfile.ZipFile(path, "w") as archive:
+            for item, text in files.items():
+                archive.writestr(item, text)
+
+
+ABI = """
+import warnings
+import numpy  # inherited from the running environment: 2.x there
+if int(numpy.__version__.split(".")[0]) >= 2:  # what an old torch built for numpy 1.x says when imported
+    warnings.warn("Failed to initialize NumPy: _ARRAY_API not found")
+"""
+
+
+def test_real_pip_conflict_names_its_depends_on_line_and_the_probe_names_an_inherited_numpy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real layered venvs, real pip from local wheels: a torch-like package pinning its nccl exactly cannot be
+    installed beside the other nccl, and the reason is pip's own "depends on" line, not its generic last line; a
+    stack that builds but whose package warns under the inherited numpy is named before any session runs."""
+    pytest.importorskip("numpy")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    pinned_wheel(wheels, "ncclish", "1.0")
+    pinned_wheel(wheels, "ncclish", "2.0")
+    pinned_wheel(wheels, "torchish", "1.0", "ncclish==1.0", ABI)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    said: list[str] = []
+    builder = CachedBuilder(tmp_path / "envs", log=said.append)
+    with pytest.raises(BuildError) as raised:
+        builder({"torchish": "1.0", "ncclish": "2.0"})
+    assert "torchish 1.0 depends on ncclish==1.0" in str(raised.value), str(raised.value)
+    assert "for help visit" not in str(raised.value)
+    builder({"torchish": "1.0", "ncclish": "1.0"})
+    assert builder.built == 2 and builder.failed == 1
+    ((folder, found),) = builder.warnings.items()
+    assert any("import torchish: UserWarning: Failed to initialize NumPy" in line and "numpy 2." in line
+               and "inherited from" in line for line in found), found  # fmt: skip
+    assert any("warning: " in line and "Failed to initialize NumPy" in line for line in said)
+
+
+def test_unbuildable_splits_are_inseparable_and_counted_apart_from_ab_runs(tmp_path: Path) -> None:
+    """torch B pins nccl Y and torch A pins nccl X: both mixed stacks fail to resolve, so the two components move
+    together (inseparable, with the resolver's line), one ab run happened, and two splits could not be built."""
+    from pytest_gpuperf.ab.bisect_search import verdict_line
+    from pytest_gpuperf.ab.bisection import Bisection, bisect, bisect_document
+    from pytest_gpuperf.ab.model import AbPlan
+
+    def builder(stack: dict[str, str]) -> tuple[str, ...]:
+        if (stack["b"] == "2") != (stack["c"] == "2"):
+            raise BuildError(f"exit 1: b {stack['b']} depends on c=={stack['b']} (log build.log)")
+        return scripted_stack(stack)
+
+    good, bad = {"b": "1", "c": "1"}, {"b": "2", "c": "2"}
+    base = AbPlan(cmd_a=(), cmd_b=(), pytest_args=("t.py",), out_dir=tmp_path)
+    bisection = Bisection(good=good, bad=bad, out=tmp_path, base=base, builder=builder, runner=Sessions())
+    whole, searches = bisect(bisection, None)
+    ((_, result),) = searches.items()
+    assert result.conclusion == "inseparable" and result.culprits == {"b", "c"}
+    line = verdict_line("t", result, good, bad)
+    assert "not separable" in line and "depends on c==" in line and "interaction" not in line
+    assert bisection.ab_runs == 1 and bisection.unbuildable == 2
+    assert bisection.counts(3, 2) == f"3 build(s) (2 failed), 1 ab run(s), 2 unbuildable split(s), " \
+        f"{bisection.sessions} session(s)"  # fmt: skip
+    document = bisect_document(bisection, 3, whole, searches, failed_builds=2)
+    assert document["ab_runs"] == 1 and document["unbuildable_splits"] == 2
+    assert document["searches"][0]["conclusion"] == "inseparable"
 
 
 def test_a_build_template_with_a_bad_placeholder_is_bad_input(tmp_path: Path) -> None:

@@ -222,6 +222,7 @@ def test_strict_fails_too_good(pytester: pytest.Pytester) -> None:
         (["--gpuperf-threshold", "abc"], "Invalid value 'abc' from --gpuperf-threshold: expected a percentage*"),
         (["--gpuperf-repeats", "1"], "Invalid value '1' from --gpuperf-repeats: expected a whole number >= 3*"),
         (["--gpuperf-device", "tpu"], "Invalid value 'tpu' from --gpuperf-device: expected one of auto, cpu, cuda*"),
+        (["--gpuperf-profile", "p.json", "-n", "2"], "--gpuperf-profile * xdist workers (-n) would each replace*"),
     ],
 )
 def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:

@@ -72,8 +72,8 @@ def test_interacting_pair_is_named_with_each_member_alone() -> None:
     assert result.conclusion == "interaction" and result.culprits == {"torch", "triton"}
     assert result.alone["torch"].outcome is result.alone["triton"].outcome is Outcome.SAME
     line = verdict_line("step_s", result, GOOD, BAD)
-    assert "only with torch 2.13.0 -> 2.14.1 + triton 3.1 -> 3.2 together" in line
-    assert "torch alone: SAME, triton alone: SAME" in line
+    assert "only with torch 2.13.0 -> 2.14.1 + triton 3.1 -> 3.2 together, more than their parts" in line
+    assert "torch alone: SAME +0.0%, triton alone: SAME +0.0%" in line
 
 
 def test_no_change_between_the_stacks_bisects_nothing() -> None:
@@ -158,3 +158,31 @@ def test_two_halves_of_a_change_are_named_together_each_regressed_alone() -> Non
     result = search(GOOD, BAD, fake(rule))
     assert result.culprits == {"nccl", "cudnn"}
     assert result.alone["nccl"].outcome is result.alone["cudnn"].outcome is Outcome.REGRESSED
+    assert result.conclusion == "additive"  # measured apart, the parts add up: not an interaction
+    assert "each carrying a part" in verdict_line("step_s", result, GOOD, BAD)
+
+
+def test_components_that_cannot_be_built_apart_are_inseparable_never_an_interaction() -> None:
+    # torch A pins nccl X exactly: every stack with one of them and not the other fails to resolve
+    conflict = "torch 2.14.1 depends on nccl==2.23"
+
+    def rule(swapped: frozenset[str]) -> Trial:
+        if ("torch" in swapped) != ("nccl" in swapped):
+            return Trial(Outcome.UNBUILDABLE, detail=conflict)
+        return Trial(Outcome.REGRESSED, -0.3) if "torch" in swapped else Trial(Outcome.SAME, 0.0)
+
+    result = search(GOOD, BAD, fake(rule))
+    assert result.conclusion == "inseparable" and result.culprits == {"torch", "nccl"}
+    line = verdict_line("step_s", result, GOOD, BAD)
+    assert "nccl 2.21 -> 2.23 + torch 2.13.0 -> 2.14.1, not separable" in line and conflict in line
+    assert "interaction" not in line and "together" not in line.split(";")[0]
+
+
+def test_a_member_alone_that_measured_nothing_leaves_the_group_unresolved() -> None:
+    def rule(swapped: frozenset[str]) -> Trial:
+        if swapped == {"torch"}:
+            return Trial(Outcome.AMBIGUOUS)
+        return Trial(Outcome.REGRESSED, -0.05) if {"torch", "triton"} <= swapped else Trial(Outcome.SAME, 0.0)
+
+    result = search(GOOD, BAD, fake(rule))
+    assert result.culprits == {"torch", "triton"} and result.conclusion == "unresolved"

@@ -456,6 +456,15 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         metavar="PREFIX",
     ),
     OptionSpec(
+        name="profile",
+        help="run each perf test's call under torch.profiler (CPU, and CUDA where torch sees a GPU) with oneDNN's "
+        "verbose log, and write each test's operator summary (names, counts, self times, oneDNN implementations) "
+        "to FILE (the profiled sessions of `gpuperf ab --profile`)",
+        parse=parse_text,
+        default=None,
+        metavar="FILE",
+    ),
+    OptionSpec(
         name="widen-cpus",
         help="the CPUs a `gpuperf ab` session pinned to one core by default runs on instead when its tests start "
         "their own ranks or servers (set by gpuperf ab; not for use by hand)",
@@ -655,6 +664,8 @@ class Settings:
     """Time a test may spend on those rounds."""
     measure_only: bool = option_default("measure-only")
     """Measure only (a `gpuperf ab` session): verdicts are recorded but fail nothing, nothing is saved."""
+    profile: Path | None = option_default("profile")
+    """Where each perf test's operator summary goes (core/record/profiling.py); None: nothing is profiled."""
     widen_cpus: frozenset[int] | None = option_default("widen-cpus")
     """The CPUs a session pinned by `gpuperf ab` widens to when its tests start their own ranks or servers."""
     inject_slowdown: dict[str, float] | None = option_default("inject-slowdown")
@@ -701,6 +712,7 @@ def build_settings(config: pytest.Config) -> Settings:
     values: dict[str, Any] = {spec.name.replace("-", "_"): resolve(config, spec)[0] for spec in OPTIONS}
     baselines = values.pop("baselines")
     results = values.pop("results")
+    profile = values.pop("profile")
     rootdir = Path(str(config.rootpath))
     if isinstance(values["machine_noise"], MachineSpread):
         values["machine_spread"] = values["machine_noise"]
@@ -710,6 +722,7 @@ def build_settings(config: pytest.Config) -> Settings:
     return Settings(
         baselines_dir=(rootdir / baselines) if baselines else rootdir / "baselines",
         results_path=(Path(config.invocation_params.dir) / results) if results else None,
+        profile=(Path(config.invocation_params.dir) / profile) if profile else None,
         device_request=values.pop("device"),
         **values,
     )
