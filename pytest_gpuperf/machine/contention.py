@@ -300,16 +300,29 @@ def turn_counters() -> TurnWaits | None:
     )
 
 
+def job_siblings() -> bool:
+    """Whether this process is one rank of a torchrun job whose other ranks on this node are its siblings (the
+    agent, its parent, started them all): their work is the job's own, not another process's load."""
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return False
+    return local > 1 and bool(os.environ.get("TORCHELASTIC_RUN_ID"))
+
+
 def descendants_cpu_s() -> float | None:
-    """CPU seconds used by the processes this one started: each live descendant's own and reaped children's
-    time (``/proc/<pid>/stat``), plus the children this process reaped (``os.times``). A descendant that ends
-    inside a window moves from the first sum to the second, so a window's difference counts it once."""
+    """CPU seconds used by the processes this one started (and, for a rank of a torchrun job, by its sibling
+    ranks and theirs: ``job_siblings``): each live descendant's own and reaped children's time
+    (``/proc/<pid>/stat``), plus the children this process reaped (``os.times``). A descendant that ends inside a
+    window moves from the first sum to the second, so a window's difference counts it once."""
     if not Path("/proc/self/task").is_dir():
         return None
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
     reaped = os.times()
     total = reaped.children_user + reaped.children_system
-    pending, seen, listed = [os.getpid()], set(), False
+    pending, seen, listed = [os.getpid()], {str(os.getpid())}, False
+    if job_siblings():
+        pending.append(os.getppid())  # the agent: its other children are the job's other ranks (its own time is not)
     while pending:
         pid = pending.pop()
         try:
@@ -561,6 +574,14 @@ def state_between(
     )
 
 
+def _ranked() -> bool:
+    """Whether this process is one rank of a job of several (torchrun's or a launcher's WORLD_SIZE)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
 class MachineWindow:
     """Snapshots around a block and canaries in it or at its end; ``state`` once the block has ended.
 
@@ -582,8 +603,9 @@ class MachineWindow:
 
     def between_calls(self, done: int, count: int) -> None:
         """A timer's hook, outside its timed part, after call ``done`` (1-based) of ``count``: takes the canary
-        samples due there (:func:`canary_points`)."""
-        if not self._canary:
+        samples due there (:func:`canary_points`). Not in a rank of a multi-rank job: each rank's canary would fall
+        inside another rank's timed call (a collective waits for it), so theirs run at the end, all at once."""
+        if not self._canary or _ranked():
             return
         for _ in range(canary_points(done, count)):
             (seconds,), cpu_share = run_canary(1)
@@ -626,6 +648,20 @@ def others_limit(cpus: int) -> float:
     return max(OTHERS_LIMIT_CORES, OTHERS_LIMIT_SHARE * cpus)
 
 
+def waits_behind_itself(state: MachineState) -> bool:
+    """Whether the window's waits for a CPU were behind the work of this process and the ones it started (or its
+    sibling ranks) alone: other processes were measured apart from them and kept less than ``others_limit`` busy.
+    A job that runs more threads than the machine has cores waits so in every sitting, the baseline's too: such a
+    wait is part of the workload, not another process's load."""
+    return bool(
+        state.others_outside_tree
+        and state.tree_cpu_per_wall is not None
+        and state.others_cores is not None
+        and state.cpus
+        and state.others_cores < others_limit(state.cpus)
+    )
+
+
 def own_work(state: MachineState) -> bool:
     """Whether this process did RUNQUEUE_OWN_SHARE or more of its tree's CPU work in the window (True where the
     tree's share is unknown), so that its threads' run-queue wait says something about the workload."""
@@ -641,7 +677,13 @@ def contention_reasons(state: MachineState) -> dict[str, str]:
     reasons = {}
     if state.steal_share is not None and state.steal_share >= STEAL_LIMIT:
         reasons["steal"] = f"steal {state.steal_share:.1%} of CPU time (limit {STEAL_LIMIT:.0%})"
-    if state.runqueue_share is not None and state.runqueue_share >= RUNQUEUE_LIMIT and own_work(state):
+    behind_itself = waits_behind_itself(state)
+    if (
+        state.runqueue_share is not None
+        and state.runqueue_share >= RUNQUEUE_LIMIT
+        and own_work(state)
+        and not behind_itself
+    ):
         reasons["runqueue"] = (
             f"threads waited for a CPU {state.runqueue_share:.1%} of the time (limit {RUNQUEUE_LIMIT:.0%})"
         )
@@ -651,7 +693,7 @@ def contention_reasons(state: MachineState) -> dict[str, str]:
             reasons["others"] = (
                 f"other processes kept {state.others_cores:.1f} of {state.cpus} cores busy (limit {limit:.2g})"
             )
-    if state.canary_cpu_per_wall is not None and state.canary_cpu_per_wall < CANARY_CPU_LIMIT:
+    if state.canary_cpu_per_wall is not None and state.canary_cpu_per_wall < CANARY_CPU_LIMIT and not behind_itself:
         reasons["canary_cpu"] = (
             f"the single-thread canary got {state.canary_cpu_per_wall:.0%} of its wall time on a CPU "
             f"(limit {CANARY_CPU_LIMIT:.0%})"
@@ -777,10 +819,12 @@ class MachineCheck:
 def time_share(state: MachineState) -> float:
     """How much longer than on a machine of its own a window's work may have taken for want of a CPU: 1 / (1 - w)
     for the share w of the window's wall time its threads spent waiting in the run queue (the canary's wait where
-    theirs was not read, or was another process's work), times 1 / (1 - s) for the share s stolen by the
-    hypervisor. A workload that mostly sleeps waits little of its wall time, however long each wake-up waits."""
+    theirs was not read, or was another process's work; none where it was behind the workload's own threads,
+    ``waits_behind_itself``), times 1 / (1 - s) for the share s stolen by the hypervisor. A workload that mostly sleeps waits little of its wall time, however long each wake-up waits."""
     wait = None
-    if state.runqueue_share is not None and own_work(state) and state.runqueue_share < 1:
+    if waits_behind_itself(state):
+        pass  # the workload's own threads queued behind each other, in the baseline's sitting as in this one
+    elif state.runqueue_share is not None and own_work(state) and state.runqueue_share < 1:
         per_wall = state.runqueue_share / (1 - state.runqueue_share) * state.cpu_per_wall  # wait / wall
         wait = min(state.runqueue_share, per_wall)
     elif state.canary_cpu_per_wall is not None:

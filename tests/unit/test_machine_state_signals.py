@@ -30,6 +30,8 @@ from pytest_gpuperf.machine.contention import (
     parse_schedstat,
     read_snapshot,
     state_between,
+    time_share,
+    waits_behind_itself,
 )
 
 # Recorded on this project's 2-core KVM guest, one second apart, while other jobs loaded it.
@@ -146,12 +148,66 @@ def test_the_run_queue_wait_is_judged_only_where_this_process_did_a_share_of_the
     # the same wait with the work done here: judged
     alone = state_between(replace(before, tree_cpu_s=3.0), replace(after, process_cpu_s=6.0, tree_cpu_s=3.0))
     assert alone.tree_cpu_per_wall == 0.0 and "threads waited for a CPU" in (contention(alone) or "")
-    # a quarter of the tree's work here is enough for the wait to count
-    quarter = replace(served, cpu_per_wall=0.5, tree_cpu_per_wall=1.5)
-    assert "threads waited for a CPU" in (contention(quarter) or "")
+    # a quarter of the tree's work here is enough for the wait to count, where other processes were busy too
+    quarter = replace(served, cpu_per_wall=0.5, tree_cpu_per_wall=1.0, others_cores=0.5)
+    assert "threads waited for a CPU" in (contention(quarter) or "") and time_share(quarter) > 1
+    # with nothing else busy the cores were the tree's own: its threads queued behind each other (a torchrun job's
+    # ranks on fewer cores than threads), in every sitting alike: neither a reason nor a bound
+    itself = replace(quarter, tree_cpu_per_wall=1.5, others_cores=0.0)
+    assert waits_behind_itself(itself) and contention(itself) is None and time_share(itself) == 1.0
     # no tree known (a kernel that lists no children, a state stored before the field): judged, as before
     assert "threads waited for a CPU" in (contention(replace(served, tree_cpu_per_wall=None)) or "")
     assert MachineState.from_dict({**served.to_dict(), "tree_cpu_per_wall": None}).tree_cpu_per_wall is None
+
+
+SIBLING = """import sys, time
+end = time.process_time() + 0.5
+while time.process_time() < end:
+    pass
+sys.stdin.read()
+"""
+TREE = "from pytest_gpuperf.machine.contention import descendants_cpu_s; print(descendants_cpu_s())"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_torchrun_rank_counts_its_sibling_ranks_as_the_jobs_own_work() -> None:
+    """Under torchrun the agent starts every rank of the node: rank 0's other ranks are its siblings, not its
+    children, and were counted as other processes' load (every torchrun test read contended). Here this test's
+    process is the agent: a sibling that burnt 0.5 s of CPU is in a child's tree only where the torchrun variables
+    say that child is one rank of several."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    sibling = subprocess.Popen([sys.executable, "-c", SIBLING], stdin=subprocess.PIPE)
+    try:
+        time.sleep(1.5)  # long enough for the sibling to spend its 0.5 s, even on a loaded machine (checked below)
+        plain = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")}
+        ranked = {**plain, "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job"}
+        seconds = {
+            name: float(subprocess.run([sys.executable, "-c", TREE], env=env, capture_output=True, text=True).stdout)
+            for name, env in (("plain", plain), ("ranked", ranked))
+        }
+        assert seconds["plain"] < 0.3 and seconds["ranked"] >= 0.45, seconds
+    finally:
+        assert sibling.stdin is not None
+        sibling.stdin.close()
+        sibling.wait()
+
+
+def test_a_rank_of_a_multi_rank_job_takes_its_canaries_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between its timed calls each rank's canary would fall in another rank's timed call (a collective waits for
+    it); in a rank of several they run at the end of the window, all ranks at once."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    window = MachineWindow().start()
+    for done in range(1, 11):
+        window.between_calls(done, 10)
+    assert window._python_s == []
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    for done in range(1, 11):
+        window.between_calls(done, 10)
+    assert len(window._python_s) == CANARY_SAMPLES
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
