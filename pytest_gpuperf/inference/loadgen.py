@@ -143,9 +143,10 @@ def record(perf: Perf, results: Sequence[LoadgenResult], *, settings: LoadgenSet
             pytest.fail(f"gpuperf: LoadGen run {index} of {len(results)} ({settings.scenario}, {settings.qps:g} QPS) "
                         "is INVALID: " + "; ".join(result.problems), pytrace=False)  # fmt: skip
     prefix = f"loadgen.{settings.scenario.lower()}."
-    context = {**(context or {}), "loadgen": {"version": results[0].version, "scenario": settings.scenario, "qps": settings.qps,
-                           "duration_s": settings.duration_s, "percentile": settings.percentile,
-                           "queries": [r.queries for r in results]}}  # fmt: skip
+    context = {**(context or {}), "loadgen": {
+        "version": results[0].version, "scenario": settings.scenario, "qps": settings.qps,
+        "duration_s": settings.duration_s, "percentile": settings.percentile, "queries": [r.queries for r in results],
+    }}  # fmt: skip
     fewest = min(result.queries for result in results)
     latencies = (("ttft", "ttft_s"), ("tpot", "tpot_s")) if settings.scenario == "Server" else ()
     for name, table in latencies:  # Offline logs no token latencies: one query holds every sample

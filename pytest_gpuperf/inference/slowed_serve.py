@@ -40,8 +40,9 @@ def slow_down(model: Any, fraction: float) -> None:
         owed[0] += fraction
         while owed[0] >= 1:
             owed[0] -= 1
-            cache = kwargs.get("past_key_values")
-            length = cache.get_seq_length() if hasattr(cache, "get_seq_length") else None
+            # the KV cache, whatever its argument's name (transformers 5.x's generate passes ``cache=``)
+            cache: Any = next((value for value in kwargs.values() if hasattr(value, "get_seq_length")), None)
+            length = cache.get_seq_length() if cache is not None else None
             forward(*args, **kwargs)
             added = cache.get_seq_length() - length if length is not None else 0
             if added > 0 and hasattr(cache, "crop"):

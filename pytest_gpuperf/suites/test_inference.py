@@ -369,7 +369,9 @@ def test_loadgen(
     tier = tier_for(perf, tier_name)
     if platform.system() == "Linux" and platform.machine() == "aarch64":
         pytest.skip("mlcommons-loadgen has no Linux aarch64 wheel (6.0.17)")
-    pytest.importorskip("mlperf_loadgen", reason="mlperf_loadgen is not installed: pip install 'pytest-gpuperf[mlperf]'")
+    pytest.importorskip(
+        "mlperf_loadgen", reason="mlperf_loadgen is not installed: pip install 'pytest-gpuperf[mlperf]'"
+    )
     if gpuperf_inference.engine.kind == "builtin":
         pytest.skip(
             "LoadGen drives a served engine over HTTP from a process of its own; the builtin engine runs in this "
