@@ -13,10 +13,10 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -134,16 +134,19 @@ def run_loadgen(url: str, settings: LoadgenSettings, outdir: Path, *, served_mod
         pytest.fail(f"gpuperf: LoadGen's log: {error}", pytrace=False)
 
 
-def record(perf: Perf, results: Sequence[LoadgenResult], *, settings: LoadgenSettings) -> None:
-    """LoadGen's runs as metrics ``loadgen.<scenario>.ttft_p50`` ... ``samples_s``; an INVALID run fails the test."""
+def record(perf: Perf, results: Sequence[LoadgenResult], *, settings: LoadgenSettings,
+           context: Mapping[str, Any] | None = None) -> None:  # fmt: skip
+    """LoadGen's runs as metrics ``loadgen.<scenario>.ttft_p50`` ... ``samples_s`` (``context``: more of each
+    metric's context, e.g. the served engine); an INVALID run fails the test."""
     for index, result in enumerate(results, start=1):
         if not result.valid:
             pytest.fail(f"gpuperf: LoadGen run {index} of {len(results)} ({settings.scenario}, {settings.qps:g} QPS) "
                         "is INVALID: " + "; ".join(result.problems), pytrace=False)  # fmt: skip
     prefix = f"loadgen.{settings.scenario.lower()}."
-    context = {"loadgen": {"version": results[0].version, "scenario": settings.scenario, "qps": settings.qps,
-                           "duration_s": settings.duration_s, "percentile": settings.percentile,
-                           "queries": [r.queries for r in results]}}  # fmt: skip
+    context = {**(context or {}), "loadgen": {
+        "version": results[0].version, "scenario": settings.scenario, "qps": settings.qps,
+        "duration_s": settings.duration_s, "percentile": settings.percentile, "queries": [r.queries for r in results],
+    }}  # fmt: skip
     fewest = min(result.queries for result in results)
     latencies = (("ttft", "ttft_s"), ("tpot", "tpot_s")) if settings.scenario == "Server" else ()
     for name, table in latencies:  # Offline logs no token latencies: one query holds every sample

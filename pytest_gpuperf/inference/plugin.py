@@ -14,6 +14,7 @@ from pytest_gpuperf.core.config.settings import (
     OptionSpec,
     SettingError,
     add_options,
+    get_settings,
     parse_count,
     parse_positive_seconds,
     parse_seconds,
@@ -300,6 +301,13 @@ def pytest_configure(config: pytest.Config) -> None:
             f"--gpuperf-engine {engine.kind}: the {PACKAGES[engine.kind]} package is not installed in this Python "
             f"({sys.executable}); install it or pick another engine"
         )
+    slowdown = get_settings(config).slowdown("inference")
+    if slowdown and engine.kind != "transformers":
+        raise pytest.UsageError(
+            f"--gpuperf-inject-slowdown inference={slowdown * 100:g}: the inference suite slows a launched "
+            f"transformers serve only (each forward of its model run again), not --gpuperf-engine {engine}: add "
+            "--gpuperf-engine transformers, or drop the inference part"
+        )
 
 
 def inference_settings(config: pytest.Config) -> InferenceSettings:
@@ -371,6 +379,7 @@ def gpuperf_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
         devices=settings.devices,
         extra_args=settings.engine_args,
         start_timeout=settings.engine_start_timeout,
+        slowdown=get_settings(request.config).slowdown("inference"),
     )
     request.config.stash[_pool_key] = pool
     try:

@@ -313,16 +313,19 @@ def launch_command(
     max_len: int,
     extra_args: tuple[str, ...] = (),
     dummy_weights: bool = True,
+    slowed: bool = False,
 ) -> list[str]:
     """The command that starts ``kind``'s OpenAI-compatible server on ``127.0.0.1:port`` with this Python.
 
     ``dummy_weights``: vLLM and SGLang build random weights themselves (``--load-format dummy``), else they load
     the folder's saved ones (an ``hf:`` spec's); ``transformers serve`` always loads the folder's saved weights
-    and preloads them (``force_model``) before it answers /health."""
+    and preloads them (``force_model``) before it answers /health. ``slowed``: ``transformers serve`` through
+    slowed_serve.py, which runs the injected slowdown of ``GPUPERF_INJECT_SLOWDOWN``."""
     dummy = ["--load-format", "dummy"] if dummy_weights else []
     python = sys.executable
     if kind == "transformers":
-        command = [python, "-m", "transformers.cli.transformers", "serve", str(model_dir)]
+        module = "pytest_gpuperf.inference.slowed_serve" if slowed else "transformers.cli.transformers"
+        command = [python, "-m", module, "serve", str(model_dir)]
         command += ["--host", "127.0.0.1", "--port", str(port), "--device", device, "--dtype", dtype]
     elif kind == "vllm":
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
@@ -435,6 +438,9 @@ class ServerPool:
     launches: list[Launch] = field(default_factory=list)
     seed: int = 0
     """Seed of an ``hf:`` spec's saved weights: the in-process path's (the suites build with seed 0)."""
+    slowdown: float = 0.0
+    """The injected slowdown of the inference suite (``--gpuperf-inject-slowdown inference=PCT``, as a fraction):
+    a launched ``transformers serve`` runs that many more forwards of its model (slowed_serve.py)."""
     _running: dict[tuple[str, str, str, str], tuple[Server, OpenAIEngine, int]] = field(default_factory=dict)
     _attached: OpenAIEngine | None = None
 
@@ -529,8 +535,16 @@ class ServerPool:
             raise EngineError(
                 f"--gpuperf-engine {kind}: the {PACKAGES[kind]} package is not installed in {sys.executable}"
             )
+        if self.slowdown and kind != "transformers":
+            raise EngineError(
+                f"--gpuperf-inject-slowdown inference={self.slowdown:.0%}: only a launched transformers serve can be "
+                f"slowed (its model runs in a Python this project patches); {kind} cannot: drop the inference part "
+                "or use --gpuperf-engine transformers"
+            )
         folder = self.model_folder(model, spec=spec, max_len=max_len, device=device, dtype=dtype)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        if self.slowdown:
+            env["GPUPERF_INJECT_SLOWDOWN"] = f"inference={self.slowdown * 100:g}"
         if device == "cpu":  # one thread, as the in-process engine runs on CPU (suites/conftest.py cpu_threads)
             env.setdefault("OMP_NUM_THREADS", "1")
         timeout = self.start_timeout or START_TIMEOUT_S[kind]
@@ -548,6 +562,7 @@ class ServerPool:
                 max_len=max_len,
                 extra_args=self.extra_args,
                 dummy_weights=self.dummy_weights(spec),
+                slowed=bool(self.slowdown),
             )
             server = Server(command, url=url, log_path=self.workdir / f"{folder.name}-{port}.log", env=env)
             try:
@@ -574,7 +589,13 @@ class ServerPool:
             dialect="transformers" if kind == "transformers" else "openai",
             codec=TokenCodec(folder / TOKENIZER_FILE),
             name=kind,
-            info={"engine": kind, "version": version, "url": url, "launch": launch.command},
+            info={
+                "engine": kind,
+                "version": version,
+                "url": url,
+                "launch": launch.command,
+                **({"injected_slowdown_pct": self.slowdown * 100} if self.slowdown else {}),
+            },
             max_len=max_len,
         )
         return server, engine

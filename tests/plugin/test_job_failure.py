@@ -223,3 +223,10 @@ def test_an_injected_slowdown_is_never_saved(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--gpuperf-inject-slowdown*slows the workloads on purpose*"])
     result = pytester.runpytest(*BASE, "--gpuperf-inject-slowdown", "micro")
     result.stderr.fnmatch_lines(["*Invalid value 'micro' from --gpuperf-inject-slowdown: expected SUITE=PCT*"])
+    result = pytester.runpytest(*BASE, "--gpuperf-inject-slowdown", "micro=1001")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*from --gpuperf-inject-slowdown: micro=1001: expected a percentage above 0 and*"])
+    # the inference suite slows a launched transformers serve only: with the in-process engine it is refused
+    result = pytester.runpytest(*BASE, "--gpuperf-inject-slowdown", "inference=100")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*inference=100: the inference suite slows a launched transformers serve only*"])

@@ -7,6 +7,7 @@ torch-free CI venv).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import textwrap
 from collections.abc import Iterator
@@ -72,6 +73,31 @@ def test_served_tokens_are_the_models_greedy_tokens(served: OpenAIEngine, pool: 
         assert completion.tokens == out[0, len(prompt) :].tolist()
 
 
+def test_the_injected_slowdown_runs_each_forward_twice_and_changes_no_token(served: OpenAIEngine) -> None:
+    """slowed_serve.py's doubled forward (inference=100) on the served folder: twice the forwards, the same greedy
+    tokens (the growing KV cache is cut back after the extra forward)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from pytest_gpuperf.inference.slowed_serve import slow_down
+
+    prompt = torch.tensor([make_prompts(count=1, length=16, vocab_size=VOCAB, seed=4)[0]])
+    outputs, calls = [], []
+    for fraction in (0.0, 1.0):
+        model = AutoModelForCausalLM.from_pretrained(served.model, dtype=torch.float32).eval()
+        forward = model.forward
+        counted: list[int] = []
+        model.forward = lambda *args, _f=forward, _c=counted, **kwargs: _c.append(1) or _f(*args, **kwargs)
+        if fraction:
+            slow_down(model, fraction)
+        with torch.inference_mode():
+            out = model.generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
+        outputs.append(out[0, 16:].tolist())
+        calls.append(len(counted))
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 8
+    assert calls[1] == 2 * calls[0] > 0
+
+
 def test_the_launch_is_recorded_with_the_engine_version(served: OpenAIEngine, pool: ServerPool) -> None:
     [launch] = pool.launches
     assert launch.engine == "transformers" and launch.version == transformers.__version__
@@ -114,20 +140,6 @@ def test_a_token_id_prompt_is_refused_by_transformers_serve_with_its_reason(serv
     [done] = as_openai.generate([Request(id=0, prompt=(1, 2, 3), max_new_tokens=4)], concurrency=1)
     assert done.error is not None and done.error.startswith("HTTP 4"), done.error
     assert "Unexpected fields in the request" in done.error or "prompt must be a string" in done.error
-
-
-def test_loadgen_server_and_offline_runs_on_transformers_serve_are_valid(served: OpenAIEngine, tmp_path: Path) -> None:
-    pytest.importorskip("mlperf_loadgen", reason="mlperf_loadgen is not installed (the mlperf extra; no aarch64 wheel)")
-    from pytest_gpuperf.inference.loadgen import LoadgenSettings, run_loadgen
-
-    server = LoadgenSettings(scenario="Server", qps=40, duration_s=1.5, min_queries=60)
-    result = run_loadgen(served.url, server, tmp_path / "server", served_model=served.model)
-    assert result.valid, result.problems
-    assert result.queries >= 60 and result.samples_per_s > 10
-    assert 0 < result.ttft_s[50] <= result.ttft_s[90] and 0 < result.tpot_s[50] <= result.tpot_s[90]
-    offline = LoadgenSettings(scenario="Offline", qps=150, duration_s=1.0)  # more than the ~60/s it serves here
-    result = run_loadgen(served.url, offline, tmp_path / "offline", served_model=served.model)
-    assert result.valid, result.problems
 
 
 def test_a_hand_run_transformers_serve_is_attached_in_its_dialect(served: OpenAIEngine) -> None:
@@ -175,20 +187,24 @@ OPEN_LOOP = [
 
 
 def test_the_plugin_launches_transformers_serve_and_records_it_in_the_stack(pytester: pytest.Pytester) -> None:
-    """One session: a closed-loop test of its own and the suite's open-loop sweep share one launched server."""
+    """One session: a closed-loop test of its own, the suite's open-loop sweep and its LoadGen Server and Offline
+    cases share one launched server (LoadGen's runs VALID, saved as baselines); a second session on a server made
+    2x slower by --gpuperf-inject-slowdown is judged slower on LoadGen's TTFT and TPOT. Nothing is left running."""
+    loadgen = importlib.util.find_spec("mlperf_loadgen") is not None  # the mlperf extra; no aarch64 wheel
     pytester.makepyfile(test_served=textwrap.dedent(SWEEP_TEST))
     results = pytester.path / "results.json"
     result = pytester.runpytest_inprocess(
         "test_served.py",
         str(SUITE),
         "-k",
-        "test_sweep or (open_loop and cpu)",
+        "test_sweep or (open_loop and cpu)" + (" or (loadgen and cpu)" if loadgen else ""),
         "--gpuperf-engine",
         "transformers",
         *OPEN_LOOP,
         *session_flags(pytester, results),
+        "--gpuperf-save",
     )
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=4 if loadgen else 2)
     version = transformers.__version__
     result.stdout.fnmatch_lines([f"gpuperf engine: transformers {version} serving tiny-llama, ready in *: *serve *"])
     assert result.stdout.str().count("gpuperf engine: transformers") == 1  # one server for both tests
@@ -215,6 +231,49 @@ def test_the_plugin_launches_transformers_serve_and_records_it_in_the_stack(pyte
     assert context["send_lag_p99_s"] >= context["client_lag_p99_s"] >= 0
     port = contexts[0]["engine"]["url"].rsplit(":", 1)[1]
     assert not _processes_with(f"--port {port}")  # the session stopped its server
+    if not loadgen:
+        return
+    server = {m["metric"]: m for m in metrics if "test_loadgen[engine-transformers-cpu-server]" in m["test"]}
+    assert {"loadgen.server.ttft_p90", "loadgen.server.tpot_p90", "loadgen.server.samples_s"} <= set(server)
+    assert server["loadgen.server.ttft_p50"]["context"]["engine"]["url"] == contexts[0]["engine"]["url"]
+    assert any(m["metric"] == "loadgen.offline.samples_s" for m in metrics)
+
+    slowed = pytester.path / "slowed.json"
+    # in a process of its own: a second in-process session would import torch's lazily loaded modules again
+    result = pytester.runpytest_subprocess(
+        str(SUITE),
+        "-k",
+        "loadgen and cpu and server",
+        "--gpuperf-engine=transformers",
+        "--gpuperf-inject-slowdown=inference=100",
+        # 8 runs against the 5 stored: at 5 against 5 one busy run on either side leaves the 2x TPOT AMBIGUOUS
+        # (p < 0.01 needs all five apart; benchmarks/README.md)
+        "--gpuperf-inference-runs=8",
+        # a percentile of one short run spreads past the CPU noise limit of 10% on a busy 2-core machine; the
+        # 2x step is judged at a wider one, and not confirmed in a fresh session (which would launch a third server)
+        "--gpuperf-noise-limit=60",
+        "--gpuperf-confirm=0",
+        *session_flags(pytester, slowed),
+    )
+    verdicts = {m["metric"]: m for m in json.loads(slowed.read_text())["results"]}
+    ratios = {name: (m["verdict"], m["comparison"]["ratio"]) for name, m in verdicts.items()}
+    # TPOT is the server's decode step, doubled: ~1.5-2x slower on this busy 2-core machine. It reads REGRESSED
+    # in most trials but not all (benchmarks/README.md: 5 of 8, and once an unchanged server), so the check asserts
+    # what load cannot fake: both p50s slower, TPOT by a quarter at least, never PASS or IMPROVED, and a REGRESSED
+    # verdict failing the test
+    p50 = {name: verdicts[f"loadgen.server.{name}_p50"] for name in ("ttft", "tpot")}
+    assert all(m["comparison"]["ratio"] < 1 for m in p50.values()), ratios
+    assert p50["tpot"]["comparison"]["ratio"] <= 0.8, ratios
+    assert {m["verdict"] for m in p50.values()} <= {"REGRESSED", "NOISY", "AMBIGUOUS"}, ratios
+    regressed = any(m["verdict"] == "REGRESSED" for m in verdicts.values())
+    result.assert_outcomes(**({"failed": 1} if regressed else {"passed": 1}))
+    engine = verdicts["loadgen.server.ttft_p50"]["context"]["engine"]
+    assert (
+        engine["injected_slowdown_pct"] == 100
+        and " -m pytest_gpuperf.inference.slowed_serve serve " in engine["launch"]
+    )
+    # neither server nor a LoadGen process (its command line names the URL and the served folder) is left
+    assert not _processes_with(f"--port {engine['url'].rsplit(':', 1)[1]}") and not _processes_with(engine["url"])
 
 
 def test_the_suite_drives_a_hand_run_transformers_serve_in_open_loop(

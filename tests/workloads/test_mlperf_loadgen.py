@@ -1,6 +1,7 @@
-"""MLPerf LoadGen driving an inference test (inference/loadgen.py): Server and Offline runs, each in its own
-process, against a local OpenAI-compatible streaming server; LoadGen's VALID/INVALID in the verdict, its TTFT/TPOT
-percentiles judged against a baseline (REGRESSED twice as slow), and nothing left running after."""
+"""MLPerf LoadGen driving an inference test (inference/loadgen.py): Offline runs and a SUT that drops the first-token
+call, each run in its own process, against a local OpenAI-compatible streaming server, and nothing left running
+after. The suite's LoadGen cases on transformers serve, VALID, saved, and REGRESSED on a 2x slower server:
+test_engine_transformers.py."""
 
 from __future__ import annotations
 
@@ -25,8 +26,7 @@ SERVER = LoadgenSettings(scenario="Server", qps=100, duration_s=0.6, min_queries
 
 
 class Streaming(http.server.BaseHTTPRequestHandler):
-    """A server that streams ``max_tokens`` tokens, ``delay_s`` apart after a prefill of four delays (10 ms: well
-    above the sleep overhead of a loaded machine, so a doubled delay doubles TTFT and TPOT)."""
+    """A server that streams ``max_tokens`` tokens, ``delay_s`` apart after a prefill of four delays."""
 
     delay_s = 0.01
 
@@ -73,45 +73,6 @@ def loadgen_processes() -> list[int]:
             except (OSError, ValueError, IndexError):
                 continue
     return found
-
-
-TESTS = r"""
-import os
-from pathlib import Path
-
-import pytest
-
-from pytest_gpuperf.inference.loadgen import LoadgenSettings, record, run_loadgen
-
-SERVER = LoadgenSettings(scenario="Server", qps=100, duration_s=0.6, min_queries=50)
-
-
-@pytest.mark.perf
-def test_server(perf, tmp_path):  # 5 runs: against 5 stored, the fewest that can read REGRESSED (p < 0.01)
-    results = [run_loadgen(os.environ["URL"], SERVER, tmp_path / f"run-{i}") for i in range(5)]
-    record(perf, results, settings=SERVER)
-"""
-
-
-def test_server_runs_are_valid_saved_and_read_regressed_on_a_2x_slower_server(
-    server: str, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytester.makepyfile(test_loadgen_runs=TESTS)
-    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\nmarkers =\n    perf: a perf test\n")
-    monkeypatch.setenv("URL", server)
-    # a latency percentile of one short run spreads well past the CPU noise limit of 10% on a busy 2-core machine
-    # (NOISY, not judged); the 2x step this test makes is far outside the wider limit's reach
-    flags = ["-m", "perf", "--gpuperf-device", "cpu", "--gpuperf-noise-limit", "60"]
-    pytester.runpytest_subprocess(*flags, "--gpuperf-save", "--gpuperf-results", "saved.json").assert_outcomes(passed=1)
-    saved = {r["metric"]: r for r in json.loads((pytester.path / "saved.json").read_text())["results"]}
-    assert saved["loadgen.server.ttft_p50"]["samples"][0] > 0.05  # a prefill of four 10 ms delays and one token
-    assert saved["loadgen.server.samples_s"]["context"]["loadgen"]["version"] == "6.0.17"
-    monkeypatch.setattr(Streaming, "delay_s", 2 * Streaming.delay_s)
-    slower = pytester.runpytest_subprocess(*flags, "--gpuperf-results", "slow.json")
-    slower.assert_outcomes(failed=1)
-    verdicts = {r["metric"]: r["verdict"] for r in json.loads((pytester.path / "slow.json").read_text())["results"]}
-    assert verdicts["loadgen.server.ttft_p50"] == "REGRESSED" and verdicts["loadgen.server.tpot_p50"] == "REGRESSED"
-    assert not loadgen_processes()
 
 
 def test_offline_is_valid_and_reports_samples_per_second(server: str, tmp_path: Path) -> None:

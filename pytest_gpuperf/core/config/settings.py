@@ -151,13 +151,21 @@ def parse_minutes(text: str) -> float:
 
 
 def parse_slowdowns(text: str) -> dict[str, float]:
-    """'micro=10' or 'micro=10,training=3' -> {"micro": 0.10, "training": 0.03}: the suites' injected slowdowns."""
+    """'micro=10' or 'micro=10,inference=100' -> {"micro": 0.10, "inference": 1.0}: the suites' injected slowdowns
+    (100: twice the work; up to 1000)."""
     slowdowns: dict[str, float] = {}
     for part in filter(None, (piece.strip() for piece in text.split(","))):
         suite, sep, amount = part.partition("=")
         if not sep or not re.fullmatch(r"[a-z_]+", suite.strip()):
             raise SettingError("expected SUITE=PCT[,SUITE=PCT...] such as micro=10 (suites: their markers)")
-        slowdowns[suite.strip()] = parse_percentage(amount)
+        try:
+            value = float(amount.strip().removesuffix("%").strip())
+        except ValueError:
+            raise SettingError(f"{suite.strip()}={amount.strip()!r}: expected a percentage such as 10") from None
+        if not 0 < value <= 1000:
+            raise SettingError(f"{suite.strip()}={amount.strip()}: expected a percentage above 0 and at most 1000 "
+                               "(100: twice the work)")  # fmt: skip
+        slowdowns[suite.strip()] = value / 100
     if not slowdowns:
         raise SettingError("expected SUITE=PCT[,SUITE=PCT...] such as micro=10")
     return slowdowns
