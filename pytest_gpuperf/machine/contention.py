@@ -820,7 +820,8 @@ def time_share(state: MachineState) -> float:
     """How much longer than on a machine of its own a window's work may have taken for want of a CPU: 1 / (1 - w)
     for the share w of the window's wall time its threads spent waiting in the run queue (the canary's wait where
     theirs was not read, or was another process's work; none where it was behind the workload's own threads,
-    ``waits_behind_itself``), times 1 / (1 - s) for the share s stolen by the hypervisor. A workload that mostly sleeps waits little of its wall time, however long each wake-up waits."""
+    ``waits_behind_itself``), times 1 / (1 - s) for the share s stolen by the hypervisor. A workload that mostly
+    sleeps waits little of its wall time, however long each wake-up waits."""
     wait = None
     if waits_behind_itself(state):
         pass  # the workload's own threads queued behind each other, in the baseline's sitting as in this one
