@@ -331,6 +331,22 @@ def test_no_round_is_added_where_the_shift_between_sittings_leaves_the_verdict_o
     )
 
 
+def test_no_round_is_added_where_another_machines_spread_leaves_the_verdict_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A baseline of another machine of the key in this sitting: the machines' spread, not a sitting's shift, keeps
+    the verdict open (no sitting noise). It was a TypeError that failed the unchanged test (the quickstart judged
+    after a reboot failed 3 times in 5)."""
+    perf, _ = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS])
+    perf._baselines.preview_of = lambda metric: Comparison(verdict=Verdict.AMBIGUOUS, samples_can_decide=False)
+    samples = perf.measure("t", lambda: None, timer=timer)
+    assert len(samples) == 5 and perf.metrics[0].looks == 1
+    assert perf.metrics[0].context["extended"]["stopped"] == (
+        "the spread between machines of this hardware key (the baseline is another machine's) is wider than the "
+        "threshold: more rounds cannot decide it"
+    )
+
+
 def test_extension_is_bounded_by_rounds_and_by_time(monkeypatch: pytest.MonkeyPatch) -> None:
     perf, looks = scripted_perf(monkeypatch, [Verdict.AMBIGUOUS])
     perf.measure("t", lambda: None, timer=timer)

@@ -410,10 +410,12 @@ class Perf:
             if preview is None or preview.verdict is not Verdict.AMBIGUOUS:  # None: the view cannot tell
                 break
             if not preview.samples_can_decide:
-                stopped = (
-                    f"the machine's shift between the baseline's sitting and this one ({preview.sitting_noise:.1%} "
-                    "sd) is wider than the threshold: more rounds cannot decide it"
+                shift = (
+                    f"the machine's shift between the baseline's sitting and this one ({preview.sitting_noise:.1%} sd)"
+                    if preview.sitting_noise is not None
+                    else "the spread between machines of this hardware key (the baseline is another machine's)"
                 )
+                stopped = f"{shift} is wider than the threshold: more rounds cannot decide it"
                 break
             if looks > limit:
                 stopped = f"still AMBIGUOUS after {limit} extra round(s) (--gpuperf-extend)"
