@@ -91,11 +91,17 @@ def judged(folder: Path, slowdown: float, identity: str = "same") -> dict[str, A
     done = pytest_run(
         folder, "--gpuperf-threshold", "10", "--gpuperf-results", "run.json", slowdown=slowdown, identity=identity
     )
+    return verdict_row(folder / "run.json", done)
+
+
+def verdict_row(results: Path, done: subprocess.CompletedProcess[str], reason_chars: int = 300) -> dict[str, Any]:
+    """One judged run's row: its exit status and its one result's verdict, comparison, ratio, interval top and the
+    end of its reason (the output's tail where no results were written). benchmarks/torchrun_gate.py uses it too."""
     record: dict[str, Any] = {"exit": done.returncode}
     try:
-        (result,) = json.loads((folder / "run.json").read_text())["results"]
+        (result,) = json.loads(results.read_text())["results"]
     except (OSError, ValueError):
-        return {**record, "verdict": None, "tail": done.stdout[-400:]}
+        return {**record, "verdict": None, "tail": (done.stdout + done.stderr)[-600:]}
     comparison = result["comparison"]
     return {
         **record,
@@ -103,7 +109,7 @@ def judged(folder: Path, slowdown: float, identity: str = "same") -> dict[str, A
         "comparison": result.get("context", {}).get("comparison"),
         "ratio": comparison.get("ratio"),
         "ci_high": comparison.get("ci_high"),
-        "reason": comparison.get("reason", "")[-300:],
+        "reason": comparison.get("reason", "")[-reason_chars:],
     }
 
 

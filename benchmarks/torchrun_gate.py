@@ -24,6 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quickstart_busy import verdict_row  # noqa: E402
+
 TEST = """import os
 
 import torch
@@ -60,20 +63,7 @@ def judged(folder: Path, slowdown: float) -> dict[str, Any]:
     results = folder / "run.json"
     results.unlink(missing_ok=True)
     done = torchrun(folder, "--gpuperf-results", str(results), slowdown=slowdown)
-    record: dict[str, Any] = {"exit": done.returncode}
-    try:
-        (result,) = json.loads(results.read_text())["results"]
-    except (OSError, ValueError):
-        return {**record, "verdict": None, "tail": (done.stdout + done.stderr)[-600:]}
-    comparison = result["comparison"]
-    return {
-        **record,
-        "verdict": result["verdict"],
-        "comparison": result.get("context", {}).get("comparison"),
-        "ratio": comparison.get("ratio"),
-        "ci_high": comparison.get("ci_high"),
-        "reason": comparison.get("reason", "")[-1200:],
-    }
+    return verdict_row(results, done, reason_chars=1200)
 
 
 def main() -> int:
