@@ -225,13 +225,12 @@ def train_rank(job: TrainJob) -> RankReport:
 
 def _slowed(step: Callable[[Any, Any], None], slowdown: float, warmup: int, sync: Callable[[], None] | None) -> Any:
     """``step`` followed by ``slowdown`` x the fastest warmup step's wall time: on CPU (no ``sync``) spent as CPU
-    work (process time), which stretches under a loaded machine as the step's work does, where a sleep would not
-    (on a shared 2-core VM a sleep made distributed=99 a 1.25x slower step); on an accelerator as a sleep, the
-    device's work being what the step waits for. The step's wall time, not its CPU time: its collectives wait
-    without CPU, and CPU time alone made distributed=99 a 1.7x slower step at load ~4. A fixed amount, not a
-    fraction of each step's own: a step's time includes waiting for peers, which would feed their extra time back
-    into ours. The fastest warmup step, not their median: the first steps allocate and build DDP's buckets (their
-    median, ~3x a later step on CPU, made distributed=99 a 4.6x slower step)."""
+    work (process time), which stretches under a loaded machine as the step's work does, where a sleep would not;
+    on an accelerator as a sleep, the device's work being what the step waits for. The step's wall time, not its
+    CPU time: its collectives wait without CPU. A fixed amount, not a fraction of each step's own: a step's time
+    includes waiting for peers, which would feed their extra time back into ours. The fastest warmup step, not
+    their median: the first steps allocate and build DDP's buckets. (What each choice delivered: benchmarks/README.md,
+    "The distributed suite under srun + torchrun".)"""
     if not slowdown:
         return step
     warm: list[float] = []
