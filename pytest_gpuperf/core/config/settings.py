@@ -30,15 +30,18 @@ class SettingError(ValueError):
     """A value that cannot be parsed; the message says what was expected."""
 
 
-def parse_percentage(text: str) -> float:
-    """'2', '2%' or '2.5' -> 0.02, 0.02, 0.025 (a fraction)."""
+def parse_percentage(text: str, *, at_most: float | None = None) -> float:
+    """'2', '2%' or '2.5' -> 0.02, 0.02, 0.025 (a fraction): above 0 and below 100, or up to ``at_most`` percent
+    where given (an injected slowdown may be 100%: twice the work)."""
     raw = text.strip().removesuffix("%").strip()
     try:
         value = float(raw)
     except ValueError:
         raise SettingError("expected a percentage such as 2 or 2%") from None
-    if not 0 < value < 100:
+    if at_most is None and not 0 < value < 100:
         raise SettingError("expected a percentage between 0 and 100 (exclusive)")
+    if at_most is not None and not 0 < value <= at_most:
+        raise SettingError(f"expected a percentage above 0 and at most {at_most:g}")
     return value / 100
 
 
@@ -150,6 +153,10 @@ def parse_minutes(text: str) -> float:
     return value
 
 
+SLOWDOWN_MAX_PCT = 1000.0
+"""The largest injected slowdown, in percent (eleven times the work)."""
+
+
 def parse_slowdowns(text: str) -> dict[str, float]:
     """'micro=10' or 'micro=10,inference=100' -> {"micro": 0.10, "inference": 1.0}: the suites' injected slowdowns
     (100: twice the work; up to 1000)."""
@@ -159,13 +166,9 @@ def parse_slowdowns(text: str) -> dict[str, float]:
         if not sep or not re.fullmatch(r"[a-z_]+", suite.strip()):
             raise SettingError("expected SUITE=PCT[,SUITE=PCT...] such as micro=10 (suites: their markers)")
         try:
-            value = float(amount.strip().removesuffix("%").strip())
-        except ValueError:
-            raise SettingError(f"{suite.strip()}={amount.strip()!r}: expected a percentage such as 10") from None
-        if not 0 < value <= 1000:
-            raise SettingError(f"{suite.strip()}={amount.strip()}: expected a percentage above 0 and at most 1000 "
-                               "(100: twice the work)")  # fmt: skip
-        slowdowns[suite.strip()] = value / 100
+            slowdowns[suite.strip()] = parse_percentage(amount, at_most=SLOWDOWN_MAX_PCT)
+        except SettingError as error:
+            raise SettingError(f"{suite.strip()}={amount.strip()}: {error} (100: twice the work)") from None
     if not slowdowns:
         raise SettingError("expected SUITE=PCT[,SUITE=PCT...] such as micro=10")
     return slowdowns
