@@ -359,7 +359,7 @@ def load_explains(series: Series, unit: Unit) -> float:
 def load_reasons(series: Series, unit: Unit) -> str:
     """What its machine's state said while ``unit`` was measured, in words (the contention rule's reasons)."""
     found = dict.fromkeys(why for state in series.states.get(unit, []) if (why := contention(state)))
-    return "; ".join(found) or "its canaries ran slower than the other units'"
+    return "; ".join(found) or "its waits for a CPU, steal and canaries against the other units', each below its limit"
 
 
 def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
