@@ -326,3 +326,49 @@ def test_both_policies_share_one_threshold() -> None:
         assert rules.band == pytest.approx((math.log(0.97), math.log(1.03)))
     with pytest.raises(ValueError, match="threshold must be a fraction"):
         PairedRules(threshold=0)
+
+
+def stepped(rng: np.random.Generator, work: float, *, slow_share: float, n: int = 20) -> list[float]:
+    """Step times of a call that waits on a collective: its work (1% noise) plus, in ``slow_share`` of the calls,
+    a wait of 0.1 to 1.5 times the work (the steps of two gloo ranks on a 2-core VM: deciles 3.2 to 7.5 ms)."""
+    times = work * np.exp(rng.normal(0, 0.01, size=n))
+    waits = round(n * slow_share)
+    times[:waits] += work * rng.uniform(0.1, 1.5, size=waits)
+    return list(rng.permutation(times))
+
+
+@pytest.mark.parametrize("higher_is_better", [False, True])
+def test_a_wide_spread_does_not_hide_a_doubled_step(higher_is_better: bool) -> None:
+    """Issue 49: the spread of bimodal steps explained any change of their median (2.5x), so a doubled step read
+    NOISY. The fastest quarter of the calls is what the work costs: read there, the doubling stands."""
+    rng = np.random.default_rng(7)
+    baseline = [stepped(rng, 3.3e-3, slow_share=0.5) for _ in range(2)]
+    current = stepped(rng, 6.6e-3, slow_share=0.5)
+    if higher_is_better:  # the same steps as a rate
+        baseline = [[1 / t for t in run] for run in baseline]
+        current = [1 / t for t in current]
+    result = compare(current, baseline, higher_is_better=higher_is_better, rules=RULES)
+    assert result.verdict is Verdict.REGRESSED, result.reason
+    assert "read at the fast quartile" in result.reason and "spread" in result.reason
+    assert result.ratio == pytest.approx(0.5, rel=0.05)
+
+
+def test_a_second_population_taking_more_of_the_calls_is_not_a_regression() -> None:
+    """The median of steps whose slow calls went from half to 70% moves; the fast quarter does not: NOISY."""
+    rng = np.random.default_rng(8)
+    baseline = [stepped(rng, 3.3e-3, slow_share=0.5) for _ in range(2)]
+    current = stepped(rng, 3.3e-3, slow_share=0.7)
+    result = compare(current, baseline, higher_is_better=False, rules=RULES)
+    assert result.verdict is Verdict.NOISY, result.reason
+    assert result.ratio is not None and result.ratio < 0.8  # the median did move: only the fast quartile holds it
+
+
+def test_the_other_doubts_still_bound_the_fast_quartile() -> None:
+    """A machine state that explains 3x explains a doubled fast quartile too; one of 1.05x does not."""
+    rng = np.random.default_rng(9)
+    baseline = [stepped(rng, 3.3e-3, slow_share=0.5) for _ in range(2)]
+    current = stepped(rng, 6.6e-3, slow_share=0.5)
+    busy = compare(current, baseline, higher_is_better=False, rules=RULES, doubt=Doubt(reason="busy", worse=3.0))
+    assert busy.verdict is Verdict.NOISY, busy.reason
+    mild = compare(current, baseline, higher_is_better=False, rules=RULES, doubt=Doubt(reason="busy", worse=1.05))
+    assert mild.verdict is Verdict.REGRESSED and "busy" in mild.reason, mild.reason

@@ -227,12 +227,17 @@ def estimate(
     rules: Rules,
     sittings: Sittings | None = None,
     across_machines: bool = False,
+    location: float = 50.0,
 ) -> Estimate | None:
     """The figures of the current run's samples against the baseline's runs (each run a list of samples); None
     when the baseline holds no samples.
 
     ``across_machines``: the baseline's runs were recorded on another machine of this hardware key; the spread
     between machines (``Rules.machine_noise``) then adds to the noise like a shift between sittings.
+
+    ``location`` is the percentile of each run's samples that is compared (50: the median, the ratio of
+    medians): core/verdict/stored.py reads the fast quartile of a side whose spread the median cannot be trusted
+    over (``FAST_QUARTILE``). The rank test and the spreads read the whole samples whatever it is.
 
     ``sittings`` groups the baseline's runs by sitting and says whether the current run shares theirs
     (``sittings.group_sittings``, from the stored dates); without it every run is taken as one sitting with the
@@ -246,9 +251,9 @@ def estimate(
 
     now_spread = summarize(now).spread
     base_spread = float(np.median([summarize(run).spread for run in runs]))
-    run_medians = np.array([np.median(run) for run in runs])
+    run_medians = np.array([_at(run, location) for run in runs])
 
-    log_ratio = math.log(np.median(now)) - math.log(np.median(run_medians))
+    log_ratio = math.log(_at(now, location)) - math.log(np.median(run_medians))
     if not higher_is_better:
         log_ratio = -log_ratio
     ratio = math.exp(log_ratio)
@@ -290,7 +295,9 @@ def estimate(
         ci_low, ci_high = math.exp(log_ratio - half), math.exp(log_ratio + half)
     else:
         extra_sd = math.hypot(run_sd, shift_scale)  # = run_sd without a shift: the same draws as before
-        ci_low, ci_high = ratio_interval(now, runs, extra_sd, higher_is_better=higher_is_better, rules=rules)
+        ci_low, ci_high = ratio_interval(
+            now, runs, extra_sd, higher_is_better=higher_is_better, rules=rules, location=location
+        )
     return Estimate(
         ratio=ratio,
         ci_low=ci_low,
@@ -514,8 +521,9 @@ def ratio_interval(
     *,
     higher_is_better: bool,
     rules: Rules,
+    location: float = 50.0,
 ) -> tuple[float, float]:
-    """Bootstrap interval of the oriented ratio of medians.
+    """Bootstrap interval of the oriented ratio of medians (of the ``location`` percentiles: ``estimate``).
 
     Resamples samples inside the current run and inside each baseline run, resamples baseline runs when
     there are several, and adds the current run's own between-run deviation (normal, ``run_sd``) that no
@@ -523,8 +531,8 @@ def ratio_interval(
     """
     rng = np.random.default_rng(rules.seed)
     b = rules.resamples
-    current_medians = _bootstrap_medians(rng, current, b)
-    per_run = np.stack([_bootstrap_medians(rng, run, b) for run in runs], axis=1)
+    current_medians = _bootstrap_medians(rng, current, b, location)
+    per_run = np.stack([_bootstrap_medians(rng, run, b, location) for run in runs], axis=1)
     if len(runs) > 1:
         picks = rng.integers(0, len(runs), size=(b, len(runs)))
         per_run = np.take_along_axis(per_run, picks, axis=1)
@@ -538,8 +546,9 @@ def ratio_interval(
     return math.exp(float(low)), math.exp(float(high))
 
 
-def _bootstrap_medians(rng: np.random.Generator, values: np.ndarray, b: int) -> np.ndarray:
-    """``b`` bootstrap medians of ``values``, in memory bounded whatever their count (BOOTSTRAP_SAMPLES).
+def _bootstrap_medians(rng: np.random.Generator, values: np.ndarray, b: int, location: float = 50.0) -> np.ndarray:
+    """``b`` bootstrap medians (``location`` percentiles) of ``values``, in memory bounded whatever their count
+    (BOOTSTRAP_SAMPLES).
 
     Up to BOOTSTRAP_SAMPLES values, each resample is a whole one, drawn as always (the same draws, so the same
     verdicts). A larger run is resampled m out of n (m = BOOTSTRAP_SAMPLES), in blocks of rows, and each median's
@@ -547,14 +556,14 @@ def _bootstrap_medians(rng: np.random.Generator, values: np.ndarray, b: int) -> 
     1997), whose spread of the median matches the full resample's for large n."""
     n = values.size
     if n <= BOOTSTRAP_SAMPLES:
-        return np.median(rng.choice(values, size=(b, n), replace=True), axis=1)
+        return _at(rng.choice(values, size=(b, n), replace=True), location)
     m = BOOTSTRAP_SAMPLES
     rows = max(1, BOOTSTRAP_BLOCK // m)
     medians = np.empty(b)
     for start in range(0, b, rows):
         stop = min(b, start + rows)
-        medians[start:stop] = np.median(rng.choice(values, size=(stop - start, m), replace=True), axis=1)
-    centre = float(np.median(values))
+        medians[start:stop] = _at(rng.choice(values, size=(stop - start, m), replace=True), location)
+    centre = float(_at(values, location))
     return centre + (medians - centre) * math.sqrt(m / n)
 
 
@@ -567,6 +576,14 @@ def samples_needed(rules: Rules, baseline_n: int) -> int:
     while math.comb(n + baseline_n, n) * rules.alpha <= 1:
         n += 1
     return n
+
+
+def _at(values: np.ndarray, location: float) -> Any:
+    """The ``location`` percentile of ``values`` (of each row of a 2-d array); np.median's own path at 50, so
+    the median's verdicts keep their exact draws."""
+    if location == 50.0:
+        return np.median(values, axis=-1)
+    return np.percentile(values, location, axis=-1)
 
 
 def _as_array(samples: Sequence[float] | np.ndarray, what: str) -> np.ndarray:

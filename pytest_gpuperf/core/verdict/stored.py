@@ -27,6 +27,15 @@ SPREAD_EXPLAINS = 1.0
 cache that comes and goes): its median can land anywhere between its quartiles, so each such side explains a
 ratio up to exp(SPREAD_EXPLAINS * s) either way, the two sides together the product, and a change beyond that
 is decided."""
+FAST_QUARTILE = 25.0
+"""The percentile of a time's samples (the mirror one, 75, of a rate's) read when a spread past the noise limit
+keeps the median undecided. Interference adds time to a call and never removes it (Chen and Revels, "Robust
+benchmarking in noisy environments", 2016): a second, slower population moves the median up to the other
+quartile, while the fastest quarter of the calls moves only with the work itself or with a state that slows
+nearly every call, which the machine's doubts bound. So the spread bounds the median's ratio, not this one's."""
+FAST_QUARTILE_SHARE = 0.25
+"""What part of the spread's doubt (a power of its factor) still bounds the fast quartile's ratio: a side's fast
+quartile moves between unchanged runs too (benchmarks/README.md, "The fast quartile")."""
 """How the reason of a change that the job's family-wise level did not decide begins its second part."""
 
 
@@ -41,16 +50,29 @@ def compare(
     across_machines: bool = False,
 ) -> Comparison:
     """Judge the current run's samples against the baseline's runs (each run a list of samples): the figures
-    (``unpaired.estimate``: sittings, machines and noise are its arguments), then the rule (``decide``)."""
-    figures = estimate(
-        current,
-        baseline_runs,
-        higher_is_better=higher_is_better,
-        rules=rules,
-        sittings=sittings,
-        across_machines=across_machines,
-    )
-    return decide(figures, rules=rules, doubt=doubt)
+    (``unpaired.estimate``: sittings, machines and noise are its arguments), then the rule (``decide``).
+
+    Where a spread past the noise limit keeps the median's change undecided, the fast quartile's figures
+    (``FAST_QUARTILE``) are judged under the other doubts alone (``_fast_quartile``)."""
+
+    def figures_at(location: float) -> Estimate | None:
+        return estimate(
+            current,
+            baseline_runs,
+            higher_is_better=higher_is_better,
+            rules=rules,
+            sittings=sittings,
+            across_machines=across_machines,
+            location=location,
+        )
+
+    figures = figures_at(50.0)
+    judged = decide(figures, rules=rules, doubt=doubt)
+    spread = _spread_doubt(figures, rules) if figures is not None else None
+    if judged.verdict is not Verdict.NOISY or spread is None or figures is None:
+        return judged
+    fast = figures_at(100.0 - FAST_QUARTILE if higher_is_better else FAST_QUARTILE)
+    return _fast_quartile(figures, fast, spread, rules, doubt) or judged
 
 
 def decide(figures: Estimate | None, *, rules: Rules, doubt: Doubt | None = None) -> Comparison:
@@ -81,6 +103,38 @@ def _beyond_doubt(judged: Comparison, figures: Estimate, doubt: Doubt, rules: Ru
         return None
     upper = figures.ci_high / figures.ratio  # how far the interval reaches above its ratio
     return max(judged.detectable, 1 - (1 - rules.threshold) / (doubt.worse * upper))
+
+
+def _fast_quartile(
+    median: Estimate, fast: Estimate | None, spread: Doubt, rules: Rules, doubt: Doubt | None
+) -> Comparison | None:
+    """The verdict of the fast quartile's figures where the spread leaves the median undecided, or None.
+
+    It stands only as a change the median shows too, past the threshold and in the same direction (the fast
+    quarter alone moving is no regression of the typical call), and only beyond what the other doubts explain
+    (``doubt``: the machine's state, the device's clocks), which bound it as they bound the median."""
+    if fast is None:
+        return None
+    judged = _ladder(fast, rules)
+    if judged.verdict is Verdict.REGRESSED:
+        agrees = median.ratio <= 1 - rules.threshold
+    elif judged.verdict is Verdict.IMPROVED:
+        agrees = median.ratio >= 1 + rules.threshold
+    else:
+        return None
+    if not agrees:
+        return None
+    factor = spread.worse**FAST_QUARTILE_SHARE
+    doubt = combined((doubt, Doubt(reason=spread.reason, worse=factor, better=factor)))
+    why = (
+        f"read at the fast quartile: {spread.reason}, which explains the median's ratio {median.ratio:.3f} up to "
+        f"{spread.worse:.2f}x either way but not the fastest quarter of the calls"
+    )
+    assert doubt is not None
+    stands = doubt.stands(judged, rules.threshold)
+    if stands is None:
+        return None
+    return replace(judged, reason=f"{judged.reason} ({why}; {stands})")
 
 
 def _spread_doubt(figures: Estimate, rules: Rules) -> Doubt | None:
