@@ -8,6 +8,7 @@ a clean round whose verdict would be AMBIGUOUS is extended with more rounds of s
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from pytest_gpuperf.core.record import ranks
 from pytest_gpuperf.core.record.baseline_view import NO_BASELINE, BaselineView
 from pytest_gpuperf.core.record.gate import OPEN, Gate
 from pytest_gpuperf.core.stats.unpaired import summarize
@@ -357,25 +359,28 @@ class Perf:
                 context = window.context
             return samples, conditions, summarize(samples).spread, context, time.perf_counter() - started
 
+        # Every rank of a multi-rank job takes the rounds any rank asks for (ranks.py): calls that are collectives
+        # must be made on all of them.
+        measurement = f"{ranks.next_measurement()}/{self.nodeid}/{name}"
         best: tuple[tuple[bool, float], list[float], dict[str, Any], float] | None = None
         rounds = 0
-        clean = False
         for rounds in range(1, self.settings.remeasure + 2):  # noqa: B007 (the count is reported after the loop)
             samples, conditions, spread, context, took = one_round()
             rank = (conditions is None, -spread)
             if best is None or rank > best[0]:
                 best = (rank, samples, context, took)
-            if conditions is None and spread <= self._noise_limit:
-                clean = True
+            clean_now = conditions is None and spread <= self._noise_limit
+            last = rounds == self.settings.remeasure + 1
+            if last or not ranks.any_rank_wants(f"{measurement}/{rounds}", not clean_now, round_seconds=took):
                 break
         assert best is not None
-        _, samples, context, took = best
+        (no_conditions, negative_spread), samples, context, took = best
+        clean = no_conditions and -negative_spread <= self._noise_limit
         higher_is_better = work is not None
         looks = 1
-        if clean:
-            samples, context, looks, rounds = self._extend(
-                name, unit, higher_is_better, samples, context, rounds, took, one_round
-            )
+        samples, context, looks, rounds = self._extend(
+            name, unit, higher_is_better, samples, context, rounds, took, one_round, measurement, wanted=clean
+        )
         record = self.record(
             name, samples, unit=unit, higher_is_better=higher_is_better, rounds=rounds, context=context
         )
@@ -392,52 +397,75 @@ class Perf:
         rounds: int,
         took: float,
         one_round: Callable[[], tuple[list[float], str | None, float, dict[str, Any], float]],
+        measurement: str,
+        *,
+        wanted: bool,
     ) -> tuple[list[float], dict[str, Any], int, int]:
         """Sequential sampling: pool more clean rounds while the verdict would be AMBIGUOUS, within the bounds.
+        ``wanted``: this rank's kept round was clean, so it may extend. A round another rank of the job asks for
+        is taken too (ranks.py) and not pooled.
 
         Returns (pooled samples, context, looks, rounds taken in all)."""
-        limit = self.settings.extend
-        budget = self.settings.extend_seconds
-        if limit <= 0 or self.settings.save:
+        if self.settings.extend <= 0 or self.settings.save:
             return samples, context, 1, rounds
         looks = 1
         stopped = ""
-        while True:
-            candidate = MetricRecord(
-                name=name, unit=unit, higher_is_better=higher_is_better, samples=samples, context=context, looks=looks
-            )
-            preview = self._baselines.preview(candidate)
-            if preview is None or preview.verdict is not Verdict.AMBIGUOUS:  # None: the view cannot tell
-                break
-            if not preview.samples_can_decide:
-                shift = (
-                    f"the machine's shift between the baseline's sitting and this one ({preview.sitting_noise:.1%} sd)"
-                    if preview.sitting_noise is not None
-                    else "the spread between machines of this hardware key (the baseline is another machine's)"
-                )
-                stopped = f"{shift} is wider than the threshold: more rounds cannot decide it"
-                break
-            if looks > limit:
-                stopped = f"still AMBIGUOUS after {limit} extra round(s) (--gpuperf-extend)"
-                break
-            if self._extend_spent + took > budget:
-                stopped = (
-                    f"the next round (~{took:.1f} s) would exceed the test's {budget:g} s for extra rounds "
-                    "(--gpuperf-extend-seconds)"
-                )
+        for extra in itertools.count(1):
+            go = False
+            if wanted:
+                stop = self._stop_extending(name, unit, higher_is_better, samples, context, looks, took)
+                go, wanted = stop is None, stop is None
+                stopped = stop or ""
+            if not ranks.any_rank_wants(f"{measurement}/extend/{extra}", go, round_seconds=took):
                 break
             more, conditions, spread, _, took = one_round()
             rounds += 1
             self._extend_spent += took
+            if not go:  # another rank's round
+                continue
             if conditions is not None or spread > self._noise_limit:
                 why = conditions or f"spread {spread:.1%} above the noise limit"
                 stopped = f"extra round {rounds} not pooled: {why}"
-                break
+                wanted = False
+                continue
             samples = samples + more
             looks += 1
         if looks > 1 or stopped:
             context = {**context, "extended": {"looks": looks, "stopped": stopped or "decided"}}
         return samples, context, looks, rounds
+
+    def _stop_extending(
+        self,
+        name: str,
+        unit: str,
+        higher_is_better: bool,
+        samples: list[float],
+        context: dict[str, Any],
+        looks: int,
+        took: float,
+    ) -> str | None:
+        """Why these pooled samples take no further round ("" where the verdict is decided), or None to go on."""
+        candidate = MetricRecord(
+            name=name, unit=unit, higher_is_better=higher_is_better, samples=samples, context=context, looks=looks
+        )
+        preview = self._baselines.preview(candidate)
+        if preview is None or preview.verdict is not Verdict.AMBIGUOUS:  # None: the view cannot tell
+            return ""
+        if not preview.samples_can_decide:
+            shift = (
+                f"the machine's shift between the baseline's sitting and this one ({preview.sitting_noise:.1%} sd)"
+                if preview.sitting_noise is not None
+                else "the spread between machines of this hardware key (the baseline is another machine's)"
+            )
+            return f"{shift} is wider than the threshold: more rounds cannot decide it"
+        if looks > self.settings.extend:
+            return f"still AMBIGUOUS after {self.settings.extend} extra round(s) (--gpuperf-extend)"
+        if self._extend_spent + took > self.settings.extend_seconds:
+            return (
+                f"the next round (~{took:.1f} s) would exceed the test's {self.settings.extend_seconds:g} s for extra "
+                "rounds (--gpuperf-extend-seconds)"
+            )
+        return None
 
     def _start_test_window(self) -> MachineWindow | None:
         return MachineWindow(waited=self._gate.waited).start() if self._machine_check != "off" else None
