@@ -14,6 +14,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -141,12 +142,10 @@ class Side:
             if other[1] == metric and is_sibling(test, other[0])
         ]
 
-    def threshold(self) -> float | None:
-        for run in self.runs:
-            value = run.settings.get("threshold")
-            if _is_number(value) and 0 < value < 1:
-                return float(value)
-        return None
+
+def recorded_settings(runs: Iterable[Run]) -> dict[str, Any]:
+    """The settings the first of ``runs`` that records any was judged with (core/verdict/policy.py reads them)."""
+    return next((run.settings for run in runs if run.settings), {})
 
 
 # -- addresses -------------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from pytest_gpuperf.core.verdict.judge import (
     machine_state,
     runs_of_this_machine,
 )
+from pytest_gpuperf.core.verdict.policy import RULE_SETTINGS, policy_for
 from pytest_gpuperf.core.verdict.rollup import machine_note
 from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 from pytest_gpuperf.machine.contention import MachineState
@@ -189,15 +190,8 @@ class GpuperfSession:
         return [machine_state(run.context) for run in baseline.runs] if baseline else []
 
     def rules(self) -> Rules:
-        return Rules(
-            threshold=self.settings.for_device(self.device, "threshold"),
-            noise_limit=self.settings.for_device(self.device, "noise_limit"),
-            run_noise=self.settings.for_device(self.device, "run_noise"),
-            sitting_noise=self.settings.for_device(self.device, "sitting_noise"),
-            machine_noise=self.settings.for_device(self.device, "machine_noise"),
-            job_alpha=self.settings.job_alpha,
-            family_size=self.family_size(),
-        )
+        given = {name: getattr(self.settings, name) for name in RULE_SETTINGS}
+        return policy_for(given=given, device=self.device, family_size=self.family_size())
 
     def family_size(self) -> int:
         """How many metrics this job may decide: those stored for this hardware key of the perf tests collected
