@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote, recorded_settings
+from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import Rules, summarize, with_siblings
 from pytest_gpuperf.core.verdict import rollup
 from pytest_gpuperf.core.verdict.judge import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, rejudge
-from pytest_gpuperf.core.verdict.policy import policy_for
+from pytest_gpuperf.core.verdict.policy import first_recorded, policy_for
 from pytest_gpuperf.core.verdict.vocabulary import MEASURED, Verdict
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
@@ -147,7 +147,8 @@ def headline_notes(base: Side, new: Side, rows: list[dict[str, Any]]) -> list[st
 def run(args: argparse.Namespace) -> int:
     base, new = load_side(Path(args.base)), load_side(Path(args.new))
     given = {name: getattr(args, name) for name in ("threshold", "noise_limit", "run_noise", "sitting_noise")}
-    rules = policy_for(given=given, recorded=recorded_settings(base.runs))  # else BASE's settings, else defaults
+    recorded = first_recorded(run.settings for run in base.runs)
+    rules = policy_for(given=given, recorded=recorded)  # a flag given, else BASE's settings, else the defaults
     rows = compare_sides(base, new, rules)
     notes = [
         f"BASE {base.source}: {len(base.runs)} run(s) on {base.hardware_slug}; NEW {new.source}: {len(new.runs)} "

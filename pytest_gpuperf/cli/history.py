@@ -18,10 +18,10 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from pytest_gpuperf.cli.changepoints import MAX_PVALUE, change_points
-from pytest_gpuperf.cli.loading import InputError, Run, decode_json, load_path, quote, read_bytes, recorded_settings
+from pytest_gpuperf.cli.loading import InputError, Run, decode_json, load_path, quote, read_bytes
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats.unpaired import summarize
-from pytest_gpuperf.core.verdict.policy import setting
+from pytest_gpuperf.core.verdict.policy import first_recorded, setting
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
 COLUMNS = (
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     max_pvalue = MAX_PVALUE if args.max_pvalue is None else args.max_pvalue
     if not 0 < max_pvalue < 1 or args.min_after < 1:
         raise InputError("--max-pvalue must be in (0, 1) and --min-after >= 1")
-    threshold = setting("threshold", given=args.threshold, recorded=recorded_settings(runs))
+    threshold = setting("threshold", given=args.threshold, recorded=first_recorded(r.settings for r in runs))
     by_hardware: dict[str, list[Run]] = {}
     for run_ in runs:
         by_hardware.setdefault(run_.hardware_slug, []).append(run_)

@@ -14,7 +14,6 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -141,11 +140,6 @@ class Side:
             for other in self.keys()
             if other[1] == metric and is_sibling(test, other[0])
         ]
-
-
-def recorded_settings(runs: Iterable[Run]) -> dict[str, Any]:
-    """The settings the first of ``runs`` that records any was judged with (core/verdict/policy.py reads them)."""
-    return next((run.settings for run in runs if run.settings), {})
 
 
 # -- addresses -------------------------------------------------------------------------------------------------

@@ -20,15 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_gpuperf.cli.loading import (
-    InputError,
-    MetricData,
-    Side,
-    check_one_hardware,
-    load_side,
-    quote,
-    recorded_settings,
-)
+from pytest_gpuperf.cli.loading import InputError, MetricData, Side, check_one_hardware, load_side, quote
 from pytest_gpuperf.cli.runs_needed import (
     POWER,
     Noise,
@@ -43,7 +35,7 @@ from pytest_gpuperf.cli.runs_needed import (
 from pytest_gpuperf.cli.signing import PublicKey, trusted_bundle, trusted_keys
 from pytest_gpuperf.cli.tables import render, write_output
 from pytest_gpuperf.core.stats.unpaired import pooled_run_noise, ratio_interval, with_siblings
-from pytest_gpuperf.core.verdict.policy import policy_for, recorded_value
+from pytest_gpuperf.core.verdict.policy import first_recorded, policy_for, recorded_value
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 MISSING = Verdict.MISSING.value
@@ -227,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     signers = {str(side.source): signer for side, signer in loaded}
     run_noise = args.run_noise
     if run_noise is None:
-        run_noise = recorded_value(recorded_settings(reference.runs), "run_noise") or RUN_NOISE
+        run_noise = recorded_value(first_recorded(r.settings for r in reference.runs), "run_noise") or RUN_NOISE
     tolerance = TOLERANCE if args.tolerance is None else args.tolerance
     rows = evaluate(reference, submissions, tolerance=tolerance, run_noise=run_noise)
     for row in rows:

@@ -10,7 +10,7 @@ file without a threshold reads 2% (docs/settings.md). Imports no pytest and, unt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
@@ -55,6 +55,11 @@ def setting(name: str, *, given: float | None = None, recorded: Mapping[str, Any
         return value
     device = device if device is not None else recorded.get("device")
     return JOB_ALPHA if name == "job_alpha" else DEVICE_DEFAULTS["cuda" if device == "cuda" else "cpu"][name]
+
+
+def first_recorded(settings: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The settings of the first of several results (a folder of runs) that records any."""
+    return next((block for block in settings if block), {})
 
 
 def policy_for(
