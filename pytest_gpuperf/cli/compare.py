@@ -21,7 +21,7 @@ from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import Rules, summarize, with_siblings
 from pytest_gpuperf.core.verdict import rollup
 from pytest_gpuperf.core.verdict.judge import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, rejudge
-from pytest_gpuperf.core.verdict.policy import first_recorded, policy_for
+from pytest_gpuperf.core.verdict.policy import first_recorded, machine_checked, policy_for
 from pytest_gpuperf.core.verdict.vocabulary import MEASURED, Verdict
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
@@ -39,12 +39,6 @@ COLUMNS = (
     ("verdict", "verdict"),
     ("evidence", "evidence"),
 )
-
-
-def machine_checked(new: Side) -> bool:
-    """Whether NEW's session judged by the machine's state (``--gpuperf-machine-check on``, the default; files
-    written before the option existed say nothing and are judged with it, as a session would judge them now)."""
-    return all(run.settings.get("machine_check", "on") == "on" for run in new.runs)
 
 
 def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
@@ -98,7 +92,7 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
                     unit=sample.unit,
                     higher_is_better=sample.higher_is_better,
                     rules=with_siblings(rules, base.sibling_samples(key)),  # the session's prior
-                    machine_check=machine_checked(new),
+                    machine_check=machine_checked(run.settings for run in new.runs),
                     sittings=(sittings := group_sittings(base_dates, new.metric_dates(key)[-1])),
                     across_machines=across,
                     recorded_verdict=latest.verdict,

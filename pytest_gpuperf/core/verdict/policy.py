@@ -1,6 +1,7 @@
 """The one way from settings to rules: ``policy_for`` forms the ``Rules`` of a stored-baseline verdict,
 ``paired_policy_for`` the ``PairedRules`` of an A/B comparison, for the session, `gpuperf compare`, `variance`,
-`history` and `ab` alike; and the per-device defaults they fall back on.
+`history` and `ab` alike; the per-device defaults they fall back on; and the other settings a reader of results
+judges by (``machine_checked``).
 
 Each rule setting is, in this order: the value given (an option, a command-line flag); else the one a results
 document recorded in its "settings" (a number in the setting's range; anything else is not read); else the default
@@ -60,6 +61,12 @@ def setting(name: str, *, given: float | None = None, recorded: Mapping[str, Any
 def first_recorded(settings: Iterable[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The settings of the first of several results (a folder of runs) that records any."""
     return next((block for block in settings if block), {})
+
+
+def machine_checked(recorded: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether results were judged by the machine's state (``machine_check`` "on", the default: results written
+    before the option existed say nothing and are judged with it, as a session would judge them now)."""
+    return all(block.get("machine_check", "on") == "on" for block in recorded)
 
 
 def policy_for(
