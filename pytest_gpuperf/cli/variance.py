@@ -74,7 +74,7 @@ def equivalence(
     prior; the submission's median carries it divided by sqrt(runs), so a partner's runs, unlike its repeats,
     narrow the interval. With one submission run this is the session's model unchanged."""
     higher = reference[0].higher_is_better
-    given = {"threshold": tolerance, "run_noise": run_noise}  # the CPU's noise limit for the siblings
+    given = {"threshold": tolerance, "run_noise": run_noise}  # a tolerance, not a threshold; siblings: the CPU limit
     rules = with_siblings(replace(policy_for(given=given, device="cpu"), confidence=CONFIDENCE), siblings)
     ref_runs = [np.asarray(run.samples, dtype=float) for run in reference]
     sub_runs = [np.asarray(run.samples, dtype=float) for run in submission]
