@@ -12,9 +12,9 @@ from __future__ import annotations
 from pytest_gpuperf.ab.leave_out import left_out, rules_for
 from pytest_gpuperf.ab.model import AbPlan, AbResult, MetricOutcome, PairRecord
 from pytest_gpuperf.ab.reading import session_metrics
-from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats.paired import PairedRules, log_ratio
 from pytest_gpuperf.core.verdict.paired import judge
+from pytest_gpuperf.core.verdict.policy import paired_policy_for
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 
@@ -22,19 +22,17 @@ def rules_from(plan: AbPlan, pair: PairRecord) -> PairedRules:
     """The comparison's rules, from its first complete pair. The flag level is the invocation's: ``plan.alpha``
     over the metrics both sessions recorded (Bonferroni), so an A/A comparison of many metrics is flagged in at
     most ``alpha`` of runs, not one metric's ``alpha`` times their number."""
-    threshold = plan.threshold
-    if threshold is None:
-        settings = (pair.side("A").document or {}).get("settings") or {}
-        stored = settings.get("threshold")
-        usable = isinstance(stored, (int, float)) and not isinstance(stored, bool) and 0 < stored < 1
-        threshold = float(stored) if usable and stored is not None else DEVICE_DEFAULTS["cpu"]["threshold"]
     figure = plan.session_figure
     both = set(session_metrics(pair.side("A").document or {}, figure))
     both &= set(session_metrics(pair.side("B").document or {}, figure))
     if plan.metrics is not None:
         both &= plan.metrics
-    return PairedRules(
-        threshold=threshold, alpha=plan.alpha / max(1, len(both)), min_pairs=plan.min_pairs, max_pairs=plan.max_pairs
+    return paired_policy_for(
+        threshold=plan.threshold,
+        recorded=(pair.side("A").document or {}).get("settings"),
+        alpha=plan.alpha / max(1, len(both)),
+        min_pairs=plan.min_pairs,
+        max_pairs=plan.max_pairs,
     )
 
 

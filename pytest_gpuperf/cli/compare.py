@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +17,14 @@ import numpy as np
 
 from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import Rules, summarize, with_siblings
 from pytest_gpuperf.core.verdict import rollup
 from pytest_gpuperf.core.verdict.judge import ANOTHER_MACHINE, ANOTHER_SITTING, THIS_SITTING, rejudge
+from pytest_gpuperf.core.verdict.policy import first_recorded, machine_checked, policy_for
 from pytest_gpuperf.core.verdict.vocabulary import MEASURED, Verdict
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
-CPU_DEFAULTS = DEVICE_DEFAULTS["cpu"]
 MISSING = Verdict.MISSING.value
 """A metric BASE has and NEW lacks (the test was removed, skipped or failed before measuring)."""
 
@@ -40,48 +39,6 @@ COLUMNS = (
     ("verdict", "verdict"),
     ("evidence", "evidence"),
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GivenRules:
-    """The rules the command line gave (None: not given; `rules_for` fills them from BASE, then the CPU defaults)."""
-
-    threshold: float | None = None
-    noise_limit: float | None = None
-    run_noise: float | None = None
-    sitting_noise: float | None = None
-    machine_noise: float | None = None
-    job_alpha: float | None = None
-
-
-def rules_for(base: Side, given: GivenRules) -> Rules:
-    """The command line's values, else what BASE's runs were judged with, else the CPU defaults."""
-    settings = next((run.settings for run in base.runs if run.settings), {})
-
-    def pick(value: float | None, name: str, default: float, *, zero: bool = False) -> float:
-        if value is not None:
-            return value
-        stored = settings.get(name)
-        if isinstance(stored, (int, float)) and not isinstance(stored, bool) and stored < 1:
-            if stored > 0 or (zero and stored == 0):
-                return float(stored)
-        return default
-
-    return Rules(
-        threshold=pick(given.threshold, "threshold", CPU_DEFAULTS["threshold"]),
-        noise_limit=pick(given.noise_limit, "noise_limit", CPU_DEFAULTS["noise_limit"]),
-        run_noise=pick(given.run_noise, "run_noise", CPU_DEFAULTS["run_noise"]),
-        sitting_noise=pick(given.sitting_noise, "sitting_noise", CPU_DEFAULTS["sitting_noise"], zero=True),
-        # 0 recorded by a session before the device prior existed meant "not measured": the prior, as now
-        machine_noise=pick(given.machine_noise, "machine_noise", CPU_DEFAULTS["machine_noise"]),
-        job_alpha=pick(given.job_alpha, "job_alpha", JOB_ALPHA),
-    )
-
-
-def machine_checked(new: Side) -> bool:
-    """Whether NEW's session judged by the machine's state (``--gpuperf-machine-check on``, the default; files
-    written before the option existed say nothing and are judged with it, as a session would judge them now)."""
-    return all(run.settings.get("machine_check", "on") == "on" for run in new.runs)
 
 
 def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
@@ -135,7 +92,7 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
                     unit=sample.unit,
                     higher_is_better=sample.higher_is_better,
                     rules=with_siblings(rules, base.sibling_samples(key)),  # the session's prior
-                    machine_check=machine_checked(new),
+                    machine_check=machine_checked(run.settings for run in new.runs),
                     sittings=(sittings := group_sittings(base_dates, new.metric_dates(key)[-1])),
                     across_machines=across,
                     recorded_verdict=latest.verdict,
@@ -183,15 +140,9 @@ def headline_notes(base: Side, new: Side, rows: list[dict[str, Any]]) -> list[st
 
 def run(args: argparse.Namespace) -> int:
     base, new = load_side(Path(args.base)), load_side(Path(args.new))
-    rules = rules_for(
-        base,
-        GivenRules(
-            threshold=args.threshold,
-            noise_limit=args.noise_limit,
-            run_noise=args.run_noise,
-            sitting_noise=args.sitting_noise,
-        ),
-    )
+    given = {name: getattr(args, name) for name in ("threshold", "noise_limit", "run_noise", "sitting_noise")}
+    recorded = first_recorded(run.settings for run in base.runs)
+    rules = policy_for(given=given, recorded=recorded)  # a flag given, else BASE's settings, else the defaults
     rows = compare_sides(base, new, rules)
     notes = [
         f"BASE {base.source}: {len(base.runs)} run(s) on {base.hardware_slug}; NEW {new.source}: {len(new.runs)} "

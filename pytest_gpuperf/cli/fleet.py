@@ -38,7 +38,6 @@ from pytest_gpuperf.cli.loading import (
 from pytest_gpuperf.cli.option_defaults import given
 from pytest_gpuperf.cli.output import write_text
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats.fleet import (
     MIN_UNITS,
     SPREAD_PRIOR_DOF,
@@ -53,6 +52,7 @@ from pytest_gpuperf.core.stats.fleet import smallest_p as smallest_p_value
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store import spread as spread_file
 from pytest_gpuperf.core.verdict.judge import machine_state, timed_on_device
+from pytest_gpuperf.core.verdict.policy import DEVICE_DEFAULTS
 from pytest_gpuperf.machine.contention import MachineState, contention, explains
 
 WHOLE_NODE = "node"

@@ -20,11 +20,10 @@ from scipy import stats as scipy_stats
 from pytest_gpuperf.cli.changepoints import MAX_PVALUE, change_points
 from pytest_gpuperf.cli.loading import InputError, Run, decode_json, load_path, quote, read_bytes
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats.unpaired import summarize
+from pytest_gpuperf.core.verdict.policy import first_recorded, setting
 from pytest_gpuperf.machine.fingerprint import stack_changes
 
-DEFAULT_THRESHOLD = DEVICE_DEFAULTS["cpu"]["threshold"]
 COLUMNS = (
     ("hardware", "hardware"),
     ("test", "test"),
@@ -208,12 +207,7 @@ def run(args: argparse.Namespace) -> int:
     max_pvalue = MAX_PVALUE if args.max_pvalue is None else args.max_pvalue
     if not 0 < max_pvalue < 1 or args.min_after < 1:
         raise InputError("--max-pvalue must be in (0, 1) and --min-after >= 1")
-    stored = next((r.settings.get("threshold") for r in runs if r.settings.get("threshold")), None)
-    threshold = (
-        args.threshold
-        if args.threshold is not None
-        else (float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else DEFAULT_THRESHOLD)
-    )
+    threshold = setting("threshold", given=args.threshold, recorded=first_recorded(r.settings for r in runs))
     by_hardware: dict[str, list[Run]] = {}
     for run_ in runs:
         by_hardware.setdefault(run_.hardware_slug, []).append(run_)

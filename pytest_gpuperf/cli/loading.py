@@ -141,13 +141,6 @@ class Side:
             if other[1] == metric and is_sibling(test, other[0])
         ]
 
-    def threshold(self) -> float | None:
-        for run in self.runs:
-            value = run.settings.get("threshold")
-            if _is_number(value) and 0 < value < 1:
-                return float(value)
-        return None
-
 
 # -- addresses -------------------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pytest_gpuperf.cli.accept import add_parser as add_accept
 from pytest_gpuperf.cli.option_defaults import declared, pct_text
-from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
+from pytest_gpuperf.core.verdict.policy import DEVICE_DEFAULTS
 
 
 def cmd_env(args: argparse.Namespace) -> int:

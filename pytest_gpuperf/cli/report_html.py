@@ -23,11 +23,11 @@ from pytest_gpuperf.cli.history import order_runs
 from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
 from pytest_gpuperf.cli.output import emit, printable
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
-from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.schema import SchemaError
 from pytest_gpuperf.core.verdict import rollup
+from pytest_gpuperf.core.verdict.policy import setting
 
 MAX_PLOTS = 60
 """Per section; a report of hundreds of plots is not read, the table still lists every metric."""
@@ -462,7 +462,7 @@ def ab_section(document: dict[str, Any], source: str) -> str:
 
     command = document.get("command") or {}
     rules = document.get("rules") or {}
-    threshold = float(rules.get("threshold") or DEVICE_DEFAULTS["cpu"]["threshold"])
+    threshold = setting("threshold", recorded=rules)  # the rules ab.json recorded
     header = ["test", "metric", "A median", "B median", "ratio", "interval", "pairs", "verdict", "components"]
     cells: list[list[str]] = []
     plots: list[str] = []

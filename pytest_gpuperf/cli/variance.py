@@ -14,6 +14,7 @@ import argparse
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from pytest_gpuperf.cli.runs_needed import (
 )
 from pytest_gpuperf.cli.signing import PublicKey, trusted_bundle, trusted_keys
 from pytest_gpuperf.cli.tables import render, write_output
-from pytest_gpuperf.core.stats.unpaired import Rules, pooled_run_noise, ratio_interval, with_siblings
+from pytest_gpuperf.core.stats.unpaired import pooled_run_noise, ratio_interval, with_siblings
+from pytest_gpuperf.core.verdict.policy import first_recorded, policy_for, recorded_value
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 MISSING = Verdict.MISSING.value
@@ -72,7 +74,8 @@ def equivalence(
     prior; the submission's median carries it divided by sqrt(runs), so a partner's runs, unlike its repeats,
     narrow the interval. With one submission run this is the session's model unchanged."""
     higher = reference[0].higher_is_better
-    rules = with_siblings(Rules(threshold=tolerance, confidence=CONFIDENCE, run_noise=run_noise), siblings)
+    given = {"threshold": tolerance, "run_noise": run_noise}  # a tolerance, not a threshold; siblings: the CPU limit
+    rules = with_siblings(replace(policy_for(given=given, device="cpu"), confidence=CONFIDENCE), siblings)
     ref_runs = [np.asarray(run.samples, dtype=float) for run in reference]
     sub_runs = [np.asarray(run.samples, dtype=float) for run in submission]
     current = np.concatenate(sub_runs)
@@ -214,12 +217,9 @@ def run(args: argparse.Namespace) -> int:
     )
     submissions = [side for side, _ in loaded]
     signers = {str(side.source): signer for side, signer in loaded}
-    stored = next((r.settings.get("run_noise") for r in reference.runs if r.settings.get("run_noise")), None)
-    run_noise = (
-        args.run_noise
-        if args.run_noise is not None
-        else (float(stored) if isinstance(stored, (int, float)) and 0 < stored < 1 else RUN_NOISE)
-    )
+    run_noise = args.run_noise
+    if run_noise is None:
+        run_noise = recorded_value(first_recorded(r.settings for r in reference.runs), "run_noise") or RUN_NOISE
     tolerance = TOLERANCE if args.tolerance is None else args.tolerance
     rows = evaluate(reference, submissions, tolerance=tolerance, run_noise=run_noise)
     for row in rows:

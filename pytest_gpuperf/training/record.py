@@ -109,7 +109,8 @@ def _mfu(
         "peak_dtype": run.mfu_peak_dtype,
         "peak_source": peak.source,
         "flops_per_token": flops,
-        "formula": "6N + 12*L*d*T per token (PaLM appendix B), N = matmul weights (active experts only)",
+        "formula": f"{'4*N_frozen + 6*N_adapters' if spec.is_lora else '6N'} + 12*L*d*T per token (PaLM appendix B), "
+        "N = matmul weights (active experts only)",
     }
     return samples, context, None
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pytest_gpuperf.cli import variance
 from pytest_gpuperf.cli.compare import compare_sides
 from pytest_gpuperf.cli.loading import InputError, MetricData, Run, Side, junit_address, parse_junit_xml
-from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
 from pytest_gpuperf.core.stats.unpaired import Rules
+from pytest_gpuperf.core.verdict.policy import DEVICE_DEFAULTS
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -42,16 +42,31 @@ def test_b(perf, shared):
     measure("b", perf, shared)
 """
 
-JUDGE = ["--gpuperf-device", "cpu", "--gpuperf-run-noise", "0.1", "--gpuperf-results", "run.json"]
+SETTINGS = ["--gpuperf-device", "cpu", "--gpuperf-run-noise", "0.1", "--gpuperf-threshold", "5%",
+            "--gpuperf-job-alpha", "5%", "--gpuperf-noise-limit", "20%", "--gpuperf-sitting-noise", "2%"]  # fmt: skip
+"""None of them the default, so `gpuperf compare` agrees with the session only by reading what the results recorded."""
+JUDGE = [*SETTINGS, "--gpuperf-results", "run.json"]
 
 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makepyfile(test_attempts=PROJECT)
     pytester.makeini("[pytest]\nmarkers =\n    perf: a gpuperf test (a project registers its own markers)\n")
-    pytester.runpytest("--gpuperf-save", "--gpuperf-device", "cpu").assert_outcomes(passed=2)
+    pytester.runpytest("--gpuperf-save", *SETTINGS, "--gpuperf-results", "base/run.json").assert_outcomes(passed=2)
     (pytester.path / "seen.jsonl").unlink()
     return pytester
+
+
+def assert_compare_agrees(pytester: pytest.Pytester) -> None:
+    """`gpuperf compare` of the saved run (BASE, its settings the only source of the rules) and the judged one
+    gives each metric the session's verdict and reason, word for word."""
+    from pytest_gpuperf.cli import main as cli
+
+    cli.main(["compare", "base", "run.json", "--format", "json", "--output", "compare.json"])
+    rows = json.loads((pytester.path / "compare.json").read_text())["rows"]
+    compared = {row["test"].rsplit("::", 1)[1]: (row["verdict"], row["reason"]) for row in rows}
+    judged = {test: (r["verdict"], r["comparison"]["reason"]) for test, r in verdicts(pytester).items()}
+    assert compared == judged
 
 
 def seen(pytester: pytest.Pytester, test: str) -> list[dict[str, object]]:
@@ -84,6 +99,7 @@ def test_recovered_attempt_runs_in_a_fresh_process(project: pytest.Pytester, mon
     assert not list(project.path.glob("baselines/*/.*.tmp"))
     cases = ET.parse(project.path / "junit.xml").getroot().iter("testcase")
     assert sorted(case.get("name") for case in cases) == ["test_a", "test_b"]  # one test case per test, this run's
+    assert_compare_agrees(project)
 
 
 def test_confirmed_regression_fails_after_two_processes_regressed(
@@ -96,6 +112,7 @@ def test_confirmed_regression_fails_after_two_processes_regressed(
     attempts = seen(project, "b")
     assert len({entry["pid"] for entry in attempts}) == 2
     assert verdicts(project)["test_b"]["verdict"] == "REGRESSED"
+    assert_compare_agrees(project)
 
 
 def test_a_confirmation_that_cannot_run_leaves_the_metric_ambiguous(
@@ -109,6 +126,7 @@ def test_a_confirmation_that_cannot_run_leaves_the_metric_ambiguous(
     assert b["verdict"] == "AMBIGUOUS"
     assert "could not be confirmed (the confirmation session measured no t" in b["comparison"]["reason"]
     assert b["context"]["unconfirmed_regression"] == 1
+    assert_compare_agrees(project)
 
 
 def test_a_change_beyond_a_transient_fails_although_its_confirmation_could_not_run(
@@ -125,6 +143,7 @@ def test_a_change_beyond_a_transient_fails_although_its_confirmation_could_not_r
     assert b["verdict"] == "REGRESSED", b["comparison"]["reason"]
     assert "not re-measured; 2.00x worse, beyond the 1.50x worse" in b["comparison"]["reason"]
     assert b["context"]["unconfirmable"].startswith("the confirmation session measured no t")
+    assert_compare_agrees(project)
 
 
 TORCHRUN_PROJECT = """

@@ -163,3 +163,18 @@ def test_no_import_cycles() -> None:
         if module not in state:
             visit(module)
     assert not cycles, "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_only_core_verdict_forms_rules() -> None:
+    """``Rules`` and ``PairedRules`` are formed in core/verdict/ alone (policy.py ``policy_for``, the one fallback
+    chain from settings), so no command or engine judges by defaults of its own."""
+    offending = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (PACKAGE / "core" / "verdict") not in path.parents
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Call)
+        and (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None))
+        in ("Rules", "PairedRules")
+    ]
+    assert not offending, f"form rules with core/verdict/policy.py policy_for: {offending}"

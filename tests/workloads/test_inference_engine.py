@@ -401,8 +401,12 @@ def test_slower_decode_step_is_regressed_and_a_thin_p99_is_noisy(
     thin = verdicts["c1.tpot_p99"]
     assert thin["verdict"] == "NOISY" and "a p99 needs >= 299" in thin["comparison"]["reason"]
     assert thin["comparison"]["ratio"] == pytest.approx(0.5 / 0.8, abs=0.05)
-    pareto = [m for m in verdicts if m.startswith("pareto.")]
-    assert pareto == [] or all(verdicts[m]["verdict"] == "REGRESSED" for m in pareto)
+    # 1.6x slower: no run's front reaches the baseline's interactivity point, so its throughput there is left
+    # out, saying why, rather than judged against a point the fronts never reach
+    assert not [m for m in verdicts if m.startswith("pareto.")]
+    result.stdout.fnmatch_lines(
+        ["*LeftOut: pareto.tok_s_per_device@* the front reaches * below the fixed interactivity*"]
+    )
     result.stdout.fnmatch_lines(["*c1.tpot_p50 REGRESSED*"])
 
 

@@ -32,7 +32,8 @@ def test_cpu_support_and_execution_are_stated_honestly() -> None:
         assert unsupported_reason(name, "cpu") is None, name
     assert execution_mode("fp32", "cpu") == "native"
     assert execution_mode("fp8", "cpu") == execution_mode("fp4", "cpu") == "emulated"
-    assert "fp16 on cuda" in (unsupported_reason("fp16", "cuda") or "fp16 on cuda") or torch.cuda.is_available()
+    no_cuda = None if torch.cuda.is_available() else "fp16 on cuda: torch.cuda.is_available() is False"
+    assert unsupported_reason("fp16", "cuda") == no_cuda
     assert "tpu" in unsupported_reason("fp32", "tpu")
 
 

@@ -89,6 +89,11 @@ def test_mfu_on_an_h200_is_against_its_dense_bf16_peak(monkeypatch: pytest.Monke
     assert metrics["mfu"].values == pytest.approx([expected] * 10)
     assert 25 < expected < 40  # the proxy at 80 ms a step would be a realistic ~32% MFU
     assert metrics["mfu"].context["device"] == "NVIDIA H200 SXM" and metrics["mfu"].context["peak_dtype"] == "bf16"
+    assert metrics["mfu"].context["formula"].startswith("6N + 12*L*d*T per token")
+    lora = _Perf(device="cuda")  # the context states what the FLOPs count: 4 per frozen weight, 6 per adapter
+    record_throughput(lora, [_run(peak_dtype="bf16")], spec=get_spec("llama2-70b-lora"), precision="bf16",
+                      timing_warmup=3, tier="gpu", seq_len=4096)  # fmt: skip
+    assert lora.named()["mfu"].context["formula"].startswith("4*N_frozen + 6*N_adapters + 12*L*d*T per token")
 
 
 def test_no_mfu_for_mixed_fp8_or_an_unlisted_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

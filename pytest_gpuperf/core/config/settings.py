@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 
 import pytest
 
-from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS, JOB_ALPHA
 from pytest_gpuperf.core.store.spread import MachineSpread, SpreadError, read_spread
+from pytest_gpuperf.core.verdict.policy import DEVICE_DEFAULTS, JOB_ALPHA, setting
 
 T = TypeVar("T")
 
@@ -704,11 +704,8 @@ class Settings:
         return (self.inject_slowdown or {}).get(suite, 0.0)
 
     def for_device(self, device: str, name: str) -> float:
-        """A device-dependent setting: the explicit value, else the device's default."""
-        value = getattr(self, name)
-        if value is not None:
-            return value
-        return DEVICE_DEFAULTS["cuda" if device == "cuda" else "cpu"][name]
+        """A device-dependent setting: the explicit value, else the device's default (core/verdict/policy.py)."""
+        return setting(name, given=getattr(self, name), device=device)
 
     def as_results(self, device: str) -> dict[str, Any]:
         """The settings a results document records (its "settings" block, which `gpuperf compare`, `report` and

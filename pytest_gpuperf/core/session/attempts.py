@@ -2,7 +2,7 @@
 
 ``settle`` runs up to ``--gpuperf-confirm`` confirmation attempts, each a new pytest session that runs only this
 test with this session's options, measuring only (``fresh_session_argv``); its samples are judged here, against
-the same baselines under the same rules, and ``session.confirm`` keeps REGRESSED only where every attempt
+the same baselines under the same rules, and ``confirm`` keeps REGRESSED only where every attempt
 regressed. Invariant: a change a transient could explain never fails a test unconfirmed; where no confirmation
 can run, one beyond that fails, saying so (core/verdict/checks.py ``Unconfirmed``). Why a fresh process:
 docs/design/confirmation-in-a-fresh-process.md.
@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pytest_gpuperf.core.verdict.checks import UNCONFIRMED
+from pytest_gpuperf.core.verdict.vocabulary import Verdict
 
 if TYPE_CHECKING:
     from pytest_gpuperf.core.session.session import GpuperfSession, MetricResult
@@ -46,8 +49,6 @@ fixtures start again."""
 def settle(item: pytest.Item, session: GpuperfSession, results: list[MetricResult]) -> list[MetricResult]:
     """The final results of a test: as measured, or, where a metric looks REGRESSED, after each confirmation
     attempt (``--gpuperf-confirm N`` fresh processes) had its say."""
-    from pytest_gpuperf.core.session.session import confirm
-
     attempt = 1
     while attempt <= session.settings.confirm and session.suspects_regression(results):
         suspects = [r for r in results if r.verdict.value == "REGRESSED"]
@@ -59,7 +60,7 @@ def settle(item: pytest.Item, session: GpuperfSession, results: list[MetricResul
             results = unconfirmable(results, latest, attempt, session.rules().threshold)
             _progress(item, f"not confirmed: {latest}")
             break
-        results = confirm(results, latest, attempt)
+        results = confirm(results, latest, attempt, session.rules().threshold)
         still = [r for r in results if r.verdict.value == "REGRESSED"]
         _progress(
             item,
@@ -211,20 +212,28 @@ def _judge_again(
     return latest
 
 
+def confirm(
+    previous: list[MetricResult], latest: list[MetricResult], attempt: int, threshold: float
+) -> list[MetricResult]:
+    """The verdicts of a repeated attempt, where REGRESSED stands only if the attempt before regressed too: the
+    facts recorded in each context, the rule and its words core/verdict/checks.py ``UNCONFIRMED``'s, as in
+    `gpuperf compare` reading the results."""
+    regressed_before = {result.metric for result in previous if result.verdict is Verdict.REGRESSED}
+    for result in latest:
+        was, now = result.metric in regressed_before, result.verdict is Verdict.REGRESSED
+        fact = {"regressed_before": attempt - 1} if was else {"unconfirmed_regression": attempt} if now else {}
+        result.context = {**result.context, "attempts": attempt, **fact}
+        result.comparison = UNCONFIRMED.apply(result.comparison, result.context, threshold)
+    return latest
+
+
 def unconfirmable(results: list[MetricResult], why: str, attempt: int, threshold: float) -> list[MetricResult]:
     """The results when no confirmation could be made: the confirmation rule (core/verdict/checks.py
     ``UNCONFIRMED``) keeps a REGRESSED beyond what a transient explains and makes the others AMBIGUOUS, saying why."""
-    from pytest_gpuperf.core.verdict.checks import UNCONFIRMED
-    from pytest_gpuperf.core.verdict.vocabulary import Verdict
-
     for result in results:
         if result.verdict is Verdict.REGRESSED:
-            result.context = {
-                **result.context,
-                "unconfirmed_regression": attempt - 1,
-                "attempts": attempt,
-                "unconfirmable": why,
-            }
+            facts = {"unconfirmed_regression": attempt - 1, "attempts": attempt, "unconfirmable": why}
+            result.context = {**result.context, **facts}
             result.comparison = UNCONFIRMED.apply(result.comparison, result.context, threshold)
     return results
 

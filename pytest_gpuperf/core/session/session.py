@@ -47,7 +47,7 @@ from pytest_gpuperf.core.store.baselines import (
 from pytest_gpuperf.core.store.results import MetricResult
 from pytest_gpuperf.core.store.schema import SchemaError, non_finite
 from pytest_gpuperf.core.verdict import coverage
-from pytest_gpuperf.core.verdict.checks import UNCONFIRMED, doubt_before
+from pytest_gpuperf.core.verdict.checks import doubt_before
 from pytest_gpuperf.core.verdict.coverage import Coverage, Shortfall
 from pytest_gpuperf.core.verdict.judge import (
     ANOTHER_MACHINE,
@@ -58,6 +58,7 @@ from pytest_gpuperf.core.verdict.judge import (
     machine_state,
     runs_of_this_machine,
 )
+from pytest_gpuperf.core.verdict.policy import RULE_SETTINGS, policy_for
 from pytest_gpuperf.core.verdict.rollup import machine_note
 from pytest_gpuperf.core.verdict.vocabulary import Comparison, Verdict
 from pytest_gpuperf.machine.contention import MachineState
@@ -70,7 +71,7 @@ from pytest_gpuperf.machine.telemetry import (
     stored_summary,
 )
 
-__all__ = ["GpuperfSession", "MetricResult", "confirm", "resolve_device"]
+__all__ = ["GpuperfSession", "MetricResult", "resolve_device"]
 """MetricResult belongs to the results format (results.py); it is named here for the hooks that receive it."""
 
 TelemetryOpener = Callable[[str], "DeviceReader | TelemetryUnavailable | None"]
@@ -189,15 +190,8 @@ class GpuperfSession:
         return [machine_state(run.context) for run in baseline.runs] if baseline else []
 
     def rules(self) -> Rules:
-        return Rules(
-            threshold=self.settings.for_device(self.device, "threshold"),
-            noise_limit=self.settings.for_device(self.device, "noise_limit"),
-            run_noise=self.settings.for_device(self.device, "run_noise"),
-            sitting_noise=self.settings.for_device(self.device, "sitting_noise"),
-            machine_noise=self.settings.for_device(self.device, "machine_noise"),
-            job_alpha=self.settings.job_alpha,
-            family_size=self.family_size(),
-        )
+        given = {name: getattr(self.settings, name) for name in RULE_SETTINGS}
+        return policy_for(given=given, device=self.device, family_size=self.family_size())
 
     def family_size(self) -> int:
         """How many metrics this job may decide: those stored for this hardware key of the perf tests collected
@@ -604,31 +598,3 @@ def resolve_device(request: str) -> str:
             "install a GPU build of torch or use --gpuperf-device cpu"
         )
     return "cuda" if available else "cpu"
-
-
-def confirm(previous: list[MetricResult], latest: list[MetricResult], attempt: int) -> list[MetricResult]:
-    """The verdicts of a repeated attempt, where REGRESSED stands only if the attempt before it regressed too.
-
-    A transient slowdown of the machine (a neighbour's burst, lasting seconds) turns one attempt's metrics
-    REGRESSED; a real regression turns every attempt's. A metric that regressed in one attempt only is AMBIGUOUS.
-    """
-    regressed_before = {result.metric for result in previous if result.verdict is Verdict.REGRESSED}
-    for result in latest:
-        result.context = {**result.context, "attempts": attempt}
-        was, now = result.metric in regressed_before, result.verdict is Verdict.REGRESSED
-        if now and was:
-            note = f" (confirmed in {attempt} attempts)"
-            result.comparison = replace(result.comparison, reason=result.comparison.reason + note)
-        elif now:
-            # recorded as a fact, so `gpuperf compare` reading the results applies the same rule (UNCONFIRMED)
-            result.context = {**result.context, "unconfirmed_regression": attempt}
-            result.comparison = replace(
-                result.comparison,
-                verdict=Verdict.AMBIGUOUS,
-                reason=f"{UNCONFIRMED.not_repeated(attempt)}; {result.comparison.reason}",
-            )
-        elif was:
-            result.comparison = replace(
-                result.comparison, reason=f"{UNCONFIRMED.withdrawn(attempt)}; {result.comparison.reason}"
-            )
-    return latest

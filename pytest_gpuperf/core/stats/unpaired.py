@@ -52,7 +52,7 @@ class Rules(Thresholds):
     measurement in another sitting than its baseline's runs may move with nothing changed (0: no such shift)."""
     machine_noise: float = 0.0
     """Sd (log scale) of the spread between machines of one hardware key, for a baseline recorded on another
-    machine than this one: a fleet's figure, else the device's prior (core/config/device_defaults.py)."""
+    machine than this one: a fleet's figure, else the device's prior (core/verdict/policy.py)."""
     family_size: int = 1
     """How many metrics the job judges: a change is decided only at ``job_alpha / family_size`` (Bonferroni over
     the job), so the job, not each metric, holds the false-failure rate."""

@@ -159,7 +159,8 @@ class Unconfirmed:
     real regression every attempt's. A REGRESSED whose confirmation could not run at all is AMBIGUOUS only as far
     as a transient explains (TRANSIENT_EXPLAINS): beyond that it fails, saying it was not re-measured. The session
     records both in the context (``unconfirmed_regression``: the attempt; ``unconfirmable``: why it could not
-    run), so a reader of its results applies the same rule."""
+    run; ``regressed_before``: the attempt before this one regressed), so a reader of its results applies the same
+    rule, in the same words."""
 
     def check(self, context: Mapping[str, Any]) -> str | None:
         attempt = context.get("unconfirmed_regression")
@@ -178,6 +179,11 @@ class Unconfirmed:
     def apply(self, comparison: Comparison, context: Mapping[str, Any], threshold: float) -> Comparison:
         """``comparison`` under the confirmation the session recorded in ``context``: a REGRESSED it did not
         confirm is AMBIGUOUS, unless no confirmation could run and the change is beyond what a transient explains."""
+        before = context.get("regressed_before")
+        if isinstance(before, int) and not isinstance(before, bool):  # this attempt's verdict stands, worded
+            if comparison.verdict is Verdict.REGRESSED:
+                return replace(comparison, reason=f"{comparison.reason} (confirmed in {before + 1} attempts)")
+            return replace(comparison, reason=f"{self.withdrawn(before + 1)}; {comparison.reason}")
         why = self.check(context) if comparison.verdict is Verdict.REGRESSED else None
         if why is None:
             return comparison
