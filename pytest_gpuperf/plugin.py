@@ -23,6 +23,7 @@ from pytest_gpuperf.core.session.state import (
     session_key,
     stop_on_signals,
     stop_signal,
+    tests_ended,
 )
 from pytest_gpuperf.core.store.baselines import StoreError, check_folder
 from pytest_gpuperf.core.store.testid import stable_test_id
@@ -222,6 +223,15 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     failing = session.failing(results)
     if failing:
         pytest.fail(failure_message(failing, strict=session.settings.strict), pytrace=False)
+    return outcome
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> Iterator[None]:
+    try:
+        outcome = yield
+    finally:
+        tests_ended(session.config)  # from here a stop signal is noted, not raised (state.py says why)
     return outcome
 
 

@@ -1,5 +1,6 @@
 """`Supervised` (core/record/children.py) on real processes: a wrapper's grandchild ends with the group, signals
-come in the caller's order with its grace, and a child dies with the process that started it."""
+come in the caller's order with its grace, and a child dies with the process that started it; and how
+``signals_interrupt`` turns stop signals into KeyboardInterrupt."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from pytest_gpuperf.core.record.children import Stopping, Supervised, alive, group_alive
+from pytest_gpuperf.core.record.children import Stopping, Supervised, alive, group_alive, signals_interrupt
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc: Linux")
 
@@ -207,3 +209,23 @@ def test_a_daemon_that_left_the_group_is_caught_and_ended(tmp_path: Path) -> Non
     assert not alive(daemon)
     with pytest.raises(ChildProcessError):
         os.waitpid(daemon, os.WNOHANG)  # reaped, not left a zombie
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_one_stop_signal_raises_unless_deferred_and_then_the_next_does(deferred: bool) -> None:
+    """The first stop signal raises KeyboardInterrupt unless ``defer_first`` says it is taken care of (passed to
+    xdist's workers, or the session is finishing); then the second raises. Every one is noted, none raises twice."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Python runs signal handlers in the main thread only")
+    main = threading.main_thread().ident
+    assert main is not None
+    sent = [signal.SIGHUP, signal.SIGTERM, signal.SIGTERM]
+    raising = 1 if deferred else 0
+    with signals_interrupt((signal.SIGTERM, signal.SIGHUP), defer_first=lambda sig: deferred) as received:
+        for index, sig in enumerate(sent):
+            if index == raising:
+                with pytest.raises(KeyboardInterrupt):
+                    signal.pthread_kill(main, sig)  # to this thread: its handler has run when the call returns
+            else:
+                signal.pthread_kill(main, sig)
+    assert received == sent

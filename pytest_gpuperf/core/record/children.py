@@ -41,14 +41,15 @@ INTERRUPTING_SIGNALS = tuple(
 
 @contextlib.contextmanager
 def signals_interrupt(
-    signals: Sequence[int] = INTERRUPTING_SIGNALS, *, passed_on: Callable[[int], bool] | None = None
+    signals: Sequence[int] = INTERRUPTING_SIGNALS, *, defer_first: Callable[[int], bool] | None = None
 ) -> Iterator[list[int]]:
     """While inside, each of ``signals`` raises KeyboardInterrupt in the main thread, so every entry point stops
     on SIGTERM or SIGHUP along the path Ctrl-C takes (its children's groups stopped, what finished written);
     yields the signals received. One stop is enough: later signals are noted, not raised again, so they cannot
-    cut short the stopping of the children or the writing of the results. ``passed_on``: a caller whose workers
-    stop on their own (xdist's controller) passes the first signal to them (True: passed on) and raises only at
-    the second. Off the main thread: nothing is set."""
+    cut short the stopping of the children or the writing of the results. ``defer_first``: asked at the first
+    signal whether raising now would only lose what is being kept (True: noted, and only a second signal
+    raises): xdist's controller has passed it to workers that stop on their own, or a session is already
+    writing its results. Off the main thread: nothing is set."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -57,7 +58,7 @@ def signals_interrupt(
 
     def interrupt(number: int, frame: FrameType | None) -> None:
         received.append(number)
-        if len(received) == 1 and passed_on is not None and passed_on(number):
+        if len(received) == 1 and defer_first is not None and defer_first(number):
             raise_at[0] = 2
         elif len(received) == raise_at[0]:
             raise KeyboardInterrupt

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
@@ -24,6 +25,8 @@ session_key = pytest.StashKey["GpuperfSession"]()
 reporting_key = pytest.StashKey[bool]()
 stop_key = pytest.StashKey[tuple[contextlib.ExitStack, list[int]]]()
 """The handlers that make SIGTERM and SIGHUP stop the session as Ctrl-C does, and the signals received."""
+finishing_key = pytest.StashKey[bool]()
+"""Whether the session's tests have ended and it is finishing (tearing down, writing what finished)."""
 SESSION_SIGNALS = tuple(sig for sig in INTERRUPTING_SIGNALS if sig != signal.SIGINT)
 """pytest's own SIGINT handling (a second Ctrl-C ends at once) is kept; the others take its path."""
 
@@ -32,8 +35,22 @@ def stop_on_signals(config: pytest.Config) -> None:
     """From now to ``restore_signals``: SIGTERM and SIGHUP end the session as Ctrl-C does (controller and xdist
     workers alike), so Slurm's --time, scancel or an evicted pod still leave the results of what finished."""
     stack = contextlib.ExitStack()
-    received = stack.enter_context(signals_interrupt(SESSION_SIGNALS, passed_on=lambda sig: _to_workers(config, sig)))
+    received = stack.enter_context(signals_interrupt(SESSION_SIGNALS, defer_first=partial(_first_deferred, config)))
     config.stash[stop_key] = (stack, received)
+
+
+def tests_ended(config: pytest.Config) -> None:
+    """The session's tests have ended (or were stopped): what is left is its finish (fixtures torn down, xdist's
+    workers closed, the results written), which a stop signal must not cut short."""
+    config.stash[finishing_key] = True
+
+
+def _first_deferred(config: pytest.Config, sig: int) -> bool:
+    """Whether the first stop signal is noted rather than raised (a second one raises). During the finish:
+    raised, it would abort pytest's sessionfinish hooks (xdist's teardown of its workers runs before the results
+    are written) and lose every result, exit -2; noted, the session still ends with the signal's status and the
+    interrupted marker. During the tests: where xdist's controller passed it on to its workers."""
+    return config.stash.get(finishing_key, False) or _to_workers(config, sig)
 
 
 def _to_workers(config: pytest.Config, sig: int) -> bool:
