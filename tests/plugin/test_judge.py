@@ -165,3 +165,22 @@ def test_rejudge_reads_the_sessions_facts_back_as_the_session_decided() -> None:
         rules=RULES, recorded_verdict="PASS", recorded_reason="",
     )  # fmt: skip
     assert kept.verdict is Verdict.PASS and kept.reason == "steps: recorded verdict" and kept.ratio == plain.ratio
+
+
+def test_rejudge_spends_alpha_over_the_looks_the_session_recorded() -> None:
+    """A measurement extended by sequential sampling (perf.py records ``extended.looks``) is judged at alpha / looks
+    by the session; `gpuperf compare` reads the same looks back, so its row says the same."""
+    from pytest_gpuperf.core.verdict.judge import judge_on_machine, rejudge
+
+    samples = [1.0 + 0.001 * i for i in range(10)]
+    slower = [1.5 * s for s in samples]
+    extended = {"extended": {"looks": 3, "stopped": "decided"}}
+    session = judge_on_machine(
+        slower, [samples, samples], [{}, {}], context=extended, unit="s", higher_is_better=False, rules=RULES, looks=3
+    ).comparison
+    again = rejudge(slower, [samples, samples], [{}, {}], context=extended, unit="s", higher_is_better=False,
+                    rules=RULES)  # fmt: skip
+    assert again == session
+    assert session.reason.endswith(f"[3 looks, alpha {RULES.alpha / 3:.2g} each (sequential)]"), session.reason
+    once = rejudge(slower, [samples, samples], [{}, {}], context={}, unit="s", higher_is_better=False, rules=RULES)
+    assert "looks" not in once.reason

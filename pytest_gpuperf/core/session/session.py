@@ -254,7 +254,7 @@ class GpuperfSession:
 
     def evaluate_metric(self, nodeid: str, metric: MetricRecord) -> MetricResult:
         """The verdict on one metric (also asked mid-measurement, by sequential sampling), remembering nothing."""
-        rules = self.sibling_rules(nodeid, metric.name).for_looks(metric.looks)
+        rules = self.sibling_rules(nodeid, metric.name)
         stack = {**self.fingerprint.stack, **metric.stack}
         baseline = self.store.metric(nodeid, metric.name)
         stored = list(baseline.runs) if baseline else []
@@ -284,6 +284,7 @@ class GpuperfSession:
             rule=metric.rule,
             machine_check=self.settings.machine_check == "on",
             across_machines=across,
+            looks=metric.looks,
         )
         if runs:
             kind = ANOTHER_MACHINE if across else THIS_SITTING if sittings.joined else ANOTHER_SITTING
@@ -291,11 +292,6 @@ class GpuperfSession:
         comparison, runs = judged.comparison, judged.runs
         if judged.check is not None:
             context = {**context, "machine_check": judged.check.as_dict()}
-        if metric.looks > 1:
-            comparison = replace(
-                comparison,
-                reason=f"{comparison.reason} [{metric.looks} looks, alpha {rules.alpha:.2g} each (sequential)]",
-            )
         if metric.rule is not None:  # its own rule decided; the comparison's figures stay for the report
             context = {**context, "judged_by": metric.rule.name}
         baseline_stack = stored[-1].stack if runs else None

@@ -248,6 +248,7 @@ def judge_on_machine(
     machine_check: bool = True,
     sittings: Sittings | None = None,
     across_machines: bool = False,
+    looks: int = 1,
 ) -> MachineJudgement:
     """``judge`` with the machine's state: a contended measurement or baseline is a doubt that explains at most
     what its figures bound (machine/contention.py ``explains``), so a change beyond that is decided and anything
@@ -255,7 +256,11 @@ def judge_on_machine(
     host's state.
 
     ``across_machines``: the runs were recorded on another machine of this hardware key. A timing is then judged
-    with the spread between machines (``Rules.machine_noise``: a fleet's figure, else the device's prior)."""
+    with the spread between machines (``Rules.machine_noise``: a fleet's figure, else the device's prior).
+
+    ``looks``: how many rounds' samples sequential sampling pooled (perf.py ``_extend``); alpha is spent over
+    them (``Rules.for_looks``) and the reason says so."""
+    rules = rules.for_looks(looks)
     judged = [list(run) for run in runs]
     check: MachineCheck | None = None
     host_timed = not timed_on_device(context)
@@ -283,7 +288,18 @@ def judge_on_machine(
         comparison = replace(
             comparison, reason=f"{comparison.reason} (baseline run(s) {left_out} left out: recorded under contention)"
         )
+    if looks > 1:
+        comparison = replace(
+            comparison, reason=f"{comparison.reason} [{looks} looks, alpha {rules.alpha:.2g} each (sequential)]"
+        )
     return MachineJudgement(comparison=comparison, check=check, runs=judged)
+
+
+def recorded_looks(context: Mapping[str, Any]) -> int:
+    """How many looks sequential sampling took, as perf.py records them (``context["extended"]["looks"]``)."""
+    extended = context.get("extended")
+    looks = extended.get("looks") if isinstance(extended, Mapping) else None
+    return looks if isinstance(looks, int) and not isinstance(looks, bool) and looks >= 1 else 1
 
 
 def rejudge(
@@ -317,6 +333,7 @@ def rejudge(
         machine_check=machine_check,
         sittings=sittings,
         across_machines=across_machines,
+        looks=recorded_looks(context),
     ).comparison
     comparison = UNCONFIRMED.apply(comparison, context, rules.threshold)
     judged_by = context.get("judged_by")
