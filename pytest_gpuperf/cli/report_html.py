@@ -24,6 +24,7 @@ from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, c
 from pytest_gpuperf.cli.output import emit, printable
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
 from pytest_gpuperf.core.config.device_defaults import DEVICE_DEFAULTS
+from pytest_gpuperf.core.record.profiling import PROFILE_DIFF, stored_lines, us_text
 from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.schema import SchemaError
@@ -31,6 +32,39 @@ from pytest_gpuperf.core.verdict import rollup
 
 MAX_PLOTS = 60
 """Per section; a report of hundreds of plots is not read, the table still lists every metric."""
+
+
+def profile_section(runs: list[Run]) -> str:
+    """Per metric whose latest run is a judged change against a baseline profiled as it was (--gpuperf-profile),
+    the operators that moved and the whole diff (core/record/profiling.py ``stored_diff``); nothing otherwise."""
+    parts = []
+    for _, data, _ in latest_metrics(runs).values():
+        diff = data.context.get(PROFILE_DIFF)
+        lines = stored_lines(data.test, diff, data.verdict or "")
+        if not lines or not isinstance(diff, dict):
+            continue
+        rows = [_diff_row(op) for op in diff.get("ops") or [] if isinstance(op, dict)]
+        header = ["operator", "baseline", "this run", "calls", "per call (baseline)", "per call (this run)",
+                  "change", f"share of the {diff.get('direction')}", "only in / setup"]  # fmt: skip
+        parts.append(
+            f"<h3>{html.escape(data.test)} {html.escape(data.metric)}: {html.escape(data.verdict or '')}</h3>"
+            + "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+            + f"<p>{html.escape(cell_text(diff.get('clock')))} self time of each operator over the profiled call</p>"
+            + html_table(header, rows)
+        )
+    if not parts:
+        return ""
+    return "<h2>Operators that moved (baseline -> this run, both profiled)</h2>" + "".join(parts)
+
+
+def _diff_row(op: dict[str, Any]) -> list[str]:
+    """One operator of a stored diff: its times on each side, calls, time per call, change and share."""
+    times = [us_text(_number(op.get(key))) for key in ("a_us", "b_us")]
+    per_call = [us_text(_number(op.get(key))) for key in ("a_us_per_call", "b_us_per_call", "change_us")]
+    share = _number(op.get("share"))
+    where = "setup" if op.get("setup") else {"A": "the baseline", "B": "this run"}.get(str(op.get("only_in")), "")
+    calls = f"{cell_text(op.get('a_count'))} -> {cell_text(op.get('b_count'))}"
+    return [cell_text(op.get("name")), *times, calls, *per_call, "-" if share is None else f"{share:.0%}", where]
 
 
 def stack_labels(runs: list[Run]) -> dict[Path, str]:
@@ -552,6 +586,7 @@ def build_report(
             parts += [
                 f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
                 rollup_section(runs),
+                profile_section(runs),
                 ratio_section(runs),
                 throughput_section(runs, labels),
                 summary_section(runs, labels),

@@ -308,6 +308,7 @@ class GpuperfSession:
         note = machine_note(metric.context, [run.context for run in stored]) if runs else None
         if note:
             context = {**context, "machine_note": note}
+        context = self._profile_diff(context, stored if runs else [], comparison.verdict)
         return MetricResult(
             test=nodeid,
             metric=metric.name,
@@ -321,6 +322,19 @@ class GpuperfSession:
             baseline_stack=baseline_stack,
             stack_changes=stack_changes(baseline_stack, stack) if baseline_stack else [],
         )
+
+    @staticmethod
+    def _profile_diff(context: dict[str, Any], stored: list[MetricRun], verdict: Verdict) -> dict[str, Any]:
+        """The context with the diff of the baseline's operator summary and this run's (--gpuperf-profile on both
+        sides), its movers those of the verdict's change; without a summary on either side, none (a stale one a
+        confirmation's results carried is dropped)."""
+        if "profile" not in context:  # profiling off: core/record/profiling.py is not imported
+            return context
+        from pytest_gpuperf.core.record.profiling import PROFILE_DIFF, stored_diff
+
+        context = {key: value for key, value in context.items() if key != PROFILE_DIFF}
+        diff = stored_diff([run.context for run in stored], context, verdict.value)
+        return context if diff is None else {**context, PROFILE_DIFF: diff}
 
     def accept(self, perf: Perf, results: list[MetricResult]) -> None:
         """Keep a test's final results for the report, and its measurements as runs to save.
