@@ -21,7 +21,7 @@ from pytest_gpuperf.ab.bisect_search import Outcome, SearchResult, verdict_line
 from pytest_gpuperf.ab.bisection import Bisection, bisect, bisect_document, summary
 from pytest_gpuperf.ab.builders import CachedBuilder, Stack, TemplateError, canonical, pins_text
 from pytest_gpuperf.ab.model import AbError, AbResult, document_text
-from pytest_gpuperf.cli.ab import EXIT_NOTHING_COMPARED, nothing_compared, plan_from_args, terminal_text
+from pytest_gpuperf.cli.ab import EXIT_NOTHING_COMPARED, nothing_compared, plan_from_args, profile_notes, terminal_text
 from pytest_gpuperf.cli.loading import InputError
 from pytest_gpuperf.cli.output import write_text
 from pytest_gpuperf.core.record.children import signals_interrupt
@@ -102,8 +102,16 @@ def run(args: argparse.Namespace) -> int:
         if nothing:  # not a pass: no metric was judged, so no regression could have been seen
             say(f"gpuperf bisect: nothing compared: {nothing}")
             return EXIT_NOTHING_COMPARED
+    profiled = []
     for (test, metric), result in searches.items():
         print(terminal_text(verdict_line(f"{test} {metric}", result, good, bad)))
+        last = bisection.runs.get(result.culprits)
+        if isinstance(last, AbResult) and last.profile is not None and last not in profiled:
+            profiled.append(last)
+    for last in profiled:  # what the profiled last step says moved, as under `gpuperf ab --profile`'s table
+        print(f"last step {last.plan.out_dir}, profiled:")
+        for line in profile_notes(last):
+            print(terminal_text(line))
     return 1 if whole.regressed() else 0
 
 
