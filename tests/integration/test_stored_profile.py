@@ -74,6 +74,7 @@ def test_a_regression_against_a_profiled_baseline_names_the_operator_that_moved(
     results = {entry["test"]: entry for entry in json.loads((pytester.path / "new.json").read_text())["results"]}
     slow, same = results["test_ops.py::test_slow"], results["test_ops.py::test_same"]
     assert slow["verdict"] == "REGRESSED", slow["comparison"]["reason"]
+    assert "profile_note" not in slow["context"]  # both sides profiled: nothing to warn of
     diff = slow["context"]["profile_diff"]
     assert diff["movers"][0] == "aten::mm" and diff["ops"][0]["name"] == "aten::mm"
     mm = diff["ops"][0]  # per timed call of the test, whatever rounds each session took: 1 product -> 3

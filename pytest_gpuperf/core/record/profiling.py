@@ -42,6 +42,8 @@ PROFILE = "profile"
 """The key of a metric's context (results and baseline runs) that holds its test's summary."""
 PROFILE_DIFF = "profile_diff"
 """The key of a judged metric's context that holds the diff of its baseline's summary and this run's."""
+PROFILE_NOTE = "profile_note"
+"""The key of a judged metric's context that says one of this run and its baseline ran under the profiler."""
 CHANGED = {"REGRESSED": 1, "IMPROVED": -1}
 """The verdicts whose change a diff explains, with its direction (``kernel_diff``'s ``changed``)."""
 
@@ -258,6 +260,20 @@ def stored_diff(baseline: Iterable[dict[str, Any]], context: dict[str, Any], ver
     if not isinstance(now, dict) or before is None:
         return None
     return summary_diff(before, now, CHANGED.get(verdict, 0))
+
+
+def mixed_note(baseline: Iterable[dict[str, Any]], context: dict[str, Any]) -> str | None:
+    """Where one of this run and the baseline runs it is judged against was measured under the profiler and the
+    other was not: that the profiler's own cost per operator call is in the ratio. None where both or neither were."""
+    before = any(isinstance(run.get(PROFILE), dict) for run in baseline)
+    now = isinstance(context.get(PROFILE), dict)
+    if before == now:
+        return None
+    profiled, plain = ("this run", "its baseline") if now else ("its baseline", "this run")
+    return (
+        f"{profiled} was measured under --gpuperf-profile and {plain} was not: the profiler's cost per operator "
+        "call is in the ratio (benchmarks/README.md measures it); compare profiled runs with a profiled baseline"
+    )
 
 
 def stored_lines(test: str, diff: Any, verdict: str) -> list[str]:

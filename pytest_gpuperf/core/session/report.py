@@ -56,6 +56,8 @@ def describe(result: MetricResult) -> str:
         lines.append("  evidence: " + rollup.evidence(result.verdict.value, note if isinstance(note, str) else None))
         lines.extend("  " + line for line in stack_lines([result]))
     lines.extend("  moved: " + line for line in mover_lines(result))
+    if isinstance(result.context.get("profile_note"), str):
+        lines.append(f"  note: {result.context['profile_note']}")
     return "\n".join(lines)
 
 
@@ -161,6 +163,10 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
     lines += fit_table(header, cells, width=width, shrink=(1, 0, 6))
     if notes:
         lines += textwrap.wrap(machine_notes_line(notes, len(results)), width, subsequent_indent="    ")
+    mixed = [result for result in results if isinstance(result.context.get("profile_note"), str)]
+    if mixed:
+        lines += textwrap.wrap(f"{len(mixed)} metric(s): {mixed[0].context['profile_note']}", width,
+                               subsequent_indent="    ")  # fmt: skip
     moved = list(dict.fromkeys(line for result in results for line in mover_lines(result)))  # once per test
     if moved:
         lines.append("moved (baseline -> this run, both profiled; the whole diff: the results' profile_diff):")
