@@ -259,7 +259,10 @@ def stored_diff(baseline: Iterable[dict[str, Any]], context: dict[str, Any], ver
     before = next((run[PROFILE] for run in reversed(list(baseline)) if isinstance(run.get(PROFILE), dict)), None)
     if not isinstance(now, dict) or before is None:
         return None
-    return summary_diff(before, now, CHANGED.get(verdict, 0))
+    try:
+        return summary_diff(before, now, CHANGED.get(verdict, 0))
+    except (KeyError, TypeError, ValueError, AttributeError):  # a summary edited by hand: no diff is guessed
+        return None
 
 
 def mixed_note(baseline: Iterable[dict[str, Any]], context: dict[str, Any]) -> str | None:
