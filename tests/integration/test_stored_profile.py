@@ -4,6 +4,7 @@ operators that moved, in the results, the terminal, `gpuperf compare` and `gpupe
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -45,17 +46,25 @@ ARGS = ("-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--gpup
 
 
 @pytest.fixture
-def profiler_imported() -> None:
-    """torch.profiler and what a profile imports on first use, imported before pytester's snapshot of the
-    modules: imported inside its run, they would be removed after it and register torch's libraries twice."""
+def imported_first() -> None:
+    """torch.profiler, matplotlib (`gpuperf report`) and what a profile and a drawn figure import on first use,
+    imported before pytester's snapshot of the modules: imported inside it, they would be removed after this test,
+    and the next test of this process would register torch's libraries twice or mix two matplotlibs."""
     profiler = pytest.importorskip("torch.profiler")
     with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as prof:
         pytest.importorskip("torch").ones(2).add_(1)
-    prof.key_averages()
+    prof.key_averages(), prof.events()
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, _ = plt.subplots()
+    figure.savefig(io.BytesIO(), format="png")
+    plt.close(figure)
 
 
 def test_a_regression_against_a_profiled_baseline_names_the_operator_that_moved(
-    profiler_imported: None, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+    imported_first: None, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     monkeypatch.setenv("ONEDNN_VERBOSE", "1")  # what the profiler sets, undone after this test
