@@ -136,5 +136,6 @@ def test_the_stored_path_diffs_the_newest_profiled_baseline_run_and_says_nothing
     assert stored_diff([{}], {"profile": now}, "REGRESSED") is None and stored_diff(runs, {}, "REGRESSED") is None
     assert stored_diff([{"profile": {"ops": 5}}], {"profile": now}, "REGRESSED") is None  # edited by hand
     assert mixed_note(runs, {"profile": now}) is None and mixed_note([{}], {}) is None
+    assert mixed_note([], {"profile": now}) is None  # no baseline, nothing judged against it
     assert (mixed_note([{}], {"profile": now}) or "").startswith("this run was measured under --gpuperf-profile")
     assert (mixed_note(runs, {}) or "").startswith("its baseline was measured under --gpuperf-profile")

@@ -265,14 +265,21 @@ def stored_diff(baseline: Iterable[dict[str, Any]], context: dict[str, Any], ver
         return None
 
 
-def mixed_note(baseline: Iterable[dict[str, Any]], context: dict[str, Any]) -> str | None:
+def mixed_note(
+    baseline: Iterable[dict[str, Any]],
+    context: dict[str, Any],
+    *,
+    names: tuple[str, str] = ("its baseline", "this run"),
+) -> str | None:
     """Where one of this run and the baseline runs it is judged against was measured under the profiler and the
-    other was not: that the profiler's own cost per operator call is in the ratio. None where both or neither were."""
+    other was not: that the profiler's own cost per operator call is in the ratio. None where both or neither were.
+    ``names``: the baseline's and this run's in the sentence."""
+    baseline = list(baseline)
     before = any(isinstance(run.get(PROFILE), dict) for run in baseline)
     now = isinstance(context.get(PROFILE), dict)
-    if before == now:
+    if not baseline or before == now:  # no baseline: nothing is judged against
         return None
-    profiled, plain = ("this run", "its baseline") if now else ("its baseline", "this run")
+    profiled, plain = names[::-1] if now else names
     return (
         f"{profiled} was measured under --gpuperf-profile and {plain} was not: the profiler's cost per operator "
         "call is in the ratio (benchmarks/README.md measures it); compare profiled runs with a profiled baseline"
