@@ -102,17 +102,22 @@ def run(args: argparse.Namespace) -> int:
         if nothing:  # not a pass: no metric was judged, so no regression could have been seen
             say(f"gpuperf bisect: nothing compared: {nothing}")
             return EXIT_NOTHING_COMPARED
-    profiled = []
     for (test, metric), result in searches.items():
         print(terminal_text(verdict_line(f"{test} {metric}", result, good, bad)))
-        last = bisection.runs.get(result.culprits)
-        if isinstance(last, AbResult) and last.profile is not None and last not in profiled:
-            profiled.append(last)
-    for last in profiled:  # what the profiled last step says moved, as under `gpuperf ab --profile`'s table
-        print(f"last step {last.plan.out_dir}, profiled:")
-        for line in profile_notes(last):
-            print(terminal_text(line))
+    for line in last_step_lines(bisection, searches):
+        print(terminal_text(line))
     return 1 if whole.regressed() else 0
+
+
+def last_step_lines(bisection: Bisection, searches: dict[tuple[str, str], SearchResult]) -> list[str]:
+    """Under the verdict lines, what each profiled last step (``--profile``) says moved, as under `gpuperf ab
+    --profile`'s table; a step that two searches share, once."""
+    profiled: list[AbResult] = []
+    for result in searches.values():
+        last = bisection.runs.get(result.culprits)
+        if isinstance(last, AbResult) and last.profile is not None and all(last is not p for p in profiled):
+            profiled.append(last)
+    return [line for last in profiled for line in [f"last step {last.plan.out_dir}, profiled:", *profile_notes(last)]]
 
 
 def _metric(text: str) -> tuple[str, str]:

@@ -305,6 +305,10 @@ def test_bisect_profile_profiles_only_the_culprits_step_and_keeps_its_diff(tmp_p
     [search] = bisect_document(bisection, 2, whole, searches)["searches"]
     assert search["profile"]["error"] is None and search["profile"]["diff"]["movers"] == ["aten::mm"]
     assert bisection.sessions == sessions.count
+    from pytest_gpuperf.cli.bisect import last_step_lines
+
+    lines = last_step_lines(bisection, searches)
+    assert lines[0].startswith("last step ") and lines[1].startswith("t.py::test_x: aten::mm carries "), lines
 
 
 def test_report_draws_a_bisection(tmp_path: Path) -> None:
