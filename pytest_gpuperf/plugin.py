@@ -208,6 +208,9 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if recorder is None or not (recorder.metrics or recorder.curves) or not reporting(item.config):
         return outcome
     session = gpuperf_session(item.config)
+    profiler = item.config.pluginmanager.get_plugin("gpuperf-profiler")  # --gpuperf-profile: its call's summary
+    if profiler is not None:
+        profiler.attach(recorder.nodeid, recorder.metrics)
     from pytest_gpuperf.core.session.attempts import settle
 
     try:

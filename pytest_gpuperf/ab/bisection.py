@@ -28,7 +28,7 @@ from pytest_gpuperf.ab.bisect_search import (
     verdict_line,
 )
 from pytest_gpuperf.ab.builders import Builder, BuildError, Stack, mixed_stack
-from pytest_gpuperf.ab.engine import run_ab
+from pytest_gpuperf.ab.engine import profile_sides, run_ab
 from pytest_gpuperf.ab.model import AbError, AbPlan, AbResult
 from pytest_gpuperf.ab.pairs.sequential import SessionRunner, subprocess_runner
 from pytest_gpuperf.core.verdict.vocabulary import Verdict
@@ -72,7 +72,7 @@ class Bisection:
             return str(error)
         out_dir = self.out / "steps" / f"{index:02d}-{name}"[:80]
         plan = dataclasses.replace(self.base, cmd_a=cmd_a, cmd_b=cmd_b, out_dir=out_dir)
-        plan = dataclasses.replace(plan, metrics=metrics)
+        plan = dataclasses.replace(plan, metrics=metrics, profile=False)  # only the last step is profiled
         self.ab_runs += 1
         try:
             result = run_ab(plan, runner=self.runner)
@@ -101,6 +101,22 @@ class Bisection:
             f"{builds} build(s) ({failed_builds} failed), {self.ab_runs} ab run(s), {self.unbuildable} unbuildable "
             f"split(s), {self.sessions} session(s)"
         )
+
+    def profile_last_step(self, culprits: frozenset[str]) -> AbResult | None:
+        """With ``base.profile``: the step that swapped exactly ``culprits`` (the last of a search that found them),
+        profiled as `gpuperf ab --profile` does, one more session per side after its verdict (ab/engine.py
+        ``profile_sides``), once; its ab.json written again. None: not asked, or that step has no ab run."""
+        result = self.runs.get(culprits)
+        if not self.base.profile or not culprits or not isinstance(result, AbResult):
+            return None
+        if result.profile is None:
+            try:
+                profile_sides(result, self.runner)
+            except AbError as error:  # the search's verdict stands; only its profile is missing
+                result.profile = {"error": str(error)}
+            self.sessions += 2
+            self._write(result.plan.out_dir / "ab.json", result.as_dict())
+        return result
 
     def _write(self, path: Path, document: dict[str, Any]) -> None:
         if self.write is not None:
@@ -157,6 +173,7 @@ def bisect(
 
         full = trial_of(bisection.runs[full_key], key)
         searches[key] = search(bisection.good, bisection.bad, judge, full=full, on_step=report)
+        bisection.profile_last_step(searches[key].culprits)
     return whole, searches
 
 
@@ -179,6 +196,17 @@ def summary(result: AbResult) -> str:
         name = "MISSING" if metric.missing else metric.verdict.value
         counts[name] = counts.get(name, 0) + 1
     return ", ".join(f"{n} {name}" for name, n in sorted(counts.items())) or "no metrics"
+
+
+def last_step_profile(bisection: Bisection, test: str, culprits: frozenset[str]) -> dict[str, Any] | None:
+    """The profiled last step's diff for one test (ab/engine.py ``profile_sides``: the good stack as A, the
+    culprits swapped in as B), or why there is none; None where it was not profiled."""
+    run = bisection.runs.get(culprits)
+    if not isinstance(run, AbResult) or run.profile is None:
+        return None
+    profile = run.profile
+    diff = profile.get("diff") or {}
+    return {"step": str(run.plan.out_dir), "error": profile.get("error"), "diff": diff.get("tests", {}).get(test)}
 
 
 def bisect_document(
@@ -219,6 +247,7 @@ def bisect_document(
                 "metric": metric,
                 "verdict": verdict_line(f"{test} {metric}", result, bisection.good, bisection.bad),
                 **result.as_dict(),
+                "profile": last_step_profile(bisection, test, result.culprits),
             }
             for (test, metric), result in searches.items()
         ],

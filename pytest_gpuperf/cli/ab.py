@@ -272,10 +272,10 @@ def table(result: AbResult) -> list[str]:
                 f"{metric.reason()}); "
                 + (f"~{needed} pairs would decide it if the change held" if needed else "no number of pairs would")
             )
-    return lines + [terminal_text(note) for note in notes + _profile_notes(result)]
+    return lines + [terminal_text(note) for note in notes + profile_notes(result)]
 
 
-def _profile_notes(result: AbResult) -> list[str]:
+def profile_notes(result: AbResult) -> list[str]:
     """Under the verdict, what the profiled sessions (one per side, never judged) say moved."""
     profile = result.profile
     if profile is None:

@@ -21,7 +21,7 @@ from pytest_gpuperf.ab.bisect_search import Outcome, SearchResult, verdict_line
 from pytest_gpuperf.ab.bisection import Bisection, bisect, bisect_document, summary
 from pytest_gpuperf.ab.builders import CachedBuilder, Stack, TemplateError, canonical, pins_text
 from pytest_gpuperf.ab.model import AbError, AbResult, document_text
-from pytest_gpuperf.cli.ab import EXIT_NOTHING_COMPARED, nothing_compared, plan_from_args, terminal_text
+from pytest_gpuperf.cli.ab import EXIT_NOTHING_COMPARED, nothing_compared, plan_from_args, profile_notes, terminal_text
 from pytest_gpuperf.cli.loading import InputError
 from pytest_gpuperf.cli.output import write_text
 from pytest_gpuperf.core.record.children import signals_interrupt
@@ -104,7 +104,20 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_NOTHING_COMPARED
     for (test, metric), result in searches.items():
         print(terminal_text(verdict_line(f"{test} {metric}", result, good, bad)))
+    for line in last_step_lines(bisection, searches):
+        print(terminal_text(line))
     return 1 if whole.regressed() else 0
+
+
+def last_step_lines(bisection: Bisection, searches: dict[tuple[str, str], SearchResult]) -> list[str]:
+    """Under the verdict lines, what each profiled last step (``--profile``) says moved, as under `gpuperf ab
+    --profile`'s table; a step that two searches share, once."""
+    profiled: list[AbResult] = []
+    for result in searches.values():
+        last = bisection.runs.get(result.culprits)
+        if isinstance(last, AbResult) and last.profile is not None and all(last is not p for p in profiled):
+            profiled.append(last)
+    return [line for last in profiled for line in [f"last step {last.plan.out_dir}, profiled:", *profile_notes(last)]]
 
 
 def _metric(text: str) -> tuple[str, str]:

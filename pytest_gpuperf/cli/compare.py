@@ -17,6 +17,14 @@ import numpy as np
 
 from pytest_gpuperf.cli.loading import InputError, Side, load_side, quote
 from pytest_gpuperf.cli.tables import render, write_output
+from pytest_gpuperf.core.record.profiling import (
+    PROFILE,
+    PROFILE_DIFF,
+    PROFILE_NOTE,
+    mixed_note,
+    stored_diff,
+    stored_lines,
+)
 from pytest_gpuperf.core.stats.sittings import group_sittings
 from pytest_gpuperf.core.stats.unpaired import Rules, summarize, with_siblings
 from pytest_gpuperf.core.verdict import rollup
@@ -116,6 +124,11 @@ def compare_sides(base: Side, new: Side, rules: Rules) -> list[dict[str, Any]]:
         note = rollup.machine_note(latest.context, [run.context for run in base_runs])
         row["machine_note"] = note
         row["evidence"] = rollup.evidence(result.verdict.value, note, source="BASE")
+        if PROFILE in latest.context:  # both profiled (--gpuperf-profile): the operators that moved, BASE -> NEW
+            row[PROFILE_DIFF] = stored_diff([run.context for run in base_runs], latest.context, row["verdict"])
+        mixed = mixed_note([run.context for run in base_runs], latest.context, names=("BASE", "NEW"))
+        if mixed:  # one side measured under the profiler: its cost is in the ratio
+            row[PROFILE_NOTE] = mixed
         rows.append(row)
     return rows
 
@@ -160,6 +173,13 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
     notes.append(", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items())) or "no metrics found")
+    moved = dict.fromkeys(line for row in rows for line in stored_lines(row["test"], row.get(PROFILE_DIFF),
+                                                                          row["verdict"]))  # fmt: skip
+    if moved:
+        notes += ["moved (BASE -> NEW, both profiled; the whole diff: --format json, profile_diff):", *moved]
+    mixed = [row for row in rows if row.get(PROFILE_NOTE)]
+    if mixed:
+        notes.append(f"{len(mixed)} metric(s): {mixed[0][PROFILE_NOTE]}")
     text = render(
         title=f"gpuperf compare {base.source} -> {new.source}",
         columns=COLUMNS,

@@ -449,6 +449,12 @@ def _add_bisect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="bisect this metric (repeatable); default: those the good-vs-bad run finds REGRESSED",
     )
     _add_ab_options(bisect)
+    bisect.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the search, one more session per side of each culprit's step under torch.profiler (never "
+        "judged), as `gpuperf ab --profile`: the operators that carry its change, in bisect.json",
+    )
     bisect.add_argument("--out", metavar="DIR", help="steps, envs and bisect.json (default gpuperf-bisect/<UTC time>)")
     bisect.add_argument("--cache", metavar="DIR", help="where built stacks are kept by pin set (default OUT/envs)")
     bisect.add_argument("--junitxml", metavar="FILE", help="also write one testcase per bisected metric as JUnit")

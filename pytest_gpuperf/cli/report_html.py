@@ -23,6 +23,7 @@ from pytest_gpuperf.cli.history import order_runs
 from pytest_gpuperf.cli.loading import CurveData, InputError, MetricData, Run, check_regular_file, load_path, quote
 from pytest_gpuperf.cli.output import emit, printable
 from pytest_gpuperf.cli.tables import cell_text, html_page, html_table, write_output
+from pytest_gpuperf.core.record.profiling import PROFILE_DIFF, mover_lines, stored_lines, us_text
 from pytest_gpuperf.core.stats.unpaired import summarize
 from pytest_gpuperf.core.store import schema
 from pytest_gpuperf.core.store.schema import SchemaError
@@ -31,6 +32,70 @@ from pytest_gpuperf.core.verdict.policy import setting
 
 MAX_PLOTS = 60
 """Per section; a report of hundreds of plots is not read, the table still lists every metric."""
+
+
+STORED_SIDES = {"A": "baseline", "B": "this run"}
+"""A stored diff's sides: the baseline's profiled run (A) and this run (B)."""
+
+
+def profile_section(runs: list[Run]) -> str:
+    """Per metric whose latest run is a judged change against a baseline profiled as it was (--gpuperf-profile),
+    the operators that moved and the whole diff (core/record/profiling.py ``stored_diff``); nothing otherwise."""
+    parts = []
+    for _, data, _ in latest_metrics(runs).values():
+        diff = data.context.get(PROFILE_DIFF)
+        lines = stored_lines(data.test, diff, data.verdict or "")
+        if lines and isinstance(diff, dict):
+            title = f"{data.test} {data.metric}: {data.verdict}"
+            parts.append(diff_table(title, lines, diff, STORED_SIDES))
+    if not parts:
+        return ""
+    return "<h2>Operators that moved (baseline -> this run, both profiled)</h2>" + "".join(parts)
+
+
+def ab_profile(document: dict[str, Any]) -> str:
+    """A `gpuperf ab --profile` result's profiled sessions: per test whose metric changed, its movers and the
+    whole diff of side A's operators against side B's; why there is none, where its sessions failed."""
+    profile = document.get("profile")
+    if not isinstance(profile, dict):
+        return ""
+    error = f"<p>profiled sessions: {html.escape(str(profile['error']))}</p>" if profile.get("error") else ""
+    raw = profile.get("diff")
+    diff: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    tests: dict[str, Any] = diff["tests"] if isinstance(diff.get("tests"), dict) else {}
+    parts = []
+    for test, entry in tests.items():
+        if not isinstance(entry, dict) or not entry.get("movers"):
+            continue  # a test whose metric did not change: ab.json keeps its diff, the page names nothing
+        try:
+            lines = mover_lines({"tests": {test: entry}})
+        except (KeyError, TypeError, ValueError):  # an ab.json edited by hand
+            continue
+        parts.append(diff_table(f"{test}: profiled sides", lines, entry, {"A": "A", "B": "B"}))
+    return error + "".join(parts)
+
+
+def diff_table(title: str, lines: list[str], diff: dict[str, Any], sides: dict[str, str]) -> str:
+    """One test's operator diff: its mover lines, then every operator's times on each side, calls, time per call,
+    change and share of the test's change."""
+    header = ["operator", sides["A"], sides["B"], "calls", f"per call ({sides['A']})", f"per call ({sides['B']})",
+              "change", f"share of the {cell_text(diff.get('direction'))}", "only in / setup"]  # fmt: skip
+    rows = [_diff_row(op, sides) for op in diff.get("ops") or [] if isinstance(op, dict)]
+    return (
+        f"<h3>{html.escape(title)}</h3>"
+        + "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+        + f"<p>{html.escape(cell_text(diff.get('clock')))} self time of each operator over the profiled call</p>"
+        + html_table(header, rows)
+    )
+
+
+def _diff_row(op: dict[str, Any], sides: dict[str, str]) -> list[str]:
+    times = [us_text(_number(op.get(key))) for key in ("a_us", "b_us")]
+    per_call = [us_text(_number(op.get(key))) for key in ("a_us_per_call", "b_us_per_call", "change_us")]
+    share = _number(op.get("share"))
+    where = "setup" if op.get("setup") else sides.get(str(op.get("only_in")), "")
+    calls = f"{cell_text(op.get('a_count'))} -> {cell_text(op.get('b_count'))}"
+    return [cell_text(op.get("name")), *times, calls, *per_call, "-" if share is None else f"{share:.0%}", where]
 
 
 def stack_labels(runs: list[Run]) -> dict[Path, str]:
@@ -488,7 +553,7 @@ def ab_section(document: dict[str, Any], source: str) -> str:
         f"<p>A: <code>{html.escape(' '.join(command.get('a') or []))}</code>; B: "
         f"<code>{html.escape(' '.join(command.get('b') or []))}</code>; order "
         f"{html.escape(' '.join(document.get('order') or []))}; stopped: {html.escape(str(document.get('stopped')))}; "
-        f"stack changes: {html.escape(changes)}</p>" + html_table(header, cells) + "".join(plots)
+        f"stack changes: {html.escape(changes)}</p>" + html_table(header, cells) + "".join(plots) + ab_profile(document)
     )
 
 
@@ -552,6 +617,7 @@ def build_report(
             parts += [
                 f"<p>{len(runs)} run(s): {', '.join(html.escape(cell_text(run.label)) for run in runs)}</p>",
                 rollup_section(runs),
+                profile_section(runs),
                 ratio_section(runs),
                 throughput_section(runs, labels),
                 summary_section(runs, labels),

@@ -185,3 +185,25 @@ def test_a_valid_ab_json_at_the_limits_still_draws(tmp_path: Path, capsys: pytes
     assert code == 0, capsys.readouterr().err
     page = (tmp_path / "r.html").read_text()
     assert "A/B comparison" in page and "Bisection" in page and "torch 2.13.0 -&gt; 2.14.1" in page
+
+
+def test_an_ab_json_with_profiled_sides_draws_the_whole_diff_and_a_mangled_one_names_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_gpuperf.core.record.profiling import kernel_diff
+
+    def side(mm_calls: int) -> dict[str, Any]:
+        ops = [{"name": "aten::mm", "count": mm_calls, "self_cpu_us": 20.0 * mm_calls, "self_device_us": 0.0},
+               {"name": "aten::relu", "count": 7, "self_cpu_us": 35.0, "self_device_us": 0.0}]  # fmt: skip
+        return {"tests": {"t.py::test_x": {"activities": ["cpu"], "ops": ops, "implementations": [], "calls": 7}}}
+
+    diff = kernel_diff(side(7), side(21), {"t.py::test_x": 1})
+    (tmp_path / "ab.json").write_text(json.dumps({**AB, "profile": {"files": {}, "error": None, "diff": diff}}))
+    assert cli.main(["report", str(tmp_path / "ab.json"), "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "t.py::test_x: aten::mm carries 100% of the profiled slowdown" in page
+    assert page.count('<td class="">aten::mm</td>') == 1 and page.count('<td class="">aten::relu</td>') == 1
+    mangled = {"error": None, "diff": {"tests": {"t.py::test_x": {"movers": ["aten::mm"], "ops": 5}}}}
+    (tmp_path / "ab.json").write_text(json.dumps({**AB, "profile": mangled}))
+    assert cli.main(["report", str(tmp_path / "ab.json"), "-o", str(tmp_path / "r.html")]) == 0, capsys.readouterr()
+    assert "aten::mm" not in (tmp_path / "r.html").read_text()

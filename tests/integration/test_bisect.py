@@ -237,6 +237,7 @@ class Sessions:
 
     def __init__(self) -> None:
         self.count = 0
+        self.profiled: list[dict[str, str]] = []
 
     def __call__(
         self, argv: list[str], *, log_file: Path, timeout: object, cwd: object, env: object
@@ -255,6 +256,14 @@ class Sessions:
             ],
         }  # fmt: skip
         Path(argv[argv.index("--gpuperf-results") + 1]).write_text(json.dumps(document))
+        if "--gpuperf-profile" in argv:  # a profiled session: its matrix product runs 3x where c is at 2
+            self.profiled.append(stack)
+            calls = 3 if stack.get("c") == "2" else 1
+            ops = [{"name": "aten::mm", "count": 7 * calls, "self_cpu_us": 140.0 * calls, "self_device_us": 0.0},
+                   {"name": "aten::relu", "count": 7, "self_cpu_us": 30.0, "self_device_us": 0.0}]  # fmt: skip
+            entry = {"activities": ["cpu"], "ops": ops, "implementations": [], "calls": 7}
+            summary = {"schema": "gpuperf-profile/1", "notes": [], "tests": {"t.py::test_x": entry}}
+            Path(argv[argv.index("--gpuperf-profile") + 1]).write_text(json.dumps(summary))
         return 0, 0.01
 
 
@@ -279,6 +288,27 @@ def test_bisection_over_the_ab_engine_skips_unbuildable_stacks(tmp_path: Path) -
     assert any("UNBUILDABLE" in line and "ResolutionImpossible" in line for line in lines)
     assert bisection.sessions == sessions.count > 0
     assert result.alone["rest"].outcome.value == "SAME", lines
+
+
+def test_bisect_profile_profiles_only_the_culprits_step_and_keeps_its_diff(tmp_path: Path) -> None:
+    from pytest_gpuperf.ab.bisection import Bisection, bisect, bisect_document
+    from pytest_gpuperf.ab.model import AbPlan
+
+    good, bad = {"a": "1", "c": "1"}, {"a": "2", "c": "2"}
+    base = AbPlan(cmd_a=(), cmd_b=(), pytest_args=("t.py",), out_dir=tmp_path, profile=True)
+    sessions = Sessions()
+    bisection = Bisection(good=good, bad=bad, out=tmp_path, base=base, builder=scripted_stack, runner=sessions)
+    whole, searches = bisect(bisection, None)
+    (result,) = searches.values()
+    assert result.culprits == {"c"} and whole.profile is None  # the good-vs-bad run is not the last step
+    assert sessions.profiled == [good, {"a": "1", "c": "2"}]  # one session per side of the culprit's step
+    [search] = bisect_document(bisection, 2, whole, searches)["searches"]
+    assert search["profile"]["error"] is None and search["profile"]["diff"]["movers"] == ["aten::mm"]
+    assert bisection.sessions == sessions.count
+    from pytest_gpuperf.cli.bisect import last_step_lines
+
+    lines = last_step_lines(bisection, searches)
+    assert lines[0].startswith("last step ") and lines[1].startswith("t.py::test_x: aten::mm carries "), lines
 
 
 def test_report_draws_a_bisection(tmp_path: Path) -> None:

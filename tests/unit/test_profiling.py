@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_gpuperf.core.record.profiling import kernel_diff, mover_lines, onednn_implementations
+from pytest_gpuperf.core.record.profiling import (
+    kernel_diff,
+    mixed_note,
+    mover_lines,
+    onednn_implementations,
+    stored_diff,
+    stored_lines,
+)
 
 # Printed by torch 2.13.0+cpu (oneDNN v3.12.0) for conv2d of an 8x64x56x56 input, contiguous then channels-last
 VERBOSE = "\n".join(
@@ -103,3 +110,32 @@ def test_an_operator_or_implementation_on_one_side_only_is_said_as_such() -> Non
     lines = mover_lines(diff)
     assert lines[0].endswith("; only in B")
     assert lines[1] == f"t.py::test_x: oneDNN convolution {CONV}: jit:avx512_core replaced by brg_conv_fwd:avx512_core"
+
+
+def test_sessions_that_timed_a_different_number_of_calls_compare_per_call() -> None:
+    """B's session measured one round of 8 calls, A's three rounds (22 calls): per timed call aten::mm went from
+    1 call to 3 and leads; by totals A's extra rounds would have read as B being faster."""
+    a = side(op("aten::mm", 22, 440.0), op("aten::add", 22, 220.0), op("aten::relu", 22, 110.0))
+    b = side(op("aten::mm", 24, 480.0), op("aten::add", 8, 80.0), op("aten::relu", 8, 40.0))
+    a["tests"]["t.py::test_x"]["calls"], b["tests"]["t.py::test_x"]["calls"] = 22, 8
+    entry = kernel_diff(a, b, {"t.py::test_x": 1})["tests"]["t.py::test_x"]
+    assert entry["movers"] == ["aten::mm"] and entry["a_scale"] == 8 / 22
+    assert entry["ops"][0]["a_us"] == 440.0 * 8 / 22 and entry["ops"][0]["a_us_per_call"] == 20.0
+    assert "1 -> 3 calls per timed call" in mover_lines(kernel_diff(a, b, {"t.py::test_x": 1}))[0]
+
+
+def test_the_stored_path_diffs_the_newest_profiled_baseline_run_and_says_nothing_without_one() -> None:
+    base = side(op("aten::mm", 10, 1000.0), op("aten::add", 10, 200.0))["tests"]["t.py::test_x"]
+    now = side(op("aten::mm", 30, 3000.0), op("aten::add", 10, 200.0))["tests"]["t.py::test_x"]
+    runs = [{"profile": now}, {"profile": base}, {"machine_id": "m"}]  # the newest profiled run is the baseline's
+    diff = stored_diff(runs, {"profile": now}, "REGRESSED")
+    assert diff is not None and diff["movers"] == ["aten::mm"] and diff["ops"][0]["a_us"] == 1000.0
+    [line] = stored_lines("t.py::test_x", diff, "REGRESSED")
+    assert line.startswith("t.py::test_x: aten::mm carries 100% of the profiled slowdown (1 ms -> 3 ms")
+    assert stored_lines("t.py::test_x", stored_diff(runs, {"profile": now}, "PASS"), "PASS") == []
+    assert stored_diff([{}], {"profile": now}, "REGRESSED") is None and stored_diff(runs, {}, "REGRESSED") is None
+    assert stored_diff([{"profile": {"ops": 5}}], {"profile": now}, "REGRESSED") is None  # edited by hand
+    assert mixed_note(runs, {"profile": now}) is None and mixed_note([{}], {}) is None
+    assert mixed_note([], {"profile": now}) is None  # no baseline, nothing judged against it
+    assert (mixed_note([{}], {"profile": now}) or "").startswith("this run was measured under --gpuperf-profile")
+    assert (mixed_note(runs, {}) or "").startswith("its baseline was measured under --gpuperf-profile")

@@ -470,7 +470,8 @@ OPTIONS: tuple[OptionSpec[Any], ...] = (
         name="profile",
         help="run each perf test's call under torch.profiler (CPU, and CUDA where torch sees a GPU) with oneDNN's "
         "verbose log, and write each test's operator summary (names, counts, self times, oneDNN implementations) "
-        "to FILE (the profiled sessions of `gpuperf ab --profile`)",
+        "to FILE and into its metrics' results and saved baselines: a change judged against a profiled baseline "
+        "names the operators that moved (also the profiled sessions of `gpuperf ab --profile`)",
         parse=parse_text,
         default=None,
         metavar="FILE",

@@ -3,10 +3,12 @@
 ``Profiler`` is the pytest plugin `--gpuperf-profile FILE` registers (plugin.py imports this module only then):
 it runs each perf test's call under torch.profiler (CPU, and CUDA where torch sees a GPU) with oneDNN's verbose
 log on, and writes one small summary per test (operator names, counts, self times; oneDNN's implementation per
-primitive and shape) to FILE at the session's end. ``kernel_diff`` compares two such summaries: per test, each
-operator's change ranked by its share of the test's change, and what runs on one side only. torch is imported
-inside the plugin's hook only: the plugin stays importable without it. docs/ab.md (profiled sides) says what it
-can and cannot see.
+primitive and shape) to FILE at the session's end; each test's summary also goes into its metrics' context
+(``PROFILE``), so the results and the baseline store keep it beside the samples. ``kernel_diff`` compares two such
+summaries: per test, each operator's change ranked by its share of the test's change, and what runs on one side
+only; ``stored_diff`` is the same diff between a metric's stored baseline and this run. torch is imported inside
+the plugin's hook only: the plugin stays importable without it. docs/ab.md (profiled sides) says what it can and
+cannot see.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import ctypes
 import os
 import statistics
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_gpuperf.core.record.gate import Gate
 from pytest_gpuperf.core.store.testid import stable_test_id
+from pytest_gpuperf.machine.contention import TurnWaits
 
 PROFILE_SCHEMA = "gpuperf-profile/1"
 TOP_OPS = 40
@@ -34,6 +38,14 @@ MIN_CALLS = 3
 kept in the diff, never a mover (one session's one-off allocation is noise, not a regression)."""
 TOP_MOVERS = 3
 """Movers printed under ab's verdict per test; ab.json holds the whole diff."""
+PROFILE = "profile"
+"""The key of a metric's context (results and baseline runs) that holds its test's summary."""
+PROFILE_DIFF = "profile_diff"
+"""The key of a judged metric's context that holds the diff of its baseline's summary and this run's."""
+PROFILE_NOTE = "profile_note"
+"""The key of a judged metric's context that says one of this run and its baseline ran under the profiler."""
+CHANGED = {"REGRESSED": 1, "IMPROVED": -1}
+"""The verdicts whose change a diff explains, with its direction (``kernel_diff``'s ``changed``)."""
 
 
 class Profiler:
@@ -43,6 +55,9 @@ class Profiler:
         self.path = path
         self.tests: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
+        self.calls = 0
+        """Calls the recorder timed (warm-up included) in the test being profiled: its summary's unit, so two
+        sessions that ran a different number of rounds compare per call (``summary_diff``)."""
         # oneDNN reads its verbose setting once, when it first runs a primitive (torch's switch is ignored after
         # that): set before any test runs, its lines outside a profiled call go to the session's own output.
         os.environ.setdefault("ONEDNN_VERBOSE", "1")
@@ -60,6 +75,7 @@ class Profiler:
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
+        self.calls = 0
         with _stdout_to_file() as verbose:
             with (
                 torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON),
@@ -77,8 +93,21 @@ class Profiler:
             "activities": [str(a).rsplit(".", 1)[-1].lower() for a in activities],
             "ops": ops,
             "implementations": implementations,
+            "calls": self.calls or None,  # None: a timer of the test's own, or figures it recorded itself
         }
         return outcome
+
+    def counting(self, gate: Gate) -> Gate:
+        """The session's gate, counting the calls the recorder times (core/session/state.py installs it)."""
+        return _CountingGate(gate, self)
+
+    def attach(self, test: str, metrics: Iterable[Any]) -> None:
+        """Put ``test``'s summary into each of its metrics' context (``PROFILE``): the results and, saved, the
+        baseline runs keep it beside the samples. Nothing when the test was not profiled."""
+        summary = self.tests.get(test)
+        if summary is not None:
+            for metric in metrics:
+                metric.context[PROFILE] = summary
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from pytest_gpuperf.core.store.baselines import write_atomic
@@ -89,6 +118,30 @@ class Profiler:
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+
+class _CountingGate:
+    """A gate that passes through to the session's and counts each call the recorder times into its Profiler."""
+
+    def __init__(self, inner: Gate, profiler: Profiler) -> None:
+        self.inner = inner
+        self.profiler = profiler
+
+    def before_test(self) -> None:
+        self.inner.before_test()
+
+    def before_round(self) -> None:
+        self.inner.before_round()
+
+    def before_call(self) -> None:
+        self.profiler.calls += 1
+        self.inner.before_call()
+
+    def waited(self) -> TurnWaits:
+        return self.inner.waited()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 @contextlib.contextmanager
@@ -185,7 +238,7 @@ def kernel_diff(a: dict[str, Any], b: dict[str, Any], changed: dict[str, int]) -
     it explains a change the pairs decided, in the direction they decided, and decides nothing)."""
     tests: dict[str, Any] = {}
     for test in sorted(set(a.get("tests", {})) & set(b.get("tests", {}))):
-        tests[test] = _test_diff(a["tests"][test], b["tests"][test], changed.get(test, 0))
+        tests[test] = summary_diff(a["tests"][test], b["tests"][test], changed.get(test, 0))
     only = sorted(set(a.get("tests", {})) ^ set(b.get("tests", {})))
     return {"tests": tests, "profiled_on_one_side_only": only, "notes": sorted(set(a.get("notes", [])) |
                                                                                set(b.get("notes", [])))}  # fmt: skip
@@ -198,13 +251,66 @@ def _time(op: dict[str, Any], device: bool) -> float:
     return float(op["self_cpu_us"] if median is None else median * op["count"])
 
 
-def _test_diff(a: dict[str, Any], b: dict[str, Any], direction: int) -> dict[str, Any]:
+def stored_diff(baseline: Iterable[dict[str, Any]], context: dict[str, Any], verdict: str) -> dict[str, Any] | None:
+    """The diff of a metric's baseline and this run (``kernel_diff``'s entry of one test): the newest of the
+    baseline runs' contexts that holds a summary (A) against this run's (B), its movers those of the verdict's
+    change (none for a verdict that is no change). None, saying nothing, where either side has no summary."""
+    now = context.get(PROFILE)
+    before = next((run[PROFILE] for run in reversed(list(baseline)) if isinstance(run.get(PROFILE), dict)), None)
+    if not isinstance(now, dict) or before is None:
+        return None
+    try:
+        return summary_diff(before, now, CHANGED.get(verdict, 0))
+    except (KeyError, TypeError, ValueError, AttributeError):  # a summary edited by hand: no diff is guessed
+        return None
+
+
+def mixed_note(
+    baseline: Iterable[dict[str, Any]],
+    context: dict[str, Any],
+    *,
+    names: tuple[str, str] = ("its baseline", "this run"),
+) -> str | None:
+    """Where one of this run and the baseline runs it is judged against was measured under the profiler and the
+    other was not: that the profiler's own cost per operator call is in the ratio. None where both or neither were.
+    ``names``: the baseline's and this run's in the sentence."""
+    baseline = list(baseline)
+    before = any(isinstance(run.get(PROFILE), dict) for run in baseline)
+    now = isinstance(context.get(PROFILE), dict)
+    if not baseline or before == now:  # no baseline: nothing is judged against
+        return None
+    profiled, plain = names[::-1] if now else names
+    return (
+        f"{profiled} was measured under --gpuperf-profile and {plain} was not: the profiler's cost per operator "
+        "call is in the ratio (benchmarks/README.md measures it); compare profiled runs with a profiled baseline"
+    )
+
+
+def stored_lines(test: str, diff: Any, verdict: str) -> list[str]:
+    """Under a judged change against a stored baseline, the operators that moved (``mover_lines`` of a
+    ``stored_diff``, the baseline as A and this run as B); nothing for another verdict or without a diff."""
+    if verdict not in CHANGED or not isinstance(diff, dict):
+        return []
+    try:
+        return mover_lines({"tests": {test: diff}}, sides={"A": "the baseline", "B": "this run"})
+    except (KeyError, TypeError, ValueError):  # a results file edited by hand: its diff names nothing
+        return []
+
+
+def summary_diff(a: dict[str, Any], b: dict[str, Any], direction: int) -> dict[str, Any]:
+    """One test's diff of two summaries (``kernel_diff``); ``direction`` +1 a slowdown, -1 a gain, 0 none. Where
+    both summaries counted the calls their test timed, A's times are scaled to B's number of calls (``a_scale``)."""
     device = any(op["self_device_us"] > 0 for op in [*a["ops"], *b["ops"]])
     sides = [{op["name"]: op for op in side["ops"] if _time(op, device) > 0} for side in (a, b)]
+    calls = [side.get("calls") if isinstance(side.get("calls"), int) and side["calls"] > 0 else None for side in (a, b)]
+    # two sessions that timed a different number of calls (a round measured again, extended) compare per call:
+    # A's times scaled to B's calls
+    scale = calls[1] / calls[0] if calls[0] and calls[1] else 1.0
     ops = []
     for name in set(sides[0]) | set(sides[1]):
         one, two = sides[0].get(name), sides[1].get(name)
         us_a, us_b = (_time(op, device) if op else 0.0 for op in (one, two))
+        us_a *= scale
         count_a, count_b = (op["count"] if op else 0 for op in (one, two))
         ops.append(
             {
@@ -213,7 +319,7 @@ def _test_diff(a: dict[str, Any], b: dict[str, Any], direction: int) -> dict[str
                 "b_us": us_b,
                 "a_count": count_a,
                 "b_count": count_b,
-                "a_us_per_call": us_a / count_a if count_a else None,
+                "a_us_per_call": us_a / scale / count_a if count_a else None,
                 "b_us_per_call": us_b / count_b if count_b else None,
                 "change_us": us_b - us_a,
                 "setup": max(count_a, count_b) < MIN_CALLS,
@@ -233,6 +339,9 @@ def _test_diff(a: dict[str, Any], b: dict[str, Any], direction: int) -> dict[str
     named = [op["name"] for op in ops if (op["share"] or 0.0) >= MOVER_SHARE]
     return {
         "clock": "device" if device else "cpu",
+        "a_calls": calls[0],
+        "b_calls": calls[1],
+        "a_scale": scale,
         "a_total_us": sum(op["a_us"] for op in ops),
         "b_total_us": sum(op["b_us"] for op in ops),
         "change_us": change,
@@ -255,19 +364,20 @@ def _implementation_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) ->
     return changes
 
 
-def mover_lines(diff: dict[str, Any]) -> list[str]:
+def mover_lines(diff: dict[str, Any], *, sides: dict[str, str] | None = None) -> list[str]:
     """The lines under ab's verdict: per test with movers, each with its share and its times per test and per
-    call; each implementation that changed; what one side only profiled."""
+    call; each implementation that changed; what one side only profiled. ``sides`` names A and B otherwise."""
     lines = []
     for test, entry in diff.get("tests", {}).items():
         ops = {op["name"]: op for op in entry["ops"]}
         for name in entry["movers"]:
             op = ops[name]
             lines.append(
-                f"{test}: {name} carries {op['share']:.0%} of the profiled {entry['direction']} ({_us(op['a_us'])} -> "
-                f"{_us(op['b_us'])} {entry['clock']} self time; {op['a_count']} -> {op['b_count']} calls, "
-                f"{_us(op['a_us_per_call'])} -> {_us(op['b_us_per_call'])} per call)"
-                + (f"; only in {op['only_in']}" if op["only_in"] else "")
+                f"{test}: {name} carries {op['share']:.0%} of the profiled {entry['direction']} "
+                f"({us_text(op['a_us'])} -> {us_text(op['b_us'])} {entry['clock']} self time{_per(entry)}; "
+                f"{_calls(op, entry)}, "
+                f"{us_text(op['a_us_per_call'])} -> {us_text(op['b_us_per_call'])} per call)"
+                + (f"; only in {(sides or {}).get(op['only_in'], op['only_in'])}" if op["only_in"] else "")
             )
         if entry["movers"]:
             for change in entry["implementations"]:
@@ -278,9 +388,24 @@ def mover_lines(diff: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _us(value: float | None) -> str:
+def _per(entry: dict[str, Any]) -> str:
+    """How the times are counted: over B's timed calls where the two sides timed a different number."""
+    return f" over {entry['b_calls']} timed calls" if entry.get("a_scale", 1.0) != 1.0 else ""
+
+
+def _calls(op: dict[str, Any], entry: dict[str, Any]) -> str:
+    """An operator's calls: per timed call of the test where both sides counted them, else in all."""
+    if entry.get("a_calls") and entry.get("b_calls"):
+        return f"{op['a_count'] / entry['a_calls']:.3g} -> {op['b_count'] / entry['b_calls']:.3g} calls per timed call"
+    return f"{op['a_count']} -> {op['b_count']} calls"
+
+
+def us_text(value: float | None) -> str:
+    """Microseconds in the unit that reads best: '481 us', '21.5 ms', '-' for none."""
     if value is None:
         return "-"
+    if value < 0:
+        return f"-{us_text(-value)}"
     for scale, unit in ((1e6, "s"), (1e3, "ms"), (1.0, "us")):
         if value >= scale:
             return f"{value / scale:.3g} {unit}"

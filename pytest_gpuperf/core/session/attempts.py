@@ -139,8 +139,8 @@ def fresh_session_argv(item: pytest.Item, folder: Path, *, ranks: int = 1) -> li
 
     The invocation's options are kept (markers, ini overrides, gpuperf settings, plugins); its positional arguments
     (paths and node ids) are replaced by this test's. Later options override earlier ones, so what the fresh session
-    must not share with this one (the results file, JUnit XML, the temporary folder pytest wipes, the cache) is
-    pointed into ``folder``; xdist is asked for no workers."""
+    must not share with this one (the results file, JUnit XML, the temporary folder pytest wipes, the cache, the
+    operator summaries of --gpuperf-profile) is pointed into ``folder``; xdist is asked for no workers."""
     config = item.config
     positional = {str(arg) for arg in config.args}
     kept = [arg for arg in config.invocation_params.args if str(arg) not in positional]
@@ -169,6 +169,8 @@ def fresh_session_argv(item: pytest.Item, folder: Path, *, ranks: int = 1) -> li
         "-p",
         "no:randomly",
     ]
+    if config.pluginmanager.hasplugin("gpuperf-profiler"):  # its summary comes back in its results' context
+        argv += ["--gpuperf-profile", str(folder / "profile.json")]
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]
     return argv

@@ -55,7 +55,20 @@ def describe(result: MetricResult) -> str:
         note = result.context.get("machine_note")
         lines.append("  evidence: " + rollup.evidence(result.verdict.value, note if isinstance(note, str) else None))
         lines.extend("  " + line for line in stack_lines([result]))
+    lines.extend("  moved: " + line for line in mover_lines(result))
+    if isinstance(result.context.get("profile_note"), str):
+        lines.append(f"  note: {result.context['profile_note']}")
     return "\n".join(lines)
+
+
+def mover_lines(result: MetricResult) -> list[str]:
+    """The operators that moved a judged change, where the baseline and this run were both profiled
+    (--gpuperf-profile; core/record/profiling.py ``stored_lines``); none otherwise."""
+    if "profile_diff" not in result.context:  # profiling off: its module is not imported
+        return []
+    from pytest_gpuperf.core.record.profiling import stored_lines
+
+    return stored_lines(result.test, result.context["profile_diff"], result.verdict.value)
 
 
 def failure_message(results: Iterable[MetricResult], *, strict: bool) -> str:
@@ -150,6 +163,15 @@ def summary_table(results: list[MetricResult], *, width: int = 120) -> list[str]
     lines += fit_table(header, cells, width=width, shrink=(1, 0, 6))
     if notes:
         lines += textwrap.wrap(machine_notes_line(notes, len(results)), width, subsequent_indent="    ")
+    mixed = [result for result in results if isinstance(result.context.get("profile_note"), str)]
+    if mixed:
+        lines += textwrap.wrap(f"{len(mixed)} metric(s): {mixed[0].context['profile_note']}", width,
+                               subsequent_indent="    ")  # fmt: skip
+    moved = list(dict.fromkeys(line for result in results for line in mover_lines(result)))  # once per test
+    if moved:
+        lines.append("moved (baseline -> this run, both profiled; the whole diff: the results' profile_diff):")
+        lines += [part for line in moved for part in textwrap.wrap(line, width, initial_indent="  ",
+                                                                    subsequent_indent="    ")]  # fmt: skip
     return lines
 
 

@@ -298,6 +298,7 @@ class GpuperfSession:
         note = machine_note(metric.context, [run.context for run in stored]) if runs else None
         if note:
             context = {**context, "machine_note": note}
+        context = self._profile_diff(context, stored if runs else [], comparison.verdict)
         return MetricResult(
             test=nodeid,
             metric=metric.name,
@@ -311,6 +312,21 @@ class GpuperfSession:
             baseline_stack=baseline_stack,
             stack_changes=stack_changes(baseline_stack, stack) if baseline_stack else [],
         )
+
+    @staticmethod
+    def _profile_diff(context: dict[str, Any], stored: list[MetricRun], verdict: Verdict) -> dict[str, Any]:
+        """The context with the diff of the baseline's operator summary and this run's (--gpuperf-profile on both
+        sides), its movers those of the verdict's change; without a summary on either side, none (a stale one a
+        confirmation's results carried is dropped), and a note where only one side was measured under the
+        profiler."""
+        baseline = [run.context for run in stored]
+        if "profile" not in context and not any("profile" in run for run in baseline):
+            return context  # profiling off on both sides: core/record/profiling.py is not imported
+        from pytest_gpuperf.core.record.profiling import PROFILE_DIFF, PROFILE_NOTE, mixed_note, stored_diff
+
+        context = {key: value for key, value in context.items() if key not in (PROFILE_DIFF, PROFILE_NOTE)}
+        diff, note = stored_diff(baseline, context, verdict.value), mixed_note(baseline, context)
+        return context | ({PROFILE_DIFF: diff} if diff else {}) | ({PROFILE_NOTE: note} if note else {})
 
     def accept(self, perf: Perf, results: list[MetricResult]) -> None:
         """Keep a test's final results for the report, and its measurements as runs to save.

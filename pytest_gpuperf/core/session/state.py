@@ -105,5 +105,8 @@ def gpuperf_session(config: pytest.Config) -> GpuperfSession:
             telemetry=lambda device: config.hook.pytest_gpuperf_telemetry_reader(config=config, device=device),
             adapter_named=lambda name: config.hook.pytest_gpuperf_adapter(config=config, name=name),
         )
+        profiler = config.pluginmanager.get_plugin("gpuperf-profiler")
+        if profiler is not None:  # --gpuperf-profile: each test's summary counts the calls it timed
+            session.gate = profiler.counting(session.gate)
         config.stash[session_key] = session
     return session
