@@ -45,7 +45,7 @@ STARTED_FIRST = (
 """The modules with the most test seconds, most first (``--durations`` of ``pytest tests -n 2``), collected before
 all others in this order, each module's tests kept together for its module-scoped fixtures. With the work-stealing
 scheduler (pytest_xdist_make_scheduler) a worker that runs out of tests takes the tail of the other's queue: the
-light tests at the end fill the gaps, where in collection order a 5-minute test started last left a worker idle."""
+light tests at the end fill the gaps, rather than a long test starting last after the other worker ran out."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
