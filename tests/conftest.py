@@ -3,7 +3,9 @@
 The tests are split by directory, and the directory decides whether a module may need torch: those in TORCH_FREE
 must pass in a venv with only pytest, numpy, scipy, junitparser, filelock, hypothesis and defusedxml (``.ci/run``
 runs them there); workloads/ and integration/ need the full development venv. Where torch cannot be imported, the
-other directories are left out of collection, and the header says so.
+other directories are left out of collection, and the header says so. Under pytest-xdist the modules that cost
+most start first and idle workers take pending tests from busy ones (STARTED_FIRST), so that no long test starts
+last on one worker while the other idles.
 """
 
 import importlib.util
@@ -21,6 +23,51 @@ TORCH_FREE = frozenset({"unit", "plugin", "cli"})
 of the plugin itself included: its runs record "torch: not installed" in the stack). A test in them that needs
 torch for one case skips that case with pytest.importorskip; a module that needs torch, or another package of the
 full venv (pytest-xdist, the report or sign extras), belongs in workloads/ or integration/."""
+
+
+STARTED_FIRST = (
+    "workloads/test_training_regressions_caught.py",
+    "integration/test_docs.py",
+    "workloads/test_engine_transformers.py",
+    "workloads/test_slurm.py",
+    "workloads/test_acceptance_tier.py",
+    "workloads/test_rank_processes.py",
+    "integration/test_bisect.py",
+    "workloads/test_multinode.py",
+    "integration/test_upgrade_comparison.py",
+    "integration/test_mlperf_training.py",
+    "integration/test_ab.py",
+    "integration/test_confirmation.py",
+    "workloads/test_loadgen.py",
+    "workloads/test_launch.py",
+    "integration/test_time_budget.py",
+)
+"""The modules with the most test seconds, most first (``--durations`` of ``pytest tests -n 2``), collected before
+all others in this order, each module's tests kept together for its module-scoped fixtures. With the work-stealing
+scheduler (pytest_xdist_make_scheduler) a worker that runs out of tests takes the tail of the other's queue: the
+light tests at the end fill the gaps, rather than a long test starting last after the other worker ran out."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    first = {name: rank for rank, name in enumerate(STARTED_FIRST)}
+
+    def rank(item: pytest.Item) -> int:
+        path = item.path.relative_to(HERE).as_posix() if item.path.is_relative_to(HERE) else ""
+        return first.get(path, len(first))
+
+    items.sort(key=rank)  # stable: the order within a module and among the other modules is unchanged
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Work stealing where the default load scheduler would run (``-n 2`` alone, as README and .ci/run give it): in
+    pyproject's addopts ``--dist`` would break every pytest run beside it that turns xdist off (``-p no:xdist``,
+    as confirmation's fresh sessions do)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)
 
 
 def _torch_importable() -> bool:

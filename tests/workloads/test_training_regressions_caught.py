@@ -17,6 +17,7 @@ The regression runs use generous thresholds so that a loaded 2-core machine's ji
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,19 +74,40 @@ def gpuperf_model_hook():
 SELECT = ("-p", "no:randomly", "--gpuperf-device", "cpu", "-k", "test_pretrain and tiny-llama")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the suite with goldens and baselines of test_pretrain[tiny-llama] recorded."""
+    """A copy of the suite with goldens and baselines of test_pretrain[tiny-llama] recorded, once per run: under
+    pytest-xdist the two tests that read it may run on different workers, and each recording costs a whole run of
+    the suite's test (their shared base folder and a lock make the second worker wait for the first's)."""
+    import os
     import subprocess
     import sys
 
-    root = tmp_path_factory.mktemp("suite")
-    _copy_suite(root)
-    done = subprocess.run([sys.executable, "-m", "pytest", *SELECT, "--gpuperf-save", "-q"], cwd=root,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert list((root / "baselines").glob("*/test_training.json"))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        shared = shared.parent  # this run's folder, above each worker's own (without xdist: that of every run)
+    root = shared / "training-recorded"
+    with FileLock(str(shared / "training-recorded.lock")):
+        if not (root / "recorded").exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker that failed to record left a part
+            root.mkdir()
+            _copy_suite(root)
+            done = subprocess.run([sys.executable, "-m", "pytest", *SELECT, "--gpuperf-save", "-q"], cwd=root,
+                                  capture_output=True, text=True, timeout=600)  # fmt: skip
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            assert list((root / "baselines").glob("*/test_training.json"))
+            (root / "recorded").touch()
     return root
+
+
+@pytest.fixture
+def suite(recorded: Path, tmp_path: Path) -> Path:
+    """This test's own copy of the recorded suite: its conftest.py overrides must not reach another test's run."""
+    copy = tmp_path / "suite"
+    shutil.copytree(recorded, copy)
+    return copy
 
 
 def _rerun(root: Path, conftest: str, *extra: str) -> tuple[int, str]:
@@ -93,24 +115,23 @@ def _rerun(root: Path, conftest: str, *extra: str) -> tuple[int, str]:
     import sys
 
     _copy_suite(root, overrides=conftest)
-    try:
-        done = subprocess.run([sys.executable, "-m", "pytest", *SELECT, "-q", *extra], cwd=root,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
-    finally:
-        _copy_suite(root)
+    done = subprocess.run([sys.executable, "-m", "pytest", *SELECT, "-q", *extra], cwd=root,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
     return done.returncode, done.stdout + done.stderr
 
 
-def test_small_relative_error_in_linear_outputs_fails_convergence(recorded: Path) -> None:
-    code, out = _rerun(recorded, PERTURB.format(eps=0.1), "--gpuperf-threshold", "50",
-                       "--gpuperf-noise-limit", "90")  # fmt: skip
+def test_small_relative_error_in_linear_outputs_fails_convergence(suite: Path) -> None:
+    # Not confirmed in a fresh process: that re-run of the suite's test is the speed test's below (a second whole
+    # training run here would check the same path again); the convergence verdict is the subject here.
+    code, out = _rerun(suite, PERTURB.format(eps=0.1), "--gpuperf-threshold", "50",
+                       "--gpuperf-noise-limit", "90", "--gpuperf-confirm", "0")  # fmt: skip
     assert code == 1, out[-3000:]
     assert "final_loss: REGRESSED" in out and "left the golden band" in out, out[-3000:]
     assert "converges slower" in out, out[-3000:]  # steps to target: olympic mean vs reference, t-test
 
 
-def test_steps_four_times_as_long_are_regressed(recorded: Path) -> None:
-    code, out = _rerun(recorded, SLOWER, "--gpuperf-threshold", "10", "--gpuperf-noise-limit", "90")
+def test_steps_four_times_as_long_are_regressed(suite: Path) -> None:
+    code, out = _rerun(suite, SLOWER, "--gpuperf-threshold", "10", "--gpuperf-noise-limit", "90")
     assert code == 1, out[-3000:]
     # same numerics: only the speed changed
     assert not re.search(r"(final_loss|steps_to_target):? REGRESSED", out), out[-3000:]
