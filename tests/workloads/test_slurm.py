@@ -41,7 +41,9 @@ def submit(
         "GPUPERF_CHECKOUT": str(ROOT),
         "GPUPERF_OUT": str(tmp_path / "out"),
         "GPUPERF_NODE_TIMEOUT": str(timeout_s),
-        "GPUPERF_PYTEST_ARGS": f"{tmp_path / 'test_spin.py'} -q --rootdir {tmp_path}",
+        # each node records its machine's state (the test session turns the check off), which the fleet reads:
+        # a node measured while other work loaded the box is EXPLAINED as far as that state bounds, not listed
+        "GPUPERF_PYTEST_ARGS": f"{tmp_path / 'test_spin.py'} -q --rootdir {tmp_path} --gpuperf-machine-check record",
         **(extra or {}),
     }
     status = cluster.run_batch(
