@@ -377,7 +377,6 @@ class Perf:
         (no_conditions, negative_spread), samples, context, took = best
         clean = no_conditions and -negative_spread <= self._noise_limit
         higher_is_better = work is not None
-        looks = 1
         samples, context, looks, rounds = self._extend(
             name, unit, higher_is_better, samples, context, rounds, took, one_round, measurement, wanted=clean
         )
