@@ -412,7 +412,9 @@ class Perf:
         for extra in itertools.count(1):
             go = False
             if wanted:
-                stop = self._stop_extending(name, unit, higher_is_better, samples, context, looks, took)
+                pooled = MetricRecord(name=name, unit=unit, higher_is_better=higher_is_better, samples=samples)
+                pooled.context, pooled.looks = context, looks
+                stop = self._stop_extending(pooled, took)
                 go, wanted = stop is None, stop is None
                 stopped = stop or ""
             if not ranks.any_rank_wants(f"{measurement}/extend/{extra}", go, round_seconds=took):
@@ -433,20 +435,9 @@ class Perf:
             context = {**context, "extended": {"looks": looks, "stopped": stopped or "decided"}}
         return samples, context, looks, rounds
 
-    def _stop_extending(
-        self,
-        name: str,
-        unit: str,
-        higher_is_better: bool,
-        samples: list[float],
-        context: dict[str, Any],
-        looks: int,
-        took: float,
-    ) -> str | None:
-        """Why these pooled samples take no further round ("" where the verdict is decided), or None to go on."""
-        candidate = MetricRecord(
-            name=name, unit=unit, higher_is_better=higher_is_better, samples=samples, context=context, looks=looks
-        )
+    def _stop_extending(self, candidate: MetricRecord, took: float) -> str | None:
+        """Why the pooled samples of ``candidate`` take no further round ("" where the verdict is decided), or None
+        to go on; ``took``: the last round's seconds."""
         preview = self._baselines.preview(candidate)
         if preview is None or preview.verdict is not Verdict.AMBIGUOUS:  # None: the view cannot tell
             return ""
@@ -457,7 +448,7 @@ class Perf:
                 else "the spread between machines of this hardware key (the baseline is another machine's)"
             )
             return f"{shift} is wider than the threshold: more rounds cannot decide it"
-        if looks > self.settings.extend:
+        if candidate.looks > self.settings.extend:
             return f"still AMBIGUOUS after {self.settings.extend} extra round(s) (--gpuperf-extend)"
         if self._extend_spent + took > self.settings.extend_seconds:
             return (
