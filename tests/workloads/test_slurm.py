@@ -41,9 +41,7 @@ def submit(
         "GPUPERF_CHECKOUT": str(ROOT),
         "GPUPERF_OUT": str(tmp_path / "out"),
         "GPUPERF_NODE_TIMEOUT": str(timeout_s),
-        # each node records its machine's state (the test session turns the check off), which the fleet reads:
-        # a node measured while other work loaded the box is EXPLAINED as far as that state bounds, not listed
-        "GPUPERF_PYTEST_ARGS": f"{tmp_path / 'test_spin.py'} -q --rootdir {tmp_path} --gpuperf-machine-check record",
+        "GPUPERF_PYTEST_ARGS": f"{tmp_path / 'test_spin.py'} -q --rootdir {tmp_path}",
         **(extra or {}),
     }
     status = cluster.run_batch(
